@@ -1,0 +1,40 @@
+#pragma once
+// Coefficient files: plain text (one tap a line, '#' comments, blank lines),
+// WAV/FLAC/any libsndfile impulse response (one IR channel per audio channel,
+// or one for all), raw little-endian float32 (.f32) and float64 (.f64).
+
+#include <cstddef>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include "dsp/filter_bank.hpp"
+
+namespace tapstream {
+
+// Every problem with a coefficient file; what() is one line that names the
+// file and the problem, e.g. "taps.txt:12: cannot parse 'abc' as a number".
+class CoefficientFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CoefficientFileOptions {
+  std::size_t channels = 1;          // the audio's channel count
+  std::size_t max_taps = 1u << 20;   // more taps than this is an error
+  int sample_rate = 0;               // the audio's rate; 0 = do not check
+  bool ignore_sample_rate = false;   // accept an IR whose rate differs from the audio's
+};
+
+// Loads a file (format from its extension: .txt/.taps/other text, .f32, .f64,
+// or anything libsndfile opens) into a bank for `options.channels` channels.
+// Throws CoefficientFileError.
+FilterBank load_filter_bank(const std::filesystem::path& file,
+                            const CoefficientFileOptions& options);
+
+// Writes taps as text, one per line with full float precision (used by `design`).
+// Writes to a temporary file beside `file` and renames it on success.
+void save_text_taps(const std::filesystem::path& file, const std::vector<float>& taps,
+                    const std::string& header_comment);
+
+}  // namespace tapstream

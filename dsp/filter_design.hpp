@@ -1,0 +1,30 @@
+#pragma once
+// Windowed-sinc FIR design, so that users can make coefficient files without
+// other tools.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tapstream {
+
+enum class FilterType { lowpass, highpass, bandpass, bandstop };
+enum class WindowType { kaiser, hann, hamming, blackman, rectangular };
+
+struct FilterSpec {
+  FilterType type = FilterType::lowpass;
+  double sample_rate = 48000.0;
+  double cutoff_hz = 1000.0;   // the (first) edge
+  double cutoff2_hz = 0.0;     // the second edge for bandpass and bandstop
+  std::size_t taps = 255;      // highpass and bandstop need an odd count
+  WindowType window = WindowType::kaiser;
+  double kaiser_beta = 8.6;
+};
+
+// Throws std::invalid_argument naming the bad parameter.
+std::vector<float> design_fir(const FilterSpec& spec);
+
+FilterType parse_filter_type(const std::string& name);
+WindowType parse_window_type(const std::string& name);
+
+}  // namespace tapstream

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency of tapstream from Debian's
+# package manager. The same script serves fresh machines and CI, so that what
+# works here works there. Safe to run again: apt skips what is installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git clang-format
+  libsndfile1-dev        # sound files (WAV, FLAC, ...)
+  portaudio19-dev        # live audio devices
+  libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libfftw3-dev           # CPU engine's FFTs (single precision, libfftw3f)
+  libtomlplusplus-dev    # configuration files
+  libcli11-dev           # command line
+  jackd2                 # JACK's dummy server for the live tests
+  alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
+  brutefir sox           # peers in bench/compare-cpu.sh
+)
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# jackd2 asks whether to enable real-time scheduling; answer once, non-interactively.
+echo "jackd2 jackd/tweak_rt_limits boolean false" | $sudo debconf-set-selections
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
