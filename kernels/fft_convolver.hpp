@@ -1,0 +1,55 @@
+#pragma once
+// The CUDA engine's frequency-domain path for long filters: uniformly
+// partitioned overlap-save with a frequency-domain delay line (cuFFT), all
+// channels batched, the complex multiply-accumulate fused in one kernel.
+// Zero added latency: any number of frames per call; calls are split
+// internally at partition boundaries.
+//
+// Device-level API: input and output are planar device buffers owned by the
+// caller, and every operation is enqueued on the caller's stream without host
+// synchronisation, so the engine can order it against its copies with events.
+// Calls must be issued in stream order (block k's process before block k+1's).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dsp/filter_bank.hpp"
+
+namespace tapstream::cuda {
+
+class FftConvolver {
+ public:
+  // Holds filters of up to max_taps taps (bank.max_taps() <= max_taps) for
+  // bank.channels() channels; partition_frames is a power of two (0: choose
+  // from max_block_frames and max_taps).
+  FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
+               std::size_t partition_frames = 0);
+  ~FftConvolver();
+  FftConvolver(const FftConvolver&) = delete;
+  FftConvolver& operator=(const FftConvolver&) = delete;
+
+  // Filters `frames` (1..max_block_frames) new frames of every channel:
+  // channel c's input at in + c * in_stride, output at out + c * out_stride.
+  void process(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
+               std::size_t frames, cudaStream_t stream);
+
+  // Transforms the new filters (may allocate and synchronise: call it off the
+  // per-block path); they take effect at the next process(). With crossfade,
+  // that call's output fades linearly from the old filters' to the new's.
+  void set_filters(const FilterBank& bank, bool crossfade);
+
+  // Clears the delay line (as if the stream started again), on `stream`.
+  void reset(cudaStream_t stream);
+
+  std::size_t partition_frames() const;
+  std::string description() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tapstream::cuda
