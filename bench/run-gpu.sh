@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The one script a device run executes for issue 3's benchmarks: tapstream's
+# CUDA engine benchmark (if built), then the peers and floors (bench/peers.py),
+# then the side-by-side table. Results go to $OUT (or ./out when unset):
+#   env.txt            the machine: GPU, driver, tools found
+#   engine.json/.log   bench/cuda_engine_bench output
+#   peers.json/.log    bench/peers.py output, with the side-by-side table
+#
+# Build first, on the build machine (no GPU needed there):
+#   cmake -S . -B build-gpu-bench -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+#         -DTAPSTREAM_TESTS=OFF
+#   cmake --build build-gpu-bench --target cuda_engine_bench -j2
+#   /work/shared/device/bundle-libs.sh build-gpu-bench/libs build-gpu-bench/bench/cuda_engine_bench
+# then run with carry: ["build-gpu-bench"] and `bash bench/run-gpu.sh`.
+#
+# usage: run-gpu.sh [--peers-only] [--quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+build=${BUILD_DIR:-build-gpu-bench}
+peers_only=0
+quick=()
+for arg in "$@"; do
+  case $arg in
+    --peers-only) peers_only=1 ;;
+    --quick) quick=(--quick) ;;
+    *) echo "run-gpu.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+export PYTHONUNBUFFERED=1
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv 2>&1
+  echo "nsys: $(command -v nsys || echo 'not on PATH')"
+  ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null
+  echo "ncu: $(command -v ncu || echo 'not on PATH')"
+  ls /usr/local/cuda/lib64/libcupti.so* 2>/dev/null
+  python3 -c 'import torch, torchaudio, cupy; print("torch", torch.__version__, "torchaudio", torchaudio.__version__, "cupy", cupy.__version__)' 2>&1
+  python3 -c "import inspect, cupyx.scipy.signal as s; print(\"oaconvolve\", inspect.signature(s.oaconvolve))" 2>&1
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+engine_args=()
+if [ "$peers_only" = 0 ]; then
+  bench=$build/bench/cuda_engine_bench
+  if [ -x "$bench" ]; then
+    echo "== tapstream cuda_engine_bench"
+    LD_LIBRARY_PATH=$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      "$bench" --json "$out/engine.json" "${quick[@]}" 2>&1 | tee "$out/engine.log"
+    echo "cuda_engine_bench exit status ${PIPESTATUS[0]}"
+    [ -s "$out/engine.json" ] && engine_args=(--engine "$out/engine.json")
+  else
+    echo "no $bench: build it first (see the head of this script); running the peers only"
+  fi
+fi
+
+echo "== peers and floors"
+python3 bench/peers.py --out "$out/peers.json" "${engine_args[@]}" "${quick[@]}" 2>&1 | tee "$out/peers.log"
+echo "peers.py exit status ${PIPESTATUS[0]}"
