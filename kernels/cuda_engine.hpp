@@ -1,12 +1,28 @@
 #pragma once
 // The CUDA engine (see dsp/engine.hpp for the contract). This header is plain
-// C++ so that daemon/ can include it without CUDA headers.
+// C++ so that daemon/ and bench/ can include it without CUDA headers.
+//
+// Two ways in:
+// - Engine::process(): host memory in, host memory out, synchronous. Calls are
+//   split into chunks pipelined over EngineOptions::streams CUDA streams (copy-in
+//   of chunk i+1 overlaps the filtering of chunk i and the copy-out of chunk i-1);
+//   (de)interleaving happens on the device. Passing pinned_input()/pinned_output()
+//   as `in`/`out` skips the host-side copy into and out of the pinned staging.
+// - CudaEngine::process_device(): planar device memory in and out, asynchronous
+//   (ordered on stream()); call synchronize() before reading the output on the host.
+// Both ways share the filter state (halo), so they may be mixed in one stream.
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dsp/engine.hpp"
+
+// The CUDA runtime's stream type (cudaStream_t is CUstream_st*), declared here so
+// that this header needs no CUDA headers.
+struct CUstream_st;
 
 namespace tapstream {
 
@@ -14,11 +30,43 @@ namespace tapstream {
 // (no driver, no device, ...). Never throws.
 bool cuda_device_available(std::string* reason);
 
-// Throws std::runtime_error naming the failing CUDA call and its error string
-// when the device cannot be used or runs out of memory.
-std::unique_ptr<Engine> make_cuda_engine(const FilterBank& bank, const EngineOptions& options);
-
-// Names accepted by EngineOptions::kernel for the direct-form path, "auto" first.
+// Names accepted by EngineOptions::kernel for the direct-form path, "auto" first:
+// "auto" (= "tuned"), "naive", "constant", "shared_tile", "cached_tile", "tuned".
 std::vector<std::string> cuda_kernel_variants();
+
+class CudaEngine : public Engine {
+ public:
+  // Filters `frames` (1..max_block_frames()) new frames of every channel: channel
+  // c's input at d_in + c * channel_stride, its output at d_out + c * channel_stride
+  // (device memory, planar). Enqueued on stream() without waiting for the device;
+  // d_in must stay unchanged and d_out unread until the work is done (synchronize(),
+  // or an event recorded on stream()). No allocation, no host synchronisation.
+  virtual void process_device(const float* d_in, float* d_out, std::size_t frames,
+                              std::size_t channel_stride) = 0;
+  // Waits for all work this engine enqueued; throws (naming the call) on a device error.
+  virtual void synchronize() = 0;
+  // The stream that process_device() work is ordered on (a cudaStream_t).
+  virtual CUstream_st* stream() const = 0;
+
+  // The engine's pinned host staging, channels() * max_block_frames() floats each.
+  virtual std::span<float> pinned_input() = 0;
+  virtual std::span<float> pinned_output() = 0;
+
+  // What was chosen: Algorithm::direct or Algorithm::fft (never automatic), the
+  // direct-form kernel variant ("tuned", ...; empty for fft), and where the taps
+  // live ("constant", "global" or "fft").
+  virtual Algorithm algorithm() const = 0;
+  virtual std::string kernel() const = 0;
+  virtual std::string taps_memory() const = 0;
+};
+
+// Throws std::invalid_argument for bad options (unknown kernel name, streams < 1,
+// max_block_frames 0, max_taps below the bank's) and std::runtime_error naming the
+// failing CUDA call when the device cannot be used or runs out of memory.
+std::unique_ptr<CudaEngine> make_cuda_device_engine(const FilterBank& bank,
+                                                    const EngineOptions& options);
+
+// The same engine behind the plain Engine interface.
+std::unique_ptr<Engine> make_cuda_engine(const FilterBank& bank, const EngineOptions& options);
 
 }  // namespace tapstream
