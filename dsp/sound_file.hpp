@@ -12,6 +12,9 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "dsp/temporary_file.hpp"
 
 namespace tapstream {
 
@@ -49,7 +52,8 @@ class SoundFileReader {
 };
 
 // Counts samples clipped when float samples outside [-1, 1] are written to an
-// integer format.
+// integer format (we clip, rather than let libsndfile wrap around; NaN is
+// written as 0 and counted as clipped).
 struct ClipStats {
   std::uint64_t clipped_samples = 0;
   float peak = 0.0f;  // largest |sample| seen, before clipping
@@ -57,29 +61,39 @@ struct ClipStats {
 
 class SoundFileWriter {
  public:
-  // Opens `<file>.tmp-XXXX` beside `file`. `format` is libsndfile's SF_FORMAT_*.
+  // Opens `<file>.tmp-XXXXXX` beside `file`. `format` is libsndfile's SF_FORMAT_*.
+  // Throws SoundFileError naming `file` (bad format, directory not writable).
   SoundFileWriter(const std::filesystem::path& file, int sample_rate, int channels, int format);
   ~SoundFileWriter();  // removes the temporary file unless commit() succeeded
   SoundFileWriter(const SoundFileWriter&) = delete;
   SoundFileWriter& operator=(const SoundFileWriter&) = delete;
 
   void write(std::span<const float> interleaved);  // throws SoundFileError
-  // Closes the file and renames it onto the destination.
+  // Flushes and closes the file and renames it onto the destination.
   void commit();
+  const std::filesystem::path& destination() const { return destination_; }
   const ClipStats& clip_stats() const { return clip_; }
 
  private:
+  void close_file();
+
   std::filesystem::path destination_;
-  std::filesystem::path temporary_;
+  std::unique_ptr<TemporaryFile> temporary_;
   SNDFILE* file_ = nullptr;
   int channels_ = 0;
-  bool integer_format_ = false;
+  bool integer_format_ = false;  // any subtype but float and double: we clip
   bool committed_ = false;
   ClipStats clip_;
+  std::vector<float> clipped_;  // scratch for the clipped copy of a block
 };
 
-// The libsndfile format for the output: the input's major format with the
-// requested subtype (or the input's own subtype).
+// The libsndfile format for the output: the input's major format (container)
+// with the requested subtype (or the input's own subtype). Throws
+// SoundFileError when libsndfile cannot write that combination, e.g. float or
+// pcm32 in FLAC.
 int output_format(int input_format, SampleFormat requested);
+
+// A short human name for a format, e.g. "WAV float" or "FLAC pcm16".
+std::string describe_format(int format);
 
 }  // namespace tapstream

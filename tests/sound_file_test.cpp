@@ -1,0 +1,296 @@
+// Sound-file I/O: round trips in every output encoding, clipping that is
+// counted rather than wrapped, and the temporary-file-then-rename guarantee.
+
+#include "dsp/sound_file.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class SoundFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    directory_ = fs::temp_directory_path() / ("tapstream-sound-file-" + std::string(info->name()) +
+                                              "-" + std::to_string(std::random_device{}()));
+    fs::create_directories(directory_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(directory_, ignored);
+  }
+  std::vector<fs::path> files_in_directory() const {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(directory_)) files.push_back(entry.path());
+    return files;
+  }
+  fs::path directory_;
+};
+
+std::vector<float> random_samples(std::size_t n, float amplitude, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-amplitude, amplitude);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+void write_file(const fs::path& file, int rate, int channels, int format,
+                const std::vector<float>& samples, ClipStats* stats = nullptr) {
+  SoundFileWriter writer(file, rate, channels, format);
+  // Several writes of uneven sizes, as a pipeline would do.
+  const std::size_t frames = samples.size() / channels;
+  std::size_t done = 0;
+  std::size_t step = 1;
+  while (done < frames) {
+    const std::size_t n = std::min(step, frames - done);
+    writer.write(std::span<const float>(samples).subspan(done * channels, n * channels));
+    done += n;
+    step = step * 3 + 1;
+  }
+  writer.commit();
+  if (stats != nullptr) *stats = writer.clip_stats();
+}
+
+std::vector<float> read_all(const fs::path& file, SoundFileInfo* info_out = nullptr) {
+  SoundFileReader reader(file);
+  if (info_out != nullptr) *info_out = reader.info();
+  std::vector<float> all;
+  std::vector<float> block(777 * reader.info().channels);
+  while (const std::size_t frames = reader.read(block)) {
+    all.insert(all.end(), block.begin(), block.begin() + frames * reader.info().channels);
+  }
+  return all;
+}
+
+struct RoundTripCase {
+  const char* name;
+  int format;
+  double tolerance;  // largest |difference| allowed: about one quantisation step
+};
+
+class SoundFileRoundTrip : public SoundFileTest,
+                           public ::testing::WithParamInterface<RoundTripCase> {};
+
+TEST_P(SoundFileRoundTrip, SamplesComeBackWithinQuantisation) {
+  const auto& param = GetParam();
+  const std::uint64_t seed = 20261122;
+  std::cout << "seed " << seed << "\n";
+  const int channels = 3;
+  const int rate = 44100;
+  const auto samples = random_samples(5000 * channels, 0.999f, seed);
+  const fs::path file = directory_ / "round-trip.wav";
+  ClipStats stats;
+  write_file(file, rate, channels, param.format, samples, &stats);
+  EXPECT_EQ(stats.clipped_samples, 0u);
+
+  SoundFileInfo info;
+  const auto back = read_all(file, &info);
+  EXPECT_EQ(info.sample_rate, rate);
+  EXPECT_EQ(info.channels, channels);
+  EXPECT_EQ(info.frames, 5000);
+  EXPECT_EQ(info.format, param.format);
+  ASSERT_EQ(back.size(), samples.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(back[i]) - samples[i]));
+  }
+  EXPECT_LE(worst, param.tolerance) << param.name;
+  if (param.format == (SF_FORMAT_WAV | SF_FORMAT_FLOAT)) {
+    EXPECT_EQ(worst, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Encodings, SoundFileRoundTrip,
+    ::testing::Values(RoundTripCase{"float", SF_FORMAT_WAV | SF_FORMAT_FLOAT, 0.0},
+                      RoundTripCase{"pcm16", SF_FORMAT_WAV | SF_FORMAT_PCM_16, 2.0 / 32768},
+                      RoundTripCase{"pcm24", SF_FORMAT_WAV | SF_FORMAT_PCM_24, 2.0 / 8388608},
+                      RoundTripCase{"pcm32", SF_FORMAT_WAV | SF_FORMAT_PCM_32, 2.0e-7},
+                      RoundTripCase{"flac16", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 2.0 / 32768},
+                      RoundTripCase{"flac24", SF_FORMAT_FLAC | SF_FORMAT_PCM_24, 2.0 / 8388608}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(SoundFileTest, ClippingIsCountedWithItsPeakAndNeverWrapsAround) {
+  const fs::path file = directory_ / "clipped.wav";
+  const std::vector<float> samples = {0.5f, 1.0f, 1.5f, -1.0f, -2.25f, 0.0f, 1.0001f, -0.25f};
+  ClipStats stats;
+  write_file(file, 48000, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16, samples, &stats);
+  EXPECT_EQ(stats.clipped_samples, 3u);
+  EXPECT_FLOAT_EQ(stats.peak, 2.25f);
+  const auto back = read_all(file);
+  ASSERT_EQ(back.size(), samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const float expected = std::clamp(samples[i], -1.0f, 1.0f);
+    EXPECT_NEAR(back[i], expected, 2.0 / 32768) << "sample " << i;
+  }
+}
+
+TEST_F(SoundFileTest, FloatOutputKeepsLoudSamplesAndCountsNoClipping) {
+  const fs::path file = directory_ / "loud.wav";
+  const std::vector<float> samples = {3.0f, -4.5f, 0.25f, 1.0f};
+  ClipStats stats;
+  write_file(file, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, samples, &stats);
+  EXPECT_EQ(stats.clipped_samples, 0u);
+  EXPECT_FLOAT_EQ(stats.peak, 4.5f);
+  EXPECT_EQ(read_all(file), samples);
+}
+
+TEST_F(SoundFileTest, WriterThatIsNotCommittedLeavesNoFileAndNoTemporary) {
+  const fs::path file = directory_ / "never.wav";
+  {
+    SoundFileWriter writer(file, 48000, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+    writer.write(random_samples(2000, 0.5f, 1));
+    EXPECT_EQ(files_in_directory().size(), 1u) << "the temporary file exists while writing";
+  }
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_TRUE(files_in_directory().empty());
+}
+
+TEST_F(SoundFileTest, WriterThatThrowsMidwayLeavesNoFileAndKeepsTheOldOne) {
+  const fs::path file = directory_ / "existing.wav";
+  const std::vector<float> old_samples = {0.125f, -0.125f};
+  write_file(file, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, old_samples);
+  try {
+    SoundFileWriter writer(file, 48000, 2, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    writer.write(random_samples(100, 0.5f, 2));
+    writer.write(random_samples(3, 0.5f, 3));  // not whole frames: throws
+    FAIL() << "a write of a partial frame was accepted";
+  } catch (const SoundFileError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(files_in_directory(), std::vector<fs::path>{file});
+  EXPECT_EQ(read_all(file), old_samples);
+}
+
+TEST_F(SoundFileTest, CommittedWriterLeavesExactlyTheDestination) {
+  const fs::path file = directory_ / "done.flac";
+  write_file(file, 96000, 1, SF_FORMAT_FLAC | SF_FORMAT_PCM_24, random_samples(1000, 0.9f, 4));
+  EXPECT_EQ(files_in_directory(), std::vector<fs::path>{file});
+  SoundFileInfo info;
+  read_all(file, &info);
+  EXPECT_EQ(info.format & SF_FORMAT_TYPEMASK, SF_FORMAT_FLAC);
+  EXPECT_EQ(info.sample_rate, 96000);
+}
+
+TEST_F(SoundFileTest, WriterIntoMissingDirectoryFailsNamingTheFile) {
+  const fs::path file = directory_ / "no-such-dir" / "out.wav";
+  try {
+    SoundFileWriter writer(file, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    FAIL() << "opened a file in a missing directory";
+  } catch (const SoundFileError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(file.string() + ": ", 0), 0u) << e.what();
+  }
+}
+
+TEST_F(SoundFileTest, ReadingAMissingOrBogusFileFailsNamingIt) {
+  const fs::path missing = directory_ / "missing.wav";
+  try {
+    SoundFileReader reader(missing);
+    FAIL() << "opened a missing file";
+  } catch (const SoundFileError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(missing.string() + ": ", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  const fs::path bogus = directory_ / "bogus.wav";
+  { std::ofstream(bogus) << "this is not a sound file\n"; }
+  EXPECT_THROW(SoundFileReader{bogus}, SoundFileError);
+}
+
+TEST(SampleFormat, ParsesTheFourNamesAndRejectsOthersNamingTheValue) {
+  EXPECT_EQ(parse_sample_format("float"), SampleFormat::float32);
+  EXPECT_EQ(parse_sample_format("pcm16"), SampleFormat::pcm16);
+  EXPECT_EQ(parse_sample_format("pcm24"), SampleFormat::pcm24);
+  EXPECT_EQ(parse_sample_format("pcm32"), SampleFormat::pcm32);
+  try {
+    parse_sample_format("pcm17");
+    FAIL() << "accepted pcm17";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'pcm17'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OutputFormat, KeepsTheContainerAndAppliesTheSubtype) {
+  const int wav16 = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input), wav16);
+  EXPECT_EQ(output_format(wav16, SampleFormat::float32), SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  EXPECT_EQ(output_format(wav16, SampleFormat::pcm32), SF_FORMAT_WAV | SF_FORMAT_PCM_32);
+  const int flac16 = SF_FORMAT_FLAC | SF_FORMAT_PCM_16;
+  EXPECT_EQ(output_format(flac16, SampleFormat::pcm24), SF_FORMAT_FLAC | SF_FORMAT_PCM_24);
+  const int aiff24 = SF_FORMAT_AIFF | SF_FORMAT_PCM_24;
+  EXPECT_EQ(output_format(aiff24, SampleFormat::pcm16), SF_FORMAT_AIFF | SF_FORMAT_PCM_16);
+}
+
+TEST(OutputFormat, RefusesFloatAndPcm32InFlacNamingTheCombination) {
+  const int flac16 = SF_FORMAT_FLAC | SF_FORMAT_PCM_16;
+  for (const auto requested : {SampleFormat::float32, SampleFormat::pcm32}) {
+    try {
+      output_format(flac16, requested);
+      FAIL() << "FLAC accepted an encoding it cannot hold";
+    } catch (const SoundFileError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("FLAC"), std::string::npos) << message;
+      EXPECT_NE(message.find(requested == SampleFormat::float32 ? "float" : "pcm32"),
+                std::string::npos)
+          << message;
+    }
+  }
+}
+
+// The WAV files alsa-utils installs are real recordings.
+TEST(RealRecordings, AlsaTestSoundsReadCompletelyAndAreNotSilent) {
+  const fs::path directory = "/usr/share/sounds/alsa";
+  const fs::path file = directory / "Front_Center.wav";
+  if (!fs::exists(file)) GTEST_SKIP() << file << " is absent (alsa-utils not installed)";
+  for (const auto& entry : fs::directory_iterator(directory)) {
+    if (entry.path().extension() != ".wav") continue;
+    SoundFileInfo info;
+    const auto samples = read_all(entry.path(), &info);
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_EQ(info.format & SF_FORMAT_TYPEMASK, SF_FORMAT_WAV);
+    EXPECT_GT(info.sample_rate, 0);
+    EXPECT_GE(info.channels, 1);
+    ASSERT_GT(info.frames, 1000);
+    EXPECT_EQ(samples.size(), static_cast<std::size_t>(info.frames * info.channels));
+    double energy = 0.0;
+    float peak = 0.0f;
+    for (const float x : samples) {
+      energy += static_cast<double>(x) * x;
+      peak = std::max(peak, std::fabs(x));
+    }
+    EXPECT_GT(std::sqrt(energy / samples.size()), 1e-3) << "recording is silent";
+    EXPECT_LE(peak, 1.0f);
+  }
+}
+
+TEST_F(SoundFileTest, RealRecordingSurvivesACopyInItsOwnFormatBitExactly) {
+  const fs::path source = "/usr/share/sounds/alsa/Front_Center.wav";
+  if (!fs::exists(source)) GTEST_SKIP() << source << " is absent (alsa-utils not installed)";
+  SoundFileInfo info;
+  const auto samples = read_all(source, &info);
+  const fs::path copy = directory_ / "copy.wav";
+  const int format = output_format(info.format, SampleFormat::same_as_input);
+  ClipStats stats;
+  write_file(copy, info.sample_rate, info.channels, format, samples, &stats);
+  EXPECT_EQ(stats.clipped_samples, 0u);
+  SoundFileInfo copy_info;
+  EXPECT_EQ(read_all(copy, &copy_info), samples);
+  EXPECT_EQ(copy_info.format, info.format);
+}
+
+}  // namespace
+}  // namespace tapstream
