@@ -1,3 +1,4 @@
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   };
 
   CLI11_PARSE(app, argc, argv);
+  // Logs and errors go to stderr, so that stdout stays free for data.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tapstream"));
   spdlog::set_pattern("%^%l%$: %v");
   spdlog::set_level(quiet          ? spdlog::level::err
                     : verbose >= 2 ? spdlog::level::trace

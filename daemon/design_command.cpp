@@ -1,0 +1,136 @@
+// `tapstream design TYPE --rate R --cutoff F[,F2] --taps N -o FILE`: windowed-
+// sinc FIR design into a text coefficient file, so that users can make filters
+// without other tools. The file's header records how it was made.
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "daemon/command.hpp"
+#include "dsp/coefficient_file.hpp"
+#include "dsp/filter_design.hpp"
+
+namespace tapstream {
+
+namespace {
+
+struct DesignArgs {
+  std::string type;
+  double rate = 0.0;
+  std::string cutoff;
+  std::size_t taps = 0;
+  std::string window = "kaiser";
+  double beta = 8.6;
+  bool beta_given = false;
+  std::string output;
+};
+
+double parse_frequency(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(value) || value <= 0.0) {
+    throw std::invalid_argument("--cutoff: '" + text + "' is not a positive frequency in Hz");
+  }
+  return value;
+}
+
+std::string format_number(double value) {
+  std::ostringstream out;
+  out.precision(10);
+  out << value;
+  return out.str();
+}
+
+int run_design(const DesignArgs& args) {
+  FilterSpec spec;
+  spec.type = parse_filter_type(args.type);
+  spec.sample_rate = args.rate;
+  spec.taps = args.taps;
+  spec.window = parse_window_type(args.window);
+  spec.kaiser_beta = args.beta;
+  if (args.beta_given && spec.window != WindowType::kaiser) {
+    throw std::invalid_argument("--beta: only the kaiser window has a beta (window is " +
+                                args.window + ")");
+  }
+
+  const bool two_edges = spec.type == FilterType::bandpass || spec.type == FilterType::bandstop;
+  const auto comma = args.cutoff.find(',');
+  if (two_edges && comma == std::string::npos) {
+    throw std::invalid_argument("--cutoff: " + args.type +
+                                " needs two edges, e.g. --cutoff 300,3400 (got '" + args.cutoff +
+                                "')");
+  }
+  if (!two_edges && comma != std::string::npos) {
+    throw std::invalid_argument("--cutoff: " + args.type + " takes one edge (got '" + args.cutoff +
+                                "')");
+  }
+  spec.cutoff_hz = parse_frequency(args.cutoff.substr(0, comma));
+  if (two_edges) {
+    spec.cutoff2_hz = parse_frequency(args.cutoff.substr(comma + 1));
+    if (spec.cutoff2_hz <= spec.cutoff_hz) {
+      throw std::invalid_argument("--cutoff: the second edge must be above the first (got '" +
+                                  args.cutoff + "')");
+    }
+  }
+  const double nyquist = spec.sample_rate / 2.0;
+  if (spec.cutoff_hz >= nyquist || spec.cutoff2_hz >= nyquist) {
+    throw std::invalid_argument("--cutoff: '" + args.cutoff + "' must be below half of --rate (" +
+                                format_number(nyquist) + " Hz)");
+  }
+
+  const std::vector<float> taps = design_fir(spec);
+
+  std::string how = "tapstream design " + args.type + " --rate " + format_number(args.rate) +
+                    " --cutoff " + args.cutoff + " --taps " + std::to_string(args.taps) +
+                    " --window " + args.window;
+  if (spec.window == WindowType::kaiser) how += " --beta " + format_number(args.beta);
+  const std::string header = how + "\n" + std::to_string(taps.size()) + " taps, " +
+                             format_number(args.rate) + " Hz sample rate";
+  save_text_taps(args.output, taps, header);
+  spdlog::info("wrote {} taps ({} {} Hz at {} Hz, {} window) to {}", taps.size(), args.type,
+               args.cutoff, format_number(args.rate), args.window, args.output);
+  return 0;
+}
+
+}  // namespace
+
+Command add_design_command(CLI::App& app) {
+  auto args = std::make_shared<DesignArgs>();
+  CLI::App* sub = app.add_subcommand("design", "Design a windowed-sinc FIR filter into a file");
+  sub->add_option("type", args->type, "lowpass, highpass, bandpass or bandstop")
+      ->required()
+      ->check(CLI::IsMember({"lowpass", "highpass", "bandpass", "bandstop"}));
+  sub->add_option("-r,--rate", args->rate, "Sample rate in Hz")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("-c,--cutoff", args->cutoff,
+                  "Edge frequency in Hz; two, comma-separated, for bandpass and bandstop")
+      ->required();
+  sub->add_option("-n,--taps", args->taps, "Number of taps (odd for highpass and bandstop)")
+      ->required()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
+  sub->add_option("-w,--window", args->window, "kaiser, hann, hamming, blackman or rectangular")
+      ->check(CLI::IsMember({"kaiser", "hann", "hamming", "blackman", "rectangular"}))
+      ->capture_default_str();
+  sub->add_option("--beta", args->beta, "Kaiser window's beta (more: lower sidelobes, wider)")
+      ->check(CLI::Range(0.0, 50.0))
+      ->capture_default_str();
+  sub->add_option("-o,--output", args->output, "Coefficient file to write (text)")->required();
+  return Command{sub, [args, sub] {
+                   DesignArgs resolved = *args;
+                   resolved.beta_given = sub->count("--beta") > 0;
+                   return run_design(resolved);
+                 }};
+}
+
+}  // namespace tapstream
