@@ -1,0 +1,434 @@
+// The CPU engine. Two algorithms behind one streaming state machine:
+//
+// Direct form: each channel keeps a contiguous history (the last max_taps - 1
+// input samples followed by the current block) and the taps back to front, so
+// y[n] = sum_j reversed[j] * history[n + j] is a run of unit-stride SIMD
+// multiply-adds across 64 outputs at once (dsp/cpu_simd).
+//
+// Partitioned FFT: uniformly partitioned overlap-save with partition size P
+// (FFT size 2P) and a frequency-domain delay line (FDL) holding the spectra of
+// the 2P-sample input windows that end at the last completed segments. For
+// segment s, y_s = IFFT(X_s H_0 + tail_s), where tail_s = sum_{j>=1} X_{s-j} H_j
+// depends only on completed segments, so it is computed once, when segment
+// s-1 completes. A call that fills only part of the current segment FFTs the
+// window with the not-yet-seen samples still zero, adds tail_s, and emits only
+// the new positions: causal outputs are unaffected by the zeroed future, so no
+// latency is added whatever the call size. Calls are split at segment
+// boundaries; a call covering a whole aligned segment is plain UPOLS.
+//
+// The algorithm and P are fixed at construction from max_block_frames and
+// max_taps by a cost model whose constants were measured on the development
+// machine (docs/cpu-engine.md); set_filters() can therefore swap banks without
+// reallocating the stream state. A crossfade call runs the old and the new
+// filters on the same input state (history / FDL are filter independent; each
+// bank has its own tails) and blends the outputs:
+//   out[i] = old[i] + w_i * (new[i] - old[i]),  w_i = (i + 1) / frames,
+// so the last frame of the crossfade block is entirely the new filter's.
+
+#include "dsp/cpu_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dsp/cpu_simd.hpp"
+#include "dsp/fftw_plan.hpp"
+
+namespace tapstream {
+namespace {
+
+using fftw::AlignedFloats;
+
+constexpr std::size_t kDirectPad = 64;  // direct_fir computes outputs in runs of 64
+
+std::size_t round_up(std::size_t n, std::size_t m) {
+  return (n + m - 1) / m * m;
+}
+std::size_t div_up(std::size_t n, std::size_t m) {
+  return (n + m - 1) / m;
+}
+
+// ---- cost model (nanoseconds per sample of one channel) ----
+// Constants measured with bench/cpu_engine_bench on the development machine
+// (Xeon, AVX-512; see docs/cpu-engine.md): one direct-form tap per output, one
+// FFT pair (forward + inverse) per N*log2(N), one complex bin multiply-add.
+constexpr double kNsPerDirectTap = 0.016;
+constexpr double kNsPerFftPairPoint = 0.09;  // times N log2 N
+constexpr double kNsPerSpectralBin = 0.25;
+constexpr double kNsPerCallOverhead = 40.0;
+
+double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
+  const double n = 2.0 * double(p);
+  const double partitions = double(div_up(taps, p));
+  const double fft_pair = kNsPerFftPairPoint * n * std::log2(n);
+  const double bins = double(p + 1);
+  // Each call costs one FFT pair and one multiply-add per chunk (a call is cut
+  // at segment boundaries); each completed segment adds the tail's products.
+  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
+  const double per_call = kNsPerCallOverhead + chunks * (fft_pair + kNsPerSpectralBin * bins) +
+                          double(block) / double(p) * (partitions - 1.0) * kNsPerSpectralBin * bins;
+  return per_call / double(block);
+}
+
+double direct_cost_per_sample(std::size_t block, std::size_t taps) {
+  return kNsPerCallOverhead / double(block) +
+         kNsPerDirectTap * double(taps) * double(round_up(block, kDirectPad)) / double(block);
+}
+
+std::size_t best_partition(std::size_t block, std::size_t taps) {
+  std::size_t best = 16;
+  double best_cost = fft_cost_per_sample(block, taps, best);
+  for (std::size_t p = 32; p <= 65536; p *= 2) {
+    const double c = fft_cost_per_sample(block, taps, p);
+    if (c < best_cost) {
+      best_cost = c;
+      best = p;
+    }
+  }
+  return best;
+}
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const FilterBank& bank, const EngineOptions& options);
+
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override;
+  void set_filters(const FilterBank& bank, bool crossfade) override;
+  void reset() override;
+
+  std::size_t channels() const override { return channels_; }
+  std::size_t max_block_frames() const override { return max_block_; }
+  std::size_t max_taps() const override { return max_taps_; }
+  std::string name() const override { return "cpu"; }
+  std::string description() const override;
+
+ private:
+  // Everything that depends on one filter bank. History and FDL do not, so an
+  // engine can run two banks over the same stream state during a crossfade.
+  struct Filters {
+    std::vector<std::size_t> taps;  // per stored filter (one when shared)
+    bool shared = false;
+    // direct form: taps back to front, padded
+    std::vector<AlignedFloats> reversed;
+    // FFT: per stored filter, partitions x [re bins | im bins], scaled by 1/N
+    std::vector<std::size_t> partitions;
+    std::vector<AlignedFloats> spectra;
+    // FFT: per channel, tail_s = sum_{j>=1} X_{s-j} H_j for the current segment
+    AlignedFloats tails;
+    std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
+  };
+
+  std::unique_ptr<Filters> make_filters(const FilterBank& bank) const;
+  void check_bank(const FilterBank& bank, const char* what) const;
+  void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
+
+  void direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
+                      const Filters* fade_from);
+  void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
+                   const Filters* fade_from);
+  // y = fade_from's output + w * (y - fade_from's output), old output in `old`.
+  static void blend(const float* old, float* y, std::size_t frames);
+
+  std::size_t channels_;
+  std::size_t max_block_;
+  std::size_t max_taps_;
+  Algorithm algorithm_;
+
+  std::unique_ptr<Filters> active_;
+  std::unique_ptr<Filters> pending_;  // set_filters() -> next process()
+  bool pending_crossfade_ = false;
+  std::unique_ptr<Filters> retired_;  // freed in set_filters(), never on the audio path
+
+  // direct form
+  std::size_t history_stride_ = 0;
+  AlignedFloats history_;  // per channel: max_taps - 1 past samples, then the block
+
+  // FFT
+  std::size_t partition_ = 0;  // P
+  std::size_t bins_ = 0;       // padded half-spectrum length
+  std::size_t fdl_slots_ = 0;  // K, partitions of the longest filter
+  std::shared_ptr<const fftw::RealFftPair> fft_;
+  AlignedFloats windows_;     // per channel: 2P samples, previous and current segment
+  AlignedFloats fdl_;         // per channel: K slots x [re | im]
+  std::size_t position_ = 0;  // frames already in the current segment
+  std::size_t slot_ = 0;      // FDL slot of the current segment
+  AlignedFloats spectrum_;    // scratch [re | im]
+  AlignedFloats time_;        // scratch, 2P samples
+  mutable std::vector<const float*> term_ptrs_;  // scratch for sum_of_products
+
+  // staging
+  AlignedFloats stage_in_;     // per channel, for interleaved input
+  AlignedFloats stage_out_;    // per channel, for interleaved output
+  AlignedFloats scratch_y_;    // one channel's output (direct form pads to 64)
+  AlignedFloats scratch_old_;  // one channel's output of the old bank during a crossfade
+};
+
+CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
+    : channels_(bank.channels()),
+      max_block_(options.max_block_frames),
+      max_taps_(options.max_taps == 0 ? bank.max_taps() : options.max_taps),
+      algorithm_(options.algorithm) {
+  if (max_block_ == 0) throw std::invalid_argument("cpu engine: max_block_frames is 0");
+  if (bank.max_taps() > max_taps_) {
+    throw std::invalid_argument("cpu engine: the bank's longest filter has " +
+                                std::to_string(bank.max_taps()) + " taps, more than max_taps " +
+                                std::to_string(max_taps_));
+  }
+  if (algorithm_ == Algorithm::automatic) {
+    const std::size_t p = best_partition(max_block_, max_taps_);
+    algorithm_ = direct_cost_per_sample(max_block_, max_taps_) <=
+                         fft_cost_per_sample(max_block_, max_taps_, p)
+                     ? Algorithm::direct
+                     : Algorithm::fft;
+  }
+  if (algorithm_ == Algorithm::direct) {
+    history_stride_ = round_up(max_taps_ - 1 + round_up(max_block_, kDirectPad), 16);
+    history_ = AlignedFloats(channels_ * history_stride_);
+  } else {
+    partition_ = best_partition(max_block_, max_taps_);
+    fft_ = fftw::RealFftPair::get(2 * partition_);
+    bins_ = fftw::padded_bins(2 * partition_);
+    fdl_slots_ = div_up(max_taps_, partition_);
+    windows_ = AlignedFloats(channels_ * 2 * partition_);
+    fdl_ = AlignedFloats(channels_ * fdl_slots_ * 2 * bins_);
+    spectrum_ = AlignedFloats(2 * bins_);
+    time_ = AlignedFloats(2 * partition_);
+    term_ptrs_.resize(4 * fdl_slots_);
+  }
+  stage_in_ = AlignedFloats(channels_ * max_block_);
+  stage_out_ = AlignedFloats(channels_ * max_block_);
+  scratch_y_ = AlignedFloats(round_up(max_block_, kDirectPad));
+  scratch_old_ = AlignedFloats(round_up(max_block_, kDirectPad));
+  active_ = make_filters(bank);
+}
+
+void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
+  if (bank.channels() != channels_) {
+    throw std::invalid_argument(std::string("cpu engine: ") + what + ": the bank has " +
+                                std::to_string(bank.channels()) + " channels, the engine " +
+                                std::to_string(channels_));
+  }
+  if (bank.max_taps() > max_taps_) {
+    throw std::invalid_argument(
+        std::string("cpu engine: ") + what + ": a filter of " + std::to_string(bank.max_taps()) +
+        " taps is longer than the engine's max_taps " + std::to_string(max_taps_));
+  }
+}
+
+std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank) const {
+  auto f = std::make_unique<Filters>();
+  f->shared = bank.is_shared();
+  const std::size_t stored = f->shared ? 1 : channels_;
+  for (std::size_t i = 0; i < stored; ++i) {
+    const auto taps = bank.taps(i);
+    f->taps.push_back(taps.size());
+    if (algorithm_ == Algorithm::direct) {
+      AlignedFloats r(round_up(taps.size(), 16));
+      std::reverse_copy(taps.begin(), taps.end(), r.data());
+      f->reversed.push_back(std::move(r));
+    } else {
+      const std::size_t p = partition_, n = 2 * p;
+      const std::size_t k = div_up(taps.size(), p);
+      AlignedFloats spectra(k * 2 * bins_);
+      AlignedFloats padded(n);
+      const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
+      for (std::size_t j = 0; j < k; ++j) {
+        padded.zero();
+        const std::size_t count = std::min(p, taps.size() - j * p);
+        for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[j * p + t] * scale;
+        float* re = spectra.data() + j * 2 * bins_;
+        fft_->forward(padded.data(), re, re + bins_);
+      }
+      f->partitions.push_back(k);
+      f->spectra.push_back(std::move(spectra));
+    }
+  }
+  if (algorithm_ == Algorithm::fft) {
+    f->tails = AlignedFloats(channels_ * 2 * bins_);
+    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
+  }
+  return f;
+}
+
+// tail for the segment in `slot`: sum_{j=1}^{K_f-1} X_{slot-j} H_j.
+void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot) const {
+  const std::size_t fi = f.filter_of(ch);
+  const std::size_t k = f.partitions[fi];
+  const float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
+  const float* h = f.spectra[fi].data();
+  const float** ptrs = term_ptrs_.data();
+  const float** xr = ptrs;
+  const float** xi = ptrs + fdl_slots_;
+  const float** hr = ptrs + 2 * fdl_slots_;
+  const float** hi = ptrs + 3 * fdl_slots_;
+  std::size_t terms = 0;
+  for (std::size_t j = 1; j < k; ++j) {
+    const std::size_t s = (slot + fdl_slots_ - j) % fdl_slots_;
+    xr[terms] = fdl + s * 2 * bins_;
+    xi[terms] = xr[terms] + bins_;
+    hr[terms] = h + j * 2 * bins_;
+    hi[terms] = hr[terms] + bins_;
+    ++terms;
+  }
+  float* tail = f.tails.data() + ch * 2 * bins_;
+  simd::sum_of_products(xr, xi, hr, hi, terms, tail, tail + bins_, bins_);
+}
+
+void CpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
+  check_bank(bank, "set_filters");
+  retired_.reset();
+  pending_ = make_filters(bank);  // tails made now are recomputed when it becomes active
+  pending_crossfade_ = crossfade;
+}
+
+void CpuEngine::reset() {
+  history_.zero();
+  windows_.zero();
+  fdl_.zero();
+  position_ = 0;
+  slot_ = 0;
+  if (active_ && active_->tails.size() != 0) active_->tails.zero();
+}
+
+void CpuEngine::blend(const float* old, float* y, std::size_t frames) {
+  const float step = 1.0f / float(frames);
+  for (std::size_t i = 0; i < frames; ++i) {
+    const float w = float(i + 1) * step;
+    y[i] = old[i] + w * (y[i] - old[i]);
+  }
+}
+
+void CpuEngine::direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
+                               const Filters* fade_from) {
+  float* h = history_.data() + ch * history_stride_;
+  const std::size_t keep = max_taps_ - 1;
+  std::memcpy(h + keep, x, frames * sizeof(float));
+  auto run = [&](const Filters& f, float* dst) {
+    const std::size_t fi = f.filter_of(ch);
+    const std::size_t m = f.taps[fi];
+    simd::direct_fir(h + (max_taps_ - m), f.reversed[fi].data(), m, dst, frames);
+  };
+  run(*active_, scratch_y_.data());
+  if (fade_from) {
+    run(*fade_from, scratch_old_.data());
+    blend(scratch_old_.data(), scratch_y_.data(), frames);
+  }
+  std::memcpy(y, scratch_y_.data(), frames * sizeof(float));
+  std::memmove(h, h + frames, keep * sizeof(float));
+}
+
+void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
+                            const Filters* fade_from) {
+  const std::size_t p = partition_;
+  float* window = windows_.data() + ch * 2 * p;
+  float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
+  float* acc_re = spectrum_.data();
+  float* acc_im = acc_re + bins_;
+  std::size_t q = position_, slot = slot_, done = 0;
+
+  auto emit = [&](const Filters& f, const float* xr, const float* xi, float* dst, std::size_t q0,
+                  std::size_t n) {
+    const std::size_t fi = f.filter_of(ch);
+    const float* h = f.spectra[fi].data();
+    const float* tail = f.tails.data() + ch * 2 * bins_;
+    simd::multiply_add(xr, xi, h, h + bins_, tail, tail + bins_, acc_re, acc_im, bins_);
+    fft_->inverse(acc_re, acc_im, time_.data());
+    std::memcpy(dst, time_.data() + p + q0, n * sizeof(float));
+  };
+
+  while (done < frames) {
+    const std::size_t n = std::min(frames - done, p - q);
+    std::memcpy(window + p + q, x + done, n * sizeof(float));
+    float* xr = fdl + slot * 2 * bins_;
+    float* xi = xr + bins_;
+    fft_->forward(window, xr, xi);
+    emit(*active_, xr, xi, y + done, q, n);
+    if (fade_from) emit(*fade_from, xr, xi, scratch_old_.data() + done, q, n);
+    q += n;
+    done += n;
+    if (q == p) {  // segment complete: X_s stays in the FDL, the next segment starts
+      std::memcpy(window, window + p, p * sizeof(float));
+      std::memset(window + p, 0, p * sizeof(float));
+      slot = (slot + 1) % fdl_slots_;
+      q = 0;
+      update_tails(*active_, ch, slot);
+      if (fade_from) update_tails(const_cast<Filters&>(*fade_from), ch, slot);
+    }
+  }
+  if (fade_from) blend(scratch_old_.data(), y, frames);
+}
+
+void CpuEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                        Layout layout) {
+  if (frames == 0 || frames > max_block_) {
+    throw std::invalid_argument("cpu engine: block of " + std::to_string(frames) +
+                                " frames, expected 1.." + std::to_string(max_block_));
+  }
+  const std::size_t samples = frames * channels_;
+  if (in.size() < samples || out.size() < samples) {
+    throw std::invalid_argument("cpu engine: buffer holds fewer than " + std::to_string(samples) +
+                                " samples (" + std::to_string(frames) + " frames x " +
+                                std::to_string(channels_) + " channels)");
+  }
+  std::unique_ptr<Filters> fade_from;
+  if (pending_) {
+    if (algorithm_ == Algorithm::fft) {
+      for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*pending_, ch, slot_);
+    }
+    if (pending_crossfade_) fade_from = std::move(active_);
+    retired_ = std::move(active_);
+    active_ = std::move(pending_);
+  }
+
+  for (std::size_t ch = 0; ch < channels_; ++ch) {
+    const float* x;
+    float* y;
+    if (layout == Layout::planar) {
+      x = in.data() + ch * frames;
+      y = out.data() + ch * frames;
+    } else {
+      float* staged = stage_in_.data() + ch * max_block_;
+      for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
+      x = staged;
+      y = stage_out_.data() + ch * max_block_;
+    }
+    if (algorithm_ == Algorithm::direct) {
+      direct_channel(ch, x, frames, y, fade_from.get());
+    } else {
+      fft_channel(ch, x, frames, y, fade_from.get());
+    }
+  }
+  if (layout == Layout::interleaved) {
+    for (std::size_t ch = 0; ch < channels_; ++ch) {
+      const float* y = stage_out_.data() + ch * max_block_;
+      for (std::size_t f = 0; f < frames; ++f) out[f * channels_ + ch] = y[f];
+    }
+  }
+  if (algorithm_ == Algorithm::fft) {
+    const std::size_t total = position_ + frames;
+    slot_ = (slot_ + total / partition_) % fdl_slots_;
+    position_ = total % partition_;
+  }
+  if (fade_from) retired_ = std::move(fade_from);
+}
+
+std::string CpuEngine::description() const {
+  if (algorithm_ == Algorithm::direct) {
+    return "cpu: direct form, up to " + std::to_string(max_taps_) + " taps";
+  }
+  return "cpu: partitioned FFT, " + std::to_string(partition_) + "-frame partitions (" +
+         std::to_string(2 * partition_) + "-point FFT), " + std::to_string(fdl_slots_) +
+         " partitions";
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOptions& options) {
+  return std::make_unique<CpuEngine>(bank, options);
+}
+
+}  // namespace tapstream

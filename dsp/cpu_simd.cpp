@@ -1,0 +1,203 @@
+#include "dsp/cpu_simd.hpp"
+
+#include <immintrin.h>
+
+// Each kernel has three versions of one static function; GCC builds an ifunc
+// that picks the best for the CPU at load time. The public functions are thin
+// wrappers so that other translation units see ordinary symbols.
+
+namespace tapstream::simd {
+namespace {
+
+// ---- direct FIR: 64 outputs per pass, accumulators held in registers ----
+
+__attribute__((target("avx512f"))) void direct_fir_impl(const float* x, const float* r,
+                                                        std::size_t taps, float* y,
+                                                        std::size_t frames) {
+  for (std::size_t n = 0; n < frames; n += 64) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    const float* xn = x + n;
+    for (std::size_t j = 0; j < taps; ++j) {
+      const __m512 h = _mm512_set1_ps(r[j]);
+      a0 = _mm512_fmadd_ps(h, _mm512_loadu_ps(xn + j), a0);
+      a1 = _mm512_fmadd_ps(h, _mm512_loadu_ps(xn + j + 16), a1);
+      a2 = _mm512_fmadd_ps(h, _mm512_loadu_ps(xn + j + 32), a2);
+      a3 = _mm512_fmadd_ps(h, _mm512_loadu_ps(xn + j + 48), a3);
+    }
+    _mm512_storeu_ps(y + n, a0);
+    _mm512_storeu_ps(y + n + 16, a1);
+    _mm512_storeu_ps(y + n + 32, a2);
+    _mm512_storeu_ps(y + n + 48, a3);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void direct_fir_impl(const float* x, const float* r,
+                                                         std::size_t taps, float* y,
+                                                         std::size_t frames) {
+  for (std::size_t n = 0; n < frames; n += 64) {
+    __m256 a[8];
+    for (auto& v : a) v = _mm256_setzero_ps();
+    const float* xn = x + n;
+    for (std::size_t j = 0; j < taps; ++j) {
+      const __m256 h = _mm256_set1_ps(r[j]);
+      for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(h, _mm256_loadu_ps(xn + j + 8 * k), a[k]);
+    }
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(y + n + 8 * k, a[k]);
+  }
+}
+
+__attribute__((target("default"))) void direct_fir_impl(const float* x, const float* r,
+                                                        std::size_t taps, float* y,
+                                                        std::size_t frames) {
+  for (std::size_t n = 0; n < frames; n += 64) {
+    float a[64] = {};
+    const float* xn = x + n;
+    for (std::size_t j = 0; j < taps; ++j) {
+      const float h = r[j];
+      for (int k = 0; k < 64; ++k) a[k] += h * xn[j + k];
+    }
+    for (int k = 0; k < 64; ++k) y[n + k] = a[k];
+  }
+}
+
+// ---- out = x * h + add ----
+
+__attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const float* xi,
+                                                          const float* hr, const float* hi,
+                                                          const float* ar, const float* ai,
+                                                          float* orr, float* oi, std::size_t bins) {
+  for (std::size_t k = 0; k < bins; k += 16) {
+    const __m512 a = _mm512_load_ps(xr + k), b = _mm512_load_ps(xi + k);
+    const __m512 c = _mm512_load_ps(hr + k), d = _mm512_load_ps(hi + k);
+    const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(b, d, _mm512_load_ps(ar + k)));
+    const __m512 im = _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(b, c, _mm512_load_ps(ai + k)));
+    _mm512_store_ps(orr + k, re);
+    _mm512_store_ps(oi + k, im);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, const float* xi,
+                                                           const float* hr, const float* hi,
+                                                           const float* ar, const float* ai,
+                                                           float* orr, float* oi,
+                                                           std::size_t bins) {
+  for (std::size_t k = 0; k < bins; k += 8) {
+    const __m256 a = _mm256_load_ps(xr + k), b = _mm256_load_ps(xi + k);
+    const __m256 c = _mm256_load_ps(hr + k), d = _mm256_load_ps(hi + k);
+    const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(b, d, _mm256_load_ps(ar + k)));
+    const __m256 im = _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(b, c, _mm256_load_ps(ai + k)));
+    _mm256_store_ps(orr + k, re);
+    _mm256_store_ps(oi + k, im);
+  }
+}
+
+__attribute__((target("default"))) void multiply_add_impl(const float* xr, const float* xi,
+                                                          const float* hr, const float* hi,
+                                                          const float* ar, const float* ai,
+                                                          float* orr, float* oi, std::size_t bins) {
+  for (std::size_t k = 0; k < bins; ++k) {
+    const float re = xr[k] * hr[k] - xi[k] * hi[k] + ar[k];
+    const float im = xr[k] * hi[k] + xi[k] * hr[k] + ai[k];
+    orr[k] = re;
+    oi[k] = im;
+  }
+}
+
+// ---- out = sum_t x[t] * h[t], 32 bins per pass held in registers ----
+
+__attribute__((target("avx512f"))) void sum_of_products_impl(
+    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
+    std::size_t terms, float* orr, float* oi, std::size_t bins) {
+  std::size_t k = 0;
+  for (; k + 32 <= bins; k += 32) {
+    __m512 r0 = _mm512_setzero_ps(), r1 = _mm512_setzero_ps();
+    __m512 i0 = _mm512_setzero_ps(), i1 = _mm512_setzero_ps();
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
+      const __m512 a0 = _mm512_load_ps(a), a1 = _mm512_load_ps(a + 16);
+      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+      const __m512 c0 = _mm512_load_ps(c), c1 = _mm512_load_ps(c + 16);
+      const __m512 d0 = _mm512_load_ps(d), d1 = _mm512_load_ps(d + 16);
+      r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
+      r1 = _mm512_fnmadd_ps(b1, d1, _mm512_fmadd_ps(a1, c1, r1));
+      i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
+      i1 = _mm512_fmadd_ps(b1, c1, _mm512_fmadd_ps(a1, d1, i1));
+    }
+    _mm512_store_ps(orr + k, r0);
+    _mm512_store_ps(orr + k + 16, r1);
+    _mm512_store_ps(oi + k, i0);
+    _mm512_store_ps(oi + k + 16, i1);
+  }
+  for (; k < bins; k += 16) {
+    __m512 r0 = _mm512_setzero_ps(), i0 = _mm512_setzero_ps();
+    for (std::size_t t = 0; t < terms; ++t) {
+      const __m512 a0 = _mm512_load_ps(xr[t] + k), b0 = _mm512_load_ps(xi[t] + k);
+      const __m512 c0 = _mm512_load_ps(hr[t] + k), d0 = _mm512_load_ps(hi[t] + k);
+      r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
+      i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
+    }
+    _mm512_store_ps(orr + k, r0);
+    _mm512_store_ps(oi + k, i0);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void sum_of_products_impl(
+    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
+    std::size_t terms, float* orr, float* oi, std::size_t bins) {
+  for (std::size_t k = 0; k < bins; k += 16) {
+    __m256 r0 = _mm256_setzero_ps(), r1 = _mm256_setzero_ps();
+    __m256 i0 = _mm256_setzero_ps(), i1 = _mm256_setzero_ps();
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
+      const __m256 a0 = _mm256_load_ps(a), a1 = _mm256_load_ps(a + 8);
+      const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+      const __m256 c0 = _mm256_load_ps(c), c1 = _mm256_load_ps(c + 8);
+      const __m256 d0 = _mm256_load_ps(d), d1 = _mm256_load_ps(d + 8);
+      r0 = _mm256_fnmadd_ps(b0, d0, _mm256_fmadd_ps(a0, c0, r0));
+      r1 = _mm256_fnmadd_ps(b1, d1, _mm256_fmadd_ps(a1, c1, r1));
+      i0 = _mm256_fmadd_ps(b0, c0, _mm256_fmadd_ps(a0, d0, i0));
+      i1 = _mm256_fmadd_ps(b1, c1, _mm256_fmadd_ps(a1, d1, i1));
+    }
+    _mm256_store_ps(orr + k, r0);
+    _mm256_store_ps(orr + k + 8, r1);
+    _mm256_store_ps(oi + k, i0);
+    _mm256_store_ps(oi + k + 8, i1);
+  }
+}
+
+__attribute__((target("default"))) void sum_of_products_impl(
+    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
+    std::size_t terms, float* orr, float* oi, std::size_t bins) {
+  for (std::size_t k = 0; k < bins; ++k) {
+    orr[k] = 0.0f;
+    oi[k] = 0.0f;
+  }
+  for (std::size_t t = 0; t < terms; ++t) {
+    for (std::size_t k = 0; k < bins; ++k) {
+      orr[k] += xr[t][k] * hr[t][k] - xi[t][k] * hi[t][k];
+      oi[k] += xr[t][k] * hi[t][k] + xi[t][k] * hr[t][k];
+    }
+  }
+}
+
+}  // namespace
+
+void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, float* y,
+                std::size_t frames) {
+  direct_fir_impl(x, reversed_taps, taps, y, frames);
+}
+
+void multiply_add(const float* x_re, const float* x_im, const float* h_re, const float* h_im,
+                  const float* add_re, const float* add_im, float* out_re, float* out_im,
+                  std::size_t bins) {
+  multiply_add_impl(x_re, x_im, h_re, h_im, add_re, add_im, out_re, out_im, bins);
+}
+
+void sum_of_products(const float* const* x_re, const float* const* x_im, const float* const* h_re,
+                     const float* const* h_im, std::size_t terms, float* out_re, float* out_im,
+                     std::size_t bins) {
+  sum_of_products_impl(x_re, x_im, h_re, h_im, terms, out_re, out_im, bins);
+}
+
+}  // namespace tapstream::simd

@@ -1,0 +1,140 @@
+#include "dsp/fftw_plan.hpp"
+
+#include <fftw3.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace tapstream::fftw {
+
+void Free::operator()(float* p) const {
+  fftwf_free(p);
+}
+
+AlignedFloats::AlignedFloats(std::size_t count) : size_(count) {
+  if (count == 0) return;
+  data_.reset(static_cast<float*>(fftwf_malloc(count * sizeof(float))));
+  if (!data_) throw std::bad_alloc();
+  zero();
+}
+
+namespace {
+
+std::mutex& planner_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::filesystem::path wisdom_path() {
+  if (const char* p = std::getenv("TAPSTREAM_FFTW_WISDOM"); p && *p) return p;
+  if (const char* p = std::getenv("XDG_CACHE_HOME"); p && *p) {
+    return std::filesystem::path(p) / "tapstream" / "fftwf-wisdom";
+  }
+  if (const char* p = std::getenv("HOME"); p && *p) {
+    return std::filesystem::path(p) / ".cache" / "tapstream" / "fftwf-wisdom";
+  }
+  return {};
+}
+
+bool measuring() {
+  const char* p = std::getenv("TAPSTREAM_FFTW_PLANNER");
+  return !(p && std::string(p) == "estimate");
+}
+
+// Loads the wisdom file once per process (caller holds the planner mutex).
+void load_wisdom_once() {
+  static bool loaded = false;
+  if (loaded) return;
+  loaded = true;
+  const auto path = wisdom_path();
+  if (!path.empty() && std::filesystem::exists(path)) {
+    fftwf_import_wisdom_from_filename(path.c_str());  // a bad file only costs re-measuring
+  }
+}
+
+// Writes the wisdom beside its final name, then renames, so a reader never sees
+// half a file. Failure to save is not an error: the next run measures again.
+void save_wisdom() {
+  const auto path = wisdom_path();
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  if (fftwf_export_wisdom_to_filename(tmp.c_str())) {
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) std::filesystem::remove(tmp, ec);
+  }
+}
+
+}  // namespace
+
+RealFftPair::RealFftPair(std::size_t n) : n_(n) {
+  if (n < 16 || (n & (n - 1)) != 0) {
+    throw std::invalid_argument("FFT size " + std::to_string(n) + " is not a power of two >= 16");
+  }
+  // Plans are made on scratch arrays with the alignment every caller uses.
+  AlignedFloats time(n), re(padded_bins(n)), im(padded_bins(n));
+  fftw_iodim dim{static_cast<int>(n), 1, 1};
+  const unsigned flags = (measuring() ? FFTW_MEASURE : FFTW_ESTIMATE);
+  const std::lock_guard lock(planner_mutex());
+  load_wisdom_once();
+  // Wisdom only: if it knows both plans, no measuring (and no saving) happens.
+  fftwf_plan f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re.data(),
+                                               im.data(), FFTW_WISDOM_ONLY | flags);
+  fftwf_plan i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re.data(), im.data(),
+                                               time.data(), FFTW_WISDOM_ONLY | flags);
+  const bool learned = !f || !i;
+  if (!f) {
+    f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re.data(), im.data(),
+                                      flags);
+  }
+  if (!i) {
+    i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re.data(), im.data(), time.data(),
+                                      flags);
+  }
+  if (!f || !i) {
+    if (f) fftwf_destroy_plan(f);
+    if (i) fftwf_destroy_plan(i);
+    throw std::runtime_error("FFTW could not plan a " + std::to_string(n) + "-point real FFT");
+  }
+  forward_ = f;
+  inverse_ = i;
+  if (learned && measuring()) save_wisdom();
+}
+
+RealFftPair::~RealFftPair() {
+  const std::lock_guard lock(planner_mutex());
+  fftwf_destroy_plan(static_cast<fftwf_plan>(forward_));
+  fftwf_destroy_plan(static_cast<fftwf_plan>(inverse_));
+}
+
+std::shared_ptr<const RealFftPair> RealFftPair::get(std::size_t n) {
+  // Plans live for the whole process: a handful of sizes, reused by every engine.
+  // The planner mutex is made first so that it outlives the cache (statics die
+  // in reverse order), since destroying a pair takes it.
+  planner_mutex();
+  static std::mutex cache_mutex;
+  static std::map<std::size_t, std::shared_ptr<const RealFftPair>> cache;
+  const std::lock_guard lock(cache_mutex);
+  auto& slot = cache[n];
+  if (!slot) slot = std::make_shared<const RealFftPair>(n);
+  return slot;
+}
+
+void RealFftPair::forward(const float* in, float* re, float* im) const {
+  // FFTW's new-array execute takes a non-const input; r2c does not write it.
+  fftwf_execute_split_dft_r2c(static_cast<fftwf_plan>(forward_), const_cast<float*>(in), re, im);
+}
+
+void RealFftPair::inverse(float* re, float* im, float* out) const {
+  fftwf_execute_split_dft_c2r(static_cast<fftwf_plan>(inverse_), re, im, out);
+}
+
+}  // namespace tapstream::fftw

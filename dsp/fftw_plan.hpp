@@ -1,0 +1,75 @@
+#pragma once
+// RAII for FFTW3f (single precision) as the CPU engine uses it: aligned
+// buffers, and a pair of real-to-complex / complex-to-real plans in split
+// format (separate real and imaginary arrays, so the spectral multiply-add is
+// a plain vectorisable loop).
+//
+// Plans are made once per size per process with FFTW_MEASURE, cached, and
+// shared by every engine (executing a plan on new arrays is thread safe; the
+// planner is not, so planning is serialised by a mutex). Measured plans are
+// kept as FFTW wisdom in a file (TAPSTREAM_FFTW_WISDOM, else
+// $XDG_CACHE_HOME/tapstream/fftwf-wisdom, else ~/.cache/tapstream/fftwf-wisdom)
+// so that only the first run on a machine pays for measuring.
+// TAPSTREAM_FFTW_PLANNER=estimate skips measuring altogether.
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <new>
+
+namespace tapstream::fftw {
+
+// Frees memory from fftwf_malloc.
+struct Free {
+  void operator()(float* p) const;
+};
+
+// A zero-filled float array aligned for SIMD (fftwf_malloc).
+class AlignedFloats {
+ public:
+  AlignedFloats() = default;
+  explicit AlignedFloats(std::size_t count);
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+  void zero() {
+    if (size_ != 0) std::memset(data_.get(), 0, size_ * sizeof(float));
+  }
+
+ private:
+  std::unique_ptr<float, Free> data_;
+  std::size_t size_ = 0;
+};
+
+// Number of floats used for one half-spectrum array of an n-point real FFT:
+// n/2 + 1 bins, rounded up to a multiple of 16 so that every array carved out
+// of a larger buffer keeps 64-byte alignment and SIMD loops need no remainder.
+constexpr std::size_t padded_bins(std::size_t n) {
+  return (n / 2 + 1 + 15) / 16 * 16;
+}
+
+// Forward and inverse real FFT of one size, in split format. Immutable once
+// made; arrays passed to execute must be 64-byte aligned like AlignedFloats.
+class RealFftPair {
+ public:
+  // The cached pair for size n (a power of two >= 16). Thread safe.
+  static std::shared_ptr<const RealFftPair> get(std::size_t n);
+  ~RealFftPair();
+  RealFftPair(const RealFftPair&) = delete;
+  RealFftPair& operator=(const RealFftPair&) = delete;
+
+  std::size_t size() const { return n_; }
+  // in: n samples -> re, im: n/2 + 1 bins each (unnormalised).
+  void forward(const float* in, float* re, float* im) const;
+  // re, im (destroyed) -> out: n samples, scaled by n (FFTW is unnormalised).
+  void inverse(float* re, float* im, float* out) const;
+
+  explicit RealFftPair(std::size_t n);  // use get()
+
+ private:
+  std::size_t n_;
+  void* forward_ = nullptr;  // fftwf_plan, kept opaque so fftw3.h stays out of headers
+  void* inverse_ = nullptr;
+};
+
+}  // namespace tapstream::fftw
