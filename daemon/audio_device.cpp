@@ -1,0 +1,216 @@
+#include "daemon/audio_device.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+namespace tapstream {
+
+void check_portaudio(PaError error, const char* call) {
+  if (error >= 0) return;
+  std::string text = Pa_GetErrorText(error);
+  if (error == paUnanticipatedHostError) {
+    const PaHostErrorInfo* host = Pa_GetLastHostErrorInfo();
+    if (host != nullptr && host->errorText != nullptr)
+      text += fmt::format(" ({})", host->errorText);
+  }
+  throw AudioDeviceError(fmt::format("{} failed: {}", call, text));
+}
+
+PortAudioLibrary::PortAudioLibrary() {
+  check_portaudio(Pa_Initialize(), "Pa_Initialize");
+}
+
+PortAudioLibrary::~PortAudioLibrary() {
+  Pa_Terminate();
+}
+
+std::vector<AudioDeviceInfo> list_audio_devices() {
+  const PaDeviceIndex count = Pa_GetDeviceCount();
+  check_portaudio(count, "Pa_GetDeviceCount");
+  const PaDeviceIndex default_input = Pa_GetDefaultInputDevice();
+  const PaDeviceIndex default_output = Pa_GetDefaultOutputDevice();
+  std::vector<AudioDeviceInfo> devices;
+  for (PaDeviceIndex i = 0; i < count; ++i) {
+    const PaDeviceInfo* info = Pa_GetDeviceInfo(i);
+    if (info == nullptr) continue;
+    const PaHostApiInfo* api = Pa_GetHostApiInfo(info->hostApi);
+    AudioDeviceInfo device;
+    device.index = i;
+    device.name = info->name != nullptr ? info->name : "";
+    device.host_api = api != nullptr && api->name != nullptr ? api->name : "?";
+    device.max_input_channels = info->maxInputChannels;
+    device.max_output_channels = info->maxOutputChannels;
+    device.default_sample_rate = info->defaultSampleRate;
+    device.default_low_input_latency = info->defaultLowInputLatency;
+    device.default_low_output_latency = info->defaultLowOutputLatency;
+    device.default_input = i == default_input;
+    device.default_output = i == default_output;
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+std::string describe_audio_device(const AudioDeviceInfo& device) {
+  std::string marks;
+  if (device.default_input) marks += " [default input]";
+  if (device.default_output) marks += " [default output]";
+  return fmt::format("{:3}  {} ({}): {} in, {} out, {:g} Hz{}", device.index, device.name,
+                     device.host_api, device.max_input_channels, device.max_output_channels,
+                     device.default_sample_rate, marks);
+}
+
+namespace {
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+int channels_for(const AudioDeviceInfo& device, Direction direction) {
+  return direction == Direction::input ? device.max_input_channels : device.max_output_channels;
+}
+
+const char* direction_name(Direction direction) {
+  return direction == Direction::input ? "input" : "output";
+}
+
+std::string candidates(const std::vector<AudioDeviceInfo>& devices, Direction direction) {
+  std::string list;
+  for (const auto& device : devices) {
+    if (channels_for(device, direction) == 0) continue;
+    list += fmt::format("{}{} '{}' ({} ch)", list.empty() ? "" : ", ", device.index, device.name,
+                        channels_for(device, direction));
+  }
+  return list.empty() ? "none" : list;
+}
+
+}  // namespace
+
+AudioDeviceInfo choose_audio_device(const std::string& selector, Direction direction,
+                                    int channels) {
+  const auto devices = list_audio_devices();
+  const char* which = direction_name(direction);
+  const auto usable = [&](const AudioDeviceInfo& device) {
+    if (channels_for(device, direction) < channels) {
+      throw AudioDeviceError(fmt::format("{} device '{}' ({} '{}') has {} {} channels, {} needed",
+                                         which, selector, device.index, device.name,
+                                         channels_for(device, direction), which, channels));
+    }
+    return device;
+  };
+
+  if (selector.empty() || selector == "default") {
+    for (const auto& device : devices) {
+      if (direction == Direction::input ? device.default_input : device.default_output) {
+        return usable(device);
+      }
+    }
+    throw AudioDeviceError(fmt::format("no default {} device (devices with {}: {})", which, which,
+                                       candidates(devices, direction)));
+  }
+
+  int index = -1;
+  const auto [end, error] =
+      std::from_chars(selector.data(), selector.data() + selector.size(), index);
+  if (error == std::errc() && end == selector.data() + selector.size()) {
+    for (const auto& device : devices) {
+      if (device.index == index) return usable(device);
+    }
+    throw AudioDeviceError(fmt::format("{} device '{}': no device has that index ({} devices)",
+                                       which, selector, devices.size()));
+  }
+
+  const std::string wanted = lower(selector);
+  std::vector<const AudioDeviceInfo*> matches;
+  for (const auto& device : devices) {
+    if (channels_for(device, direction) == 0) continue;
+    const std::string name = lower(device.name);
+    if (name == wanted) return usable(device);
+    if (name.find(wanted) != std::string::npos) matches.push_back(&device);
+  }
+  if (matches.size() == 1) return usable(*matches.front());
+  if (matches.empty()) {
+    throw AudioDeviceError(fmt::format("{} device '{}': no {} device name contains it ({})", which,
+                                       selector, which, candidates(devices, direction)));
+  }
+  std::string names;
+  for (const auto* device : matches) {
+    names += fmt::format("{}{} '{}'", names.empty() ? "" : ", ", device->index, device->name);
+  }
+  throw AudioDeviceError(
+      fmt::format("{} device '{}' is ambiguous: it matches {}", which, selector, names));
+}
+
+AudioStream::AudioStream(const AudioStreamOptions& options) : options_(options) {
+  if (!options.input_device && !options.output_device) {
+    throw AudioDeviceError("an audio stream needs an input or an output device");
+  }
+  PaStreamParameters input{};
+  PaStreamParameters output{};
+  if (options.input_device) {
+    input.device = *options.input_device;
+    input.channelCount = options.channels;
+    input.sampleFormat = paFloat32;
+    const PaDeviceInfo* info = Pa_GetDeviceInfo(input.device);
+    input.suggestedLatency = info != nullptr ? info->defaultLowInputLatency : 0.0;
+  }
+  if (options.output_device) {
+    output.device = *options.output_device;
+    output.channelCount = options.channels;
+    output.sampleFormat = paFloat32;
+    const PaDeviceInfo* info = Pa_GetDeviceInfo(output.device);
+    output.suggestedLatency = info != nullptr ? info->defaultLowOutputLatency : 0.0;
+  }
+  const unsigned long frames =
+      options.frames_per_buffer == 0 ? paFramesPerBufferUnspecified : options.frames_per_buffer;
+  // No clipping or dithering: the engine's float samples go out untouched.
+  check_portaudio(Pa_OpenStream(&stream_, options.input_device ? &input : nullptr,
+                                options.output_device ? &output : nullptr, options.sample_rate,
+                                frames, paClipOff | paDitherOff, &AudioStream::on_callback, this),
+                  "Pa_OpenStream");
+}
+
+AudioStream::~AudioStream() {
+  if (stream_ == nullptr) return;
+  if (started_) Pa_StopStream(stream_);
+  Pa_CloseStream(stream_);
+}
+
+void AudioStream::start() {
+  check_portaudio(Pa_StartStream(stream_), "Pa_StartStream");
+  started_ = true;
+}
+
+void AudioStream::stop() {
+  if (!started_) return;
+  started_ = false;
+  if (Pa_IsStreamStopped(stream_) == 0) check_portaudio(Pa_StopStream(stream_), "Pa_StopStream");
+}
+
+bool AudioStream::active() const {
+  return stream_ != nullptr && Pa_IsStreamActive(stream_) == 1;
+}
+
+double AudioStream::input_latency() const {
+  const PaStreamInfo* info = Pa_GetStreamInfo(stream_);
+  return info != nullptr ? info->inputLatency : 0.0;
+}
+
+double AudioStream::output_latency() const {
+  const PaStreamInfo* info = Pa_GetStreamInfo(stream_);
+  return info != nullptr ? info->outputLatency : 0.0;
+}
+
+int AudioStream::on_callback(const void* input, void* output, unsigned long frames,
+                             const PaStreamCallbackTimeInfo*, PaStreamCallbackFlags, void* self) {
+  const auto& options = static_cast<AudioStream*>(self)->options_;
+  options.callback(static_cast<const float*>(input), static_cast<float*>(output), frames,
+                   options.context);
+  return paContinue;
+}
+
+}  // namespace tapstream

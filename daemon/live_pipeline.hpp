@@ -1,0 +1,169 @@
+#pragma once
+// The live pipeline: an audio callback (a PortAudio stream, or a file endpoint
+// acting as one) and an engine thread that filters block after block.
+//
+// Threads and what they share:
+// - The input side (one thread: the input callback) calls push_input(); it is
+//   the only producer of the input ring and the only writer of the input
+//   counters. The output side (one thread: the output callback, possibly the
+//   same one) calls pull_output(); it is the only consumer of the output ring
+//   and the only writer of the output counters. Neither locks, allocates,
+//   logs or waits: they copy samples through the SpscRings, count xruns in
+//   relaxed atomics and post a semaphore (sem_post: one atomic and, when the
+//   engine sleeps, a futex wake; it never blocks).
+// - The engine thread is the only consumer of the input ring, the only
+//   producer of the output ring, the only user of the Engine, and polls the
+//   FilterMailbox at every block boundary.
+// - Any thread may read stats(). The counters are plain event counts with one
+//   writer each, so relaxed ordering is enough: nobody infers the state of
+//   other memory from them. The rings publish the samples themselves with
+//   acquire/release (see dsp/spsc_ring.hpp).
+//
+// Latency: the output ring starts with latency_frames() = block_frames +
+// margin_frames of silence, and the pipeline keeps exactly that many frames
+// between input and output for the whole run: when the output side finds the
+// ring short (an underrun) it plays silence and later drops the same number
+// of late frames; when the input ring is full (an overrun) the lost input is
+// replaced by as many frames of silence. So the sample that enters at input
+// frame n always leaves at output frame n + latency_frames().
+
+#include <semaphore.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsp/engine.hpp"
+#include "dsp/filter_mailbox.hpp"
+#include "dsp/spsc_ring.hpp"
+
+namespace tapstream {
+
+struct LivePipelineOptions {
+  int sample_rate = 48000;
+  std::size_t block_frames = 256;   // frames per Engine::process call
+  std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
+  bool crossfade = true;            // crossfade one block when a new bank is installed
+  bool realtime = true;             // ask for SCHED_FIFO on the engine thread
+  int realtime_priority = 60;       // below JACK's own threads (usually 70+)
+};
+
+struct LiveStats {
+  std::uint64_t blocks = 0;           // blocks processed by the engine
+  std::uint64_t frames_in = 0;        // frames given to push_input()
+  std::uint64_t frames_out = 0;       // frames taken by pull_output()
+  std::uint64_t underruns = 0;        // pull_output() calls that found the ring short
+  std::uint64_t underrun_frames = 0;  // frames of silence played for them
+  std::uint64_t overruns = 0;         // push_input() calls that found the ring full
+  std::uint64_t overrun_frames = 0;   // input frames lost (replaced by silence)
+  std::uint64_t swaps = 0;            // banks installed
+  std::uint64_t rejected_swaps = 0;   // banks the engine refused
+  std::uint64_t last_swap_block = 0;  // index of the first block filtered by the newest bank
+  std::uint64_t engine_errors = 0;    // process() calls that threw (block output as silence)
+};
+
+class LivePipeline {
+ public:
+  // `engine` must be built for `options.block_frames` frames (or more).
+  LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOptions& options);
+  ~LivePipeline();  // stops the engine thread
+  LivePipeline(const LivePipeline&) = delete;
+  LivePipeline& operator=(const LivePipeline&) = delete;
+
+  // Warms the engine up, fills the output ring with latency_frames() of
+  // silence and starts the engine thread. Start the devices after this.
+  void start();
+  // Stops the engine thread (stop the devices first). Safe to call twice.
+  void stop();
+
+  // From now on push_input() takes silence instead of its input, so that
+  // what came in before has left once latency_frames() + one block more
+  // frames were pulled (see drained()).
+  void begin_drain();
+  bool drained() const;
+
+  // --- real-time side: never lock, allocate, log or wait ---------------
+  void push_input(const float* interleaved, std::size_t frames) noexcept;
+  void pull_output(float* interleaved, std::size_t frames) noexcept;
+  // An AudioCallback (daemon/audio_device.hpp) with `context` = this pipeline.
+  static void device_callback(const float* input, float* output, std::size_t frames,
+                              void* context) noexcept;
+
+  // --- unpaced side (file endpoints that are not paced in real time) ---
+  // Like push/pull, but they move only what fits or what is there (no xrun
+  // counting) and return the frame count; callers may retry.
+  std::size_t offer_input(const float* interleaved, std::size_t frames);
+  std::size_t take_output(float* interleaved, std::size_t frames);
+
+  // --- control side ------------------------------------------------------
+  // Banks posted here are installed by the engine thread at the next block
+  // boundary (one control thread at a time, see dsp/filter_mailbox.hpp).
+  FilterMailbox& mailbox() { return mailbox_; }
+
+  std::size_t channels() const { return channels_; }
+  std::size_t block_frames() const { return options_.block_frames; }
+  int sample_rate() const { return options_.sample_rate; }
+  // Input-to-output latency the pipeline adds, in frames and milliseconds.
+  std::size_t latency_frames() const { return options_.block_frames + options_.margin_frames; }
+  double latency_ms() const { return 1000.0 * double(latency_frames()) / options_.sample_rate; }
+  // Name and description of the engine (read-only after construction).
+  const std::string& engine_name() const { return engine_name_; }
+  const std::string& engine_description() const { return engine_description_; }
+  std::size_t engine_max_taps() const { return engine_max_taps_; }
+  bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
+
+  LiveStats stats() const;
+
+ private:
+  void engine_loop();
+  void wake_engine() noexcept;
+  void request_realtime();
+
+  LivePipelineOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::size_t channels_;
+  std::string engine_name_;
+  std::string engine_description_;
+  std::size_t engine_max_taps_;
+
+  SpscRing<float> input_ring_;
+  SpscRing<float> output_ring_;
+  FilterMailbox mailbox_;
+  sem_t data_ready_;
+
+  // Input side only.
+  std::vector<float> silence_;         // block of zeros, source of the silence pushed
+  std::size_t input_debt_frames_ = 0;  // input lost to overruns, still to be padded
+  // Output side only.
+  std::size_t output_debt_frames_ = 0;  // silence played for underruns, late frames to drop
+
+  // Engine thread only.
+  std::vector<float> engine_in_;
+  std::vector<float> engine_out_;
+
+  std::atomic<bool> running_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> drain_target_frames_{0};
+  std::atomic<bool> realtime_granted_{false};
+  std::thread engine_thread_;
+
+  // Counters (see LiveStats); one writer each.
+  std::atomic<std::uint64_t> blocks_{0};
+  std::atomic<std::uint64_t> frames_in_{0};
+  std::atomic<std::uint64_t> frames_out_{0};
+  std::atomic<std::uint64_t> underruns_{0};
+  std::atomic<std::uint64_t> underrun_frames_{0};
+  std::atomic<std::uint64_t> overruns_{0};
+  std::atomic<std::uint64_t> overrun_frames_{0};
+  std::atomic<std::uint64_t> swaps_{0};
+  std::atomic<std::uint64_t> rejected_swaps_{0};
+  std::atomic<std::uint64_t> last_swap_block_{0};
+  std::atomic<std::uint64_t> engine_errors_{0};
+};
+
+}  // namespace tapstream
