@@ -1,0 +1,310 @@
+#include "dsp/coefficient_file.hpp"
+
+#include <sndfile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "dsp/temporary_file.hpp"
+
+namespace tapstream {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class FileKind { text, raw_f32, raw_f64, audio, audio_or_text };
+
+CoefficientFileError error_in(const fs::path& file, const std::string& problem) {
+  return CoefficientFileError(file.string() + ": " + problem);
+}
+
+CoefficientFileError error_at(const fs::path& file, std::size_t line, const std::string& problem) {
+  return CoefficientFileError(file.string() + ":" + std::to_string(line) + ": " + problem);
+}
+
+std::string lower_extension(const fs::path& file) {
+  std::string extension = file.extension().string();
+  for (auto& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return extension;
+}
+
+FileKind kind_of(const fs::path& file) {
+  static constexpr std::array<std::string_view, 7> kText = {".txt",    ".taps", ".coef", ".coefs",
+                                                            ".coeffs", ".fir",  ".csv"};
+  static constexpr std::array<std::string_view, 21> kAudio = {
+      ".wav",  ".wave", ".flac", ".aif", ".aiff", ".aifc",  ".ogg", ".oga", ".opus", ".caf", ".w64",
+      ".rf64", ".au",   ".snd",  ".voc", ".sf",   ".ircam", ".mat", ".paf", ".xi",   ".mp3"};
+  const std::string extension = lower_extension(file);
+  if (extension == ".f32") return FileKind::raw_f32;
+  if (extension == ".f64") return FileKind::raw_f64;
+  if (std::find(kText.begin(), kText.end(), extension) != kText.end()) return FileKind::text;
+  if (std::find(kAudio.begin(), kAudio.end(), extension) != kAudio.end()) return FileKind::audio;
+  return FileKind::audio_or_text;
+}
+
+// Text quoted in an error: printable and short, so that the message stays one
+// readable line even when the file is binary.
+std::string quoted(std::string_view text) {
+  constexpr std::size_t kMax = 40;
+  std::string out = "'";
+  for (std::size_t i = 0; i < text.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    out += std::isprint(c) ? static_cast<char>(c) : '?';
+  }
+  if (text.size() > kMax) out += "...";
+  return out + "'";
+}
+
+std::string read_whole_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw error_in(file, std::string("cannot open: ") + std::strerror(errno));
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw error_in(file, std::string("cannot read: ") + std::strerror(errno));
+  return content;
+}
+
+std::string_view trim(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\v\f";
+  const auto first = text.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(kSpace);
+  return text.substr(first, last - first + 1);
+}
+
+std::string too_many_taps(const CoefficientFileOptions& options) {
+  return "more taps than the maximum of " + std::to_string(options.max_taps);
+}
+
+std::vector<float> load_text(const fs::path& file, const CoefficientFileOptions& options) {
+  const std::string content = read_whole_file(file);
+  std::vector<float> taps;
+  std::size_t line_number = 0;
+  std::size_t start = 0;
+  while (start < content.size()) {
+    std::size_t end = content.find('\n', start);
+    if (end == std::string::npos) end = content.size();
+    ++line_number;
+    std::string_view line(content.data() + start, end - start);
+    start = end + 1;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    line = trim(line);
+    if (line.empty()) continue;
+    std::string_view number = line;
+    // from_chars takes no leading '+', people write one.
+    if (number.size() > 1 && number.front() == '+' && number[1] != '-' && number[1] != '+') {
+      number.remove_prefix(1);
+    }
+    double value = 0.0;
+    const auto [end_of_number, status] =
+        std::from_chars(number.data(), number.data() + number.size(), value);
+    if (status == std::errc::result_out_of_range) {
+      throw error_at(file, line_number, quoted(line) + " is out of the range of a float");
+    }
+    if (status != std::errc() || end_of_number != number.data() + number.size()) {
+      throw error_at(file, line_number,
+                     "cannot parse " + quoted(line) + " as a number (one tap per line)");
+    }
+    if (!std::isfinite(value)) {
+      throw error_at(file, line_number, quoted(line) + " is not a finite number");
+    }
+    const auto tap = static_cast<float>(value);
+    if (!std::isfinite(tap)) {
+      throw error_at(file, line_number, quoted(line) + " is out of the range of a float");
+    }
+    if (taps.size() == options.max_taps) throw error_at(file, line_number, too_many_taps(options));
+    taps.push_back(tap);
+  }
+  if (taps.empty()) throw error_in(file, "no taps (the file is empty or only comments)");
+  return taps;
+}
+
+template <typename Sample>
+std::vector<float> load_raw(const fs::path& file, const CoefficientFileOptions& options) {
+  static_assert(sizeof(Sample) == 4 || sizeof(Sample) == 8);
+  using Bits = std::conditional_t<sizeof(Sample) == 4, std::uint32_t, std::uint64_t>;
+  const char* type_name = sizeof(Sample) == 4 ? "float32" : "float64";
+  const std::string content = read_whole_file(file);
+  if (content.empty()) throw error_in(file, "no taps (the file is empty)");
+  if (content.size() % sizeof(Sample) != 0) {
+    throw error_in(file, "size " + std::to_string(content.size()) + " bytes is not a multiple of " +
+                             std::to_string(sizeof(Sample)) + " (raw little-endian " + type_name +
+                             ")");
+  }
+  const std::size_t count = content.size() / sizeof(Sample);
+  if (count > options.max_taps) {
+    throw error_in(file, std::to_string(count) + " taps, " + too_many_taps(options));
+  }
+  std::vector<float> taps(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    // Little-endian on disk, whatever the host's byte order.
+    Bits bits = 0;
+    for (std::size_t byte = 0; byte < sizeof(Sample); ++byte) {
+      bits |= static_cast<Bits>(static_cast<unsigned char>(content[i * sizeof(Sample) + byte]))
+              << (8 * byte);
+    }
+    const auto value = std::bit_cast<Sample>(bits);
+    if (!std::isfinite(value)) {
+      throw error_in(file, "tap " + std::to_string(i) + " (counting from 0) is " +
+                               (std::isnan(value) ? "NaN" : "infinite"));
+    }
+    taps[i] = static_cast<float>(value);
+    if (!std::isfinite(taps[i])) {
+      throw error_in(
+          file, "tap " + std::to_string(i) + " (counting from 0) is out of the range of a float");
+    }
+  }
+  return taps;
+}
+
+struct SndfileCloser {
+  void operator()(SNDFILE* file) const { sf_close(file); }
+};
+using SndfilePtr = std::unique_ptr<SNDFILE, SndfileCloser>;
+
+FilterBank load_audio(const fs::path& file, SndfilePtr sound, const SF_INFO& info,
+                      const CoefficientFileOptions& options) {
+  const auto ir_channels = static_cast<std::size_t>(info.channels);
+  if (ir_channels != 1 && ir_channels != options.channels) {
+    throw error_in(file, "impulse response has " + std::to_string(ir_channels) +
+                             " channels; the audio has " + std::to_string(options.channels) +
+                             " (use 1 IR channel for all, or one per audio channel)");
+  }
+  if (options.sample_rate != 0 && !options.ignore_sample_rate &&
+      info.samplerate != options.sample_rate) {
+    throw error_in(file, "impulse response sample rate " + std::to_string(info.samplerate) +
+                             " Hz differs from the audio's " + std::to_string(options.sample_rate) +
+                             " Hz (resample it, or ask to ignore the sample rate)");
+  }
+  std::vector<std::vector<float>> taps(ir_channels);
+  std::vector<float> block(4096 * ir_channels);
+  std::size_t frames_total = 0;
+  while (true) {
+    const sf_count_t got = sf_readf_float(sound.get(), block.data(),
+                                          static_cast<sf_count_t>(block.size() / ir_channels));
+    if (got <= 0) break;
+    const auto frames = static_cast<std::size_t>(got);
+    if (frames_total + frames > options.max_taps) {
+      throw error_in(file, "impulse response has " + too_many_taps(options) + " (frames)");
+    }
+    for (std::size_t f = 0; f < frames; ++f) {
+      for (std::size_t c = 0; c < ir_channels; ++c) {
+        const float value = block[f * ir_channels + c];
+        if (!std::isfinite(value)) {
+          throw error_in(file, "frame " + std::to_string(frames_total + f) +
+                                   " (counting from 0) of channel " + std::to_string(c + 1) +
+                                   " is " + (std::isnan(value) ? "NaN" : "infinite"));
+        }
+        taps[c].push_back(value);
+      }
+    }
+    frames_total += frames;
+  }
+  if (sf_error(sound.get()) != SF_ERR_NO_ERROR) {
+    throw error_in(file, std::string("read failed: ") + sf_strerror(sound.get()));
+  }
+  if (frames_total == 0) throw error_in(file, "no taps (the impulse response has no frames)");
+  if (ir_channels == 1)
+    return FilterBank::shared(std::move(taps[0]), options.channels, file.string());
+  std::vector<std::string> sources;
+  for (std::size_t c = 0; c < ir_channels; ++c) {
+    sources.push_back(file.string() + " channel " + std::to_string(c + 1));
+  }
+  return FilterBank::per_channel(std::move(taps), std::move(sources));
+}
+
+}  // namespace
+
+FilterBank load_filter_bank(const fs::path& file, const CoefficientFileOptions& options) {
+  if (options.channels == 0) throw error_in(file, "the audio has no channels");
+  std::error_code error;
+  const auto status = fs::status(file, error);
+  if (!fs::exists(status)) throw error_in(file, "no such file");
+  if (fs::is_directory(status)) throw error_in(file, "is a directory, not a coefficient file");
+
+  const FileKind kind = kind_of(file);
+  try {
+    if (kind == FileKind::audio || kind == FileKind::audio_or_text) {
+      SF_INFO info{};
+      SndfilePtr sound(sf_open(file.c_str(), SFM_READ, &info));
+      if (sound) return load_audio(file, std::move(sound), info, options);
+      if (kind == FileKind::audio) {
+        throw error_in(file, std::string("cannot read as audio: ") + sf_strerror(nullptr));
+      }
+    }
+    std::vector<float> taps;
+    switch (kind) {
+      case FileKind::raw_f32:
+        taps = load_raw<float>(file, options);
+        break;
+      case FileKind::raw_f64:
+        taps = load_raw<double>(file, options);
+        break;
+      default:
+        taps = load_text(file, options);
+        break;
+    }
+    return FilterBank::shared(std::move(taps), options.channels, file.string());
+  } catch (const CoefficientFileError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    // FilterBank's own validation; the checks above should have caught it first.
+    throw error_in(file, e.what());
+  }
+}
+
+void save_text_taps(const fs::path& file, const std::vector<float>& taps,
+                    const std::string& header_comment) {
+  if (taps.empty()) throw error_in(file, "no taps to write");
+  std::string text;
+  std::size_t begin = 0;
+  while (begin < header_comment.size()) {
+    std::size_t end = header_comment.find('\n', begin);
+    if (end == std::string::npos) end = header_comment.size();
+    text += "# ";
+    text.append(header_comment, begin, end - begin);
+    text += '\n';
+    begin = end + 1;
+  }
+  for (std::size_t i = 0; i < taps.size(); ++i) {
+    if (!std::isfinite(taps[i])) {
+      throw error_in(file, "tap " + std::to_string(i) + " (counting from 0) is not finite");
+    }
+    // The shortest text that reads back as exactly the same float.
+    char buffer[32];
+    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), taps[i]);
+    text.append(buffer, result.ptr);
+    text += '\n';
+  }
+  try {
+    TemporaryFile temporary(file);
+    std::size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = ::write(temporary.fd(), text.data() + written, text.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(std::string("cannot write: ") + std::strerror(errno));
+      }
+      written += static_cast<std::size_t>(n);
+    }
+    temporary.commit();
+  } catch (const std::runtime_error& e) {
+    throw error_in(file, e.what());
+  }
+}
+
+}  // namespace tapstream
