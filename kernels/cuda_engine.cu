@@ -1,33 +1,586 @@
-// Temporary stub so that the header's API links; the engine lands next.
+// The CUDA engine: direct form (kernels/direct_kernels) or partitioned FFT
+// (kernels/fft_convolver) behind the Engine interface.
+//
+// Filter state on the device: each channel's history (the last max_taps - 1 input
+// samples) lives in one of two device buffers; block k reads history[h] and its
+// own input, and a carry kernel writes history[1 - h] for block k + 1. So block
+// k + 1's input can be copied in while block k is filtered, and the only chain
+// between blocks is "filter + carry of k before filter of k + 1" (the chain_
+// event); copies in and out of different blocks overlap freely on the streams.
+//
+// Taps: two banks (constant memory when they fit, always a global copy too); a
+// new bank is uploaded, ordered after every kernel already enqueued (so after any
+// kernel reading that bank), and the blocks switch banks at the next block
+// boundary; with crossfade that block is filtered twice (old, then new blended).
+//
+// Threads: an engine is used by one thread at a time (dsp/engine.hpp).
+
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 
+#include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/cuda_resources.hpp"
+#include "kernels/direct_kernels.hpp"
+#include "kernels/fft_convolver.hpp"
 
 namespace tapstream {
 
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::DeviceGuard;
+using cuda::DirectArgs;
+using cuda::DirectKernel;
+using cuda::Event;
+using cuda::PinnedBuffer;
+using cuda::SampleView;
+using cuda::Stream;
+
+std::size_t round_up(std::size_t n, std::size_t m) {
+  return (n + m - 1) / m * m;
+}
+
+// Calls of at most this many samples (channels x frames) skip the copies: the
+// kernels read the pinned input and write the pinned output directly through
+// mapped memory (one launch or two, then one event wait). Measured on an H100
+// (see the report in docs/): lower latency than copy-kernel-copy for small blocks.
+// TAPSTREAM_CUDA_ZERO_COPY_SAMPLES overrides it (for measurements).
+constexpr std::size_t kDefaultZeroCopySamples = 32768;
+// Larger calls are cut into chunks of at least this many samples, pipelined over
+// the streams.
+constexpr std::size_t kMinChunkSamples = 65536;
+// Device staging per stream holds at most this many frames per channel.
+constexpr std::size_t kMaxSlotFrames = 131072;
+
+// Cost model for Algorithm::automatic, in microseconds per call of F frames:
+//   direct = C F M / kDirectMacsPerUs (x kGlobalTapsPenalty for global taps) + kLaunchUs
+//   fft    = C F (16 M / P + kFftBytesPerSample) / kBytesPerUs + kFftLaunches kLaunchUs
+// (M taps, P the FFT partition). The FFT term is its memory traffic: the
+// frequency-domain delay line and the filter spectra (8 bytes per bin each, M/P
+// partitions) plus the transforms. Constants from H100 measurements (report).
+constexpr double kDirectMacsPerUs = 2.0e7;
+constexpr double kGlobalTapsPenalty = 1.2;
+constexpr double kBytesPerUs = 2.0e6;
+constexpr double kFftBytesPerSample = 64.0;
+constexpr double kLaunchUs = 3.0;
+constexpr double kFftLaunches = 4.0;
+
+double direct_cost_us(std::size_t C, std::size_t F, std::size_t M, bool global) {
+  return double(C) * double(F) * double(M) / kDirectMacsPerUs *
+             (global ? kGlobalTapsPenalty : 1.0) +
+         kLaunchUs;
+}
+
+double fft_cost_us(std::size_t C, std::size_t F, std::size_t M, std::size_t P) {
+  return double(C) * double(F) * (16.0 * double(M) / double(P) + kFftBytesPerSample) / kBytesPerUs +
+         kFftLaunches * kLaunchUs;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "device " + std::to_string(device);
+  return prop.name;
+}
+
+class CudaEngineImpl final : public CudaEngine {
+ public:
+  CudaEngineImpl(const FilterBank& bank, const EngineOptions& options)
+      : channels_(bank.channels()),
+        max_block_frames_(options.max_block_frames),
+        max_taps_(options.max_taps ? options.max_taps : bank.max_taps()),
+        device_(options.device),
+        kernel_(cuda::parse_direct_kernel(options.kernel)) {
+    if (max_block_frames_ == 0) throw std::invalid_argument("max_block_frames must be at least 1");
+    if (options.streams < 1 || options.streams > 16)
+      throw std::invalid_argument("streams must be 1..16, got " + std::to_string(options.streams));
+    if (max_taps_ < bank.max_taps())
+      throw std::invalid_argument("max_taps " + std::to_string(max_taps_) +
+                                  " is below the bank's " + std::to_string(bank.max_taps()) +
+                                  " taps");
+    if (max_taps_ > (std::size_t(1) << 30) || max_block_frames_ > (std::size_t(1) << 30))
+      throw std::invalid_argument("max_taps and max_block_frames must be below 2^30");
+    if (const char* env = std::getenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES"))
+      zero_copy_samples_ = std::strtoull(env, nullptr, 10);
+
+    int count = 0;
+    TAPSTREAM_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (device_ < 0 || device_ >= count)
+      throw std::invalid_argument("CUDA device " + std::to_string(device_) + " does not exist (" +
+                                  std::to_string(count) + " found)");
+    DeviceGuard guard(device_);
+    TAPSTREAM_CUDA_CHECK(
+        cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
+    device_name_ = device_name(device_);
+
+    for (int s = 0; s < options.streams; ++s) streams_.emplace_back();
+    slot_frames_ = std::min(max_block_frames_, kMaxSlotFrames);
+    const std::size_t block_samples = channels_ * max_block_frames_;
+    pinned_in_ = PinnedBuffer<float>(block_samples, /*mapped=*/true);
+    pinned_out_ = PinnedBuffer<float>(block_samples, /*mapped=*/true);
+    for (std::size_t s = 0; s < streams_.size(); ++s) {
+      slot_in_.emplace_back(channels_ * slot_frames_);
+      slot_out_.emplace_back(channels_ * slot_frames_);
+      done_.emplace_back();
+    }
+    for (std::size_t i = 0; i < 2 * streams_.size() + 2; ++i) chunk_done_.emplace_back();
+
+    choose_algorithm(bank, options.algorithm);
+
+    if (algorithm_ == Algorithm::fft) {
+      for (std::size_t s = 0; s < streams_.size(); ++s) {
+        fft_in_.emplace_back(channels_ * slot_frames_);
+        fft_out_.emplace_back(channels_ * slot_frames_);
+      }
+    } else {
+      history_len_ = int(max_taps_ - 1);
+      history_end_ = int(round_up(std::size_t(history_len_), 4));
+      for (auto& h : history_) {
+        h = DeviceBuffer<float>(channels_ * std::size_t(history_end_));
+        h.zero(streams_[0].get());
+      }
+      const std::size_t capacity = channels_ * round_up(max_taps_, cuda::kTapPadding);
+      for (auto& b : banks_) {
+        b.global = DeviceBuffer<float>(capacity);
+        b.staging = PinnedBuffer<float>(capacity);
+      }
+      upload(bank, 0);
+      active_ = 0;
+      pending_.reset();
+    }
+    chain_.record(streams_[0].get());
+    chain_stream_ = 0;
+    synchronize();
+  }
+
+  ~CudaEngineImpl() override {
+    for (auto& s : streams_) cudaStreamSynchronize(s.get());
+  }
+
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    check_frames(frames);
+    const std::size_t n = channels_ * frames;
+    if (in.size() < n || out.size() < n)
+      throw std::invalid_argument("process: " + std::to_string(frames) + " frames of " +
+                                  std::to_string(channels_) + " channels need " +
+                                  std::to_string(n) + " samples, got " + std::to_string(in.size()) +
+                                  " in and " + std::to_string(out.size()) + " out");
+    DeviceGuard guard(device_);
+    const bool in_staged = in.data() == pinned_in_.get();
+    const bool out_staged = out.data() == pinned_out_.get();
+
+    if (n <= zero_copy_samples_) {
+      if (!in_staged) std::memcpy(pinned_in_.get(), in.data(), n * sizeof(float));
+      const SampleView x = view(pinned_in_.device_pointer(), layout, frames, 0);
+      const SampleView y = view(pinned_out_.device_pointer(), layout, frames, 0);
+      filter(0, x, const_cast<float*>(y.data), y.channel_stride, y.frame_stride, frames, 0, frames,
+             /*mapped=*/true);
+      done_[0].record(streams_[0].get());
+      end_block();
+      done_[0].synchronize();
+      if (!out_staged) std::memcpy(out.data(), pinned_out_.get(), n * sizeof(float));
+      return;
+    }
+
+    // Chunks pipelined over the streams: chunk i on stream i % S, its own device
+    // slot; chunk i - E is drained (waited for and copied out) before chunk i is
+    // enqueued so that host copies overlap device work too.
+    const std::size_t S = streams_.size();
+    std::size_t chunk =
+        std::max((frames + 2 * S - 1) / (2 * S), (kMinChunkSamples + channels_ - 1) / channels_);
+    chunk = std::min(round_up(chunk, 64), slot_frames_);
+    const std::size_t chunks = (frames + chunk - 1) / chunk;
+    const std::size_t E = chunk_done_.size();
+    std::size_t drained = 0;
+    auto drain = [&](std::size_t i) {
+      const std::size_t a = i * chunk, b = std::min(frames, a + chunk);
+      chunk_done_[i % E].synchronize();
+      if (!out_staged) copy_host(out.data(), pinned_out_.get(), layout, frames, a, b);
+    };
+    for (std::size_t i = 0; i < chunks; ++i) {
+      if (i >= E) drain(drained++);
+      const std::size_t a = i * chunk, b = std::min(frames, a + chunk);
+      const std::size_t m = b - a;
+      const std::size_t s = i % S;
+      cudaStream_t stream = streams_[s].get();
+      if (!in_staged) copy_host(pinned_in_.get(), in.data(), layout, frames, a, b);
+      copy_2d(slot_in_[s].get(), pinned_in_.get(), layout, frames, a, m, cudaMemcpyHostToDevice,
+              stream);
+      const SampleView x = view(slot_in_[s].get(), layout, m, 0);
+      const SampleView y = view(slot_out_[s].get(), layout, m, 0);
+      filter(s, x, slot_out_[s].get(), y.channel_stride, y.frame_stride, m, a, frames, false);
+      copy_2d(pinned_out_.get(), slot_out_[s].get(), layout, frames, a, m, cudaMemcpyDeviceToHost,
+              stream);
+      chunk_done_[i % E].record(stream);
+    }
+    end_block();
+    while (drained < chunks) drain(drained++);
+  }
+
+  void process_device(const float* d_in, float* d_out, std::size_t frames,
+                      std::size_t channel_stride) override {
+    check_frames(frames);
+    if (channel_stride < frames && channels_ > 1)
+      throw std::invalid_argument("process_device: channel_stride " +
+                                  std::to_string(channel_stride) + " is below frames " +
+                                  std::to_string(frames));
+    DeviceGuard guard(device_);
+    const SampleView x{d_in, (long long)channel_stride, 1};
+    filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
+    end_block();
+  }
+
+  void set_filters(const FilterBank& bank, bool crossfade) override {
+    if (bank.channels() != channels_)
+      throw std::invalid_argument("set_filters: the bank has " + std::to_string(bank.channels()) +
+                                  " channels, the engine " + std::to_string(channels_));
+    if (bank.max_taps() > max_taps_)
+      throw std::invalid_argument("set_filters: the bank has " + std::to_string(bank.max_taps()) +
+                                  " taps, the engine holds at most " + std::to_string(max_taps_));
+    DeviceGuard guard(device_);
+    if (fft_) {
+      synchronize();
+      fft_->set_filters(bank, crossfade);
+      return;
+    }
+    // A swap not yet taken by a block is replaced; its bank is the one to reuse.
+    const int b = pending_ ? *pending_ : 1 - active_;
+    upload(bank, b);
+    pending_ = b;
+    crossfade_ = crossfade;
+  }
+
+  void reset() override {
+    DeviceGuard guard(device_);
+    cudaStream_t stream = streams_[0].get();
+    wait_chain(0);
+    if (fft_) {
+      fft_->reset(stream);
+    } else {
+      for (auto& h : history_) h.zero(stream);
+    }
+    chain_.record(stream);
+    chain_stream_ = 0;
+  }
+
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    for (auto& s : streams_) s.synchronize();
+  }
+
+  CUstream_st* stream() const override { return streams_[0].get(); }
+  std::span<float> pinned_input() override { return {pinned_in_.get(), pinned_in_.size()}; }
+  std::span<float> pinned_output() override { return {pinned_out_.get(), pinned_out_.size()}; }
+
+  std::size_t channels() const override { return channels_; }
+  std::size_t max_block_frames() const override { return max_block_frames_; }
+  std::size_t max_taps() const override { return max_taps_; }
+  std::string name() const override { return "cuda"; }
+  Algorithm algorithm() const override { return algorithm_; }
+  std::string kernel() const override {
+    return algorithm_ == Algorithm::fft ? std::string() : cuda::direct_kernel_name(kernel_);
+  }
+  std::string taps_memory() const override {
+    if (algorithm_ == Algorithm::fft) return "fft";
+    const int b = pending_ ? *pending_ : active_;
+    return banks_[b].in_constant && kernel_ != DirectKernel::naive ? "constant" : "global";
+  }
+
+  std::string description() const override {
+    std::ostringstream d;
+    d << "cuda (" << device_name_ << "): ";
+    if (algorithm_ == Algorithm::fft) {
+      d << "partitioned FFT, " << fft_->description();
+    } else {
+      d << "direct form, kernel " << kernel() << ", taps in " << taps_memory() << " memory";
+      if (taps_memory() == "global" && kernel_ != DirectKernel::naive)
+        d << " (" << channels_ << " ch x " << max_taps_ << " taps exceed a constant bank of "
+          << cuda::kConstantBankFloats << " floats)";
+    }
+    d << ", " << streams_.size() << " streams";
+    if (!choice_note_.empty()) d << "; " << choice_note_;
+    return d.str();
+  }
+
+ private:
+  struct TapBank {
+    DeviceBuffer<float> global;
+    PinnedBuffer<float> staging;
+    Event uploaded;
+    int taps = 0;
+    int taps_padded = 0;
+    long long channel_stride = 0;
+    bool in_constant = false;
+  };
+
+  void check_frames(std::size_t frames) const {
+    if (frames == 0 || frames > max_block_frames_)
+      throw std::invalid_argument("process: " + std::to_string(frames) + " frames, expected 1.." +
+                                  std::to_string(max_block_frames_));
+  }
+
+  void choose_algorithm(const FilterBank& bank, Algorithm requested) {
+    const std::size_t C = channels_, F = max_block_frames_, M = max_taps_;
+    const bool fits_constant =
+        (bank.is_shared() ? 1 : C) * round_up(M, cuda::kTapPadding) <= cuda::kConstantBankFloats;
+    if (requested == Algorithm::direct) {
+      algorithm_ = Algorithm::direct;
+      return;
+    }
+    if (requested == Algorithm::fft) {
+      fft_ = std::make_unique<cuda::FftConvolver>(bank, M, F);
+      algorithm_ = Algorithm::fft;
+      return;
+    }
+    // automatic: very short filters never pay for the transforms.
+    if (M <= 64) {
+      algorithm_ = Algorithm::direct;
+      choice_note_ = "direct by cost model";
+      return;
+    }
+    try {
+      auto fft = std::make_unique<cuda::FftConvolver>(bank, M, F);
+      const double fft_us = fft_cost_us(C, F, M, fft->partition_frames());
+      const double direct_us = direct_cost_us(C, F, M, !fits_constant);
+      std::ostringstream note;
+      note.precision(3);
+      note << "cost model: direct " << direct_us << " us, FFT " << fft_us << " us per " << F
+           << "-frame block";
+      choice_note_ = note.str();
+      if (fft_us < direct_us) {
+        fft_ = std::move(fft);
+        algorithm_ = Algorithm::fft;
+        return;
+      }
+    } catch (const std::exception& e) {
+      choice_note_ = std::string("FFT path unavailable (") + e.what() + "), direct form";
+    }
+    algorithm_ = Algorithm::direct;
+  }
+
+  // Packs `bank` into staging, then uploads it (global copy, constant bank when
+  // it fits) on stream 0 after every kernel enqueued so far.
+  void upload(const FilterBank& bank, int b) {
+    TapBank& tb = banks_[b];
+    tb.uploaded.synchronize();  // the previous upload from this staging is done
+    const std::size_t padded = round_up(bank.max_taps(), cuda::kTapPadding);
+    const std::size_t rows = bank.is_shared() ? 1 : channels_;
+    float* dst = tb.staging.get();
+    std::fill(dst, dst + rows * padded, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto taps = bank.taps(r);
+      std::copy(taps.begin(), taps.end(), dst + r * padded);
+    }
+    tb.taps = int(bank.max_taps());
+    tb.taps_padded = int(padded);
+    tb.channel_stride = bank.is_shared() ? 0 : (long long)padded;
+    tb.in_constant = rows * padded <= cuda::kConstantBankFloats;
+    cudaStream_t stream = streams_[0].get();
+    wait_chain(0);
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(tb.global.get(), dst, rows * padded * sizeof(float),
+                                         cudaMemcpyHostToDevice, stream));
+    if (tb.in_constant) cuda::upload_constant_bank(b, dst, rows * padded, stream);
+    tb.uploaded.record(stream);
+    chain_.record(stream);
+    chain_stream_ = 0;
+  }
+
+  void wait_chain(std::size_t s) {
+    if (chain_stream_ != s) chain_.wait_on(streams_[s].get());
+  }
+
+  SampleView view(const float* base, Layout layout, std::size_t frames, std::size_t) const {
+    if (layout == Layout::interleaved) return {base, 1, (long long)channels_};
+    return {base, (long long)frames, 1};
+  }
+
+  // Host copy of frames [a, b) of a call of `frames` frames between user memory
+  // and the pinned staging (same layout, same offsets).
+  void copy_host(float* dst, const float* src, Layout layout, std::size_t frames, std::size_t a,
+                 std::size_t b) const {
+    if (layout == Layout::interleaved) {
+      std::memcpy(dst + a * channels_, src + a * channels_, (b - a) * channels_ * sizeof(float));
+    } else {
+      for (std::size_t c = 0; c < channels_; ++c)
+        std::memcpy(dst + c * frames + a, src + c * frames + a, (b - a) * sizeof(float));
+    }
+  }
+
+  // Copies frames [a, a + m) of the pinned staging (a call of `frames` frames)
+  // to or from a device slot holding just those m frames, in the same layout.
+  void copy_2d(float* dst, const float* src, Layout layout, std::size_t frames, std::size_t a,
+               std::size_t m, cudaMemcpyKind kind, cudaStream_t stream) const {
+    const bool to_device = kind == cudaMemcpyHostToDevice;
+    if (layout == Layout::interleaved) {
+      const std::size_t offset = a * channels_;
+      TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(to_device ? dst : dst + offset,
+                                           to_device ? src + offset : src,
+                                           m * channels_ * sizeof(float), kind, stream));
+    } else {
+      const std::size_t host_pitch = frames * sizeof(float), slot_pitch = m * sizeof(float);
+      TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
+          to_device ? dst : dst + a, to_device ? slot_pitch : host_pitch, to_device ? src + a : src,
+          to_device ? host_pitch : slot_pitch, m * sizeof(float), channels_, kind, stream));
+    }
+  }
+
+  DirectArgs direct_args(const SampleView& x, float* y, long long y_channel_stride,
+                         long long y_frame_stride, std::size_t frames, int bank) const {
+    const TapBank& tb = banks_[bank];
+    DirectArgs a;
+    a.in = x;
+    a.history = history_len_ > 0 ? history_[history_index_].get() : nullptr;
+    a.history_stride = history_end_;
+    a.history_end = history_end_;
+    a.history_len = history_len_;
+    a.out = y;
+    a.out_channel_stride = y_channel_stride;
+    a.out_frame_stride = y_frame_stride;
+    a.channels = int(channels_);
+    a.frames = int(frames);
+    a.taps = tb.taps;
+    a.taps_padded = tb.taps_padded;
+    a.taps_channel_stride = tb.channel_stride;
+    a.global_taps = tb.global.get();
+    a.constant_bank = tb.in_constant ? bank : -1;
+    a.multiprocessors = multiprocessors_;
+    return a;
+  }
+
+  // Filters one chunk (frames [offset, offset + frames) of a call of call_frames)
+  // on stream s, after the previous chunk's filter and carry; records the chain.
+  void filter(std::size_t s, const SampleView& x, float* y, long long y_channel_stride,
+              long long y_frame_stride, std::size_t frames, std::size_t offset,
+              std::size_t call_frames, bool mapped) {
+    cudaStream_t stream = streams_[s].get();
+    wait_chain(s);
+    if (fft_) {
+      // The convolver wants planar device memory: (de)interleave (or read the
+      // mapped host staging) through the slot's scratch when it is not.
+      const bool stage_in = mapped || x.frame_stride != 1;
+      const bool stage_out = mapped || y_frame_stride != 1;
+      const float* fin = x.data;
+      std::size_t fin_stride = std::size_t(x.channel_stride);
+      if (stage_in) {
+        cuda::launch_copy_samples(x, fft_in_[s].get(), (long long)frames, 1, int(channels_),
+                                  int(frames), stream);
+        fin = fft_in_[s].get();
+        fin_stride = frames;
+      }
+      float* fout = stage_out ? fft_out_[s].get() : y;
+      const std::size_t fout_stride = stage_out ? frames : std::size_t(y_channel_stride);
+      fft_->process(fin, fin_stride, fout, fout_stride, frames, stream);
+      if (stage_out)
+        cuda::launch_copy_samples({fout, (long long)frames, 1}, y, y_channel_stride, y_frame_stride,
+                                  int(channels_), int(frames), stream);
+    } else {
+      const bool fading = pending_ && crossfade_;
+      const int bank = pending_ ? *pending_ : active_;
+      if (fading) {
+        cuda::launch_direct(
+            kernel_, direct_args(x, y, y_channel_stride, y_frame_stride, frames, active_), stream);
+        DirectArgs a = direct_args(x, y, y_channel_stride, y_frame_stride, frames, bank);
+        a.blend = true;
+        a.blend_offset = (long long)offset;
+        a.blend_frames = (long long)call_frames;
+        cuda::launch_direct(kernel_, a, stream);
+      } else {
+        cuda::launch_direct(
+            kernel_, direct_args(x, y, y_channel_stride, y_frame_stride, frames, bank), stream);
+      }
+      if (history_len_ > 0) {
+        cuda::launch_carry_history(x, history_[history_index_].get(),
+                                   history_[1 - history_index_].get(), history_end_, history_end_,
+                                   history_len_, int(channels_), int(frames), stream);
+        history_index_ = 1 - history_index_;
+      }
+    }
+    chain_.record(stream);
+    chain_stream_ = s;
+  }
+
+  // After the last chunk of a block: a pending filter swap has been taken.
+  void end_block() {
+    if (pending_) {
+      active_ = *pending_;
+      pending_.reset();
+      crossfade_ = false;
+    }
+  }
+
+  std::size_t channels_;
+  std::size_t max_block_frames_;
+  std::size_t max_taps_;
+  int device_;
+  DirectKernel kernel_;
+  int multiprocessors_ = 1;
+  std::string device_name_;
+  std::size_t zero_copy_samples_ = kDefaultZeroCopySamples;
+  Algorithm algorithm_ = Algorithm::direct;
+  std::string choice_note_;
+
+  std::vector<Stream> streams_;
+  Event chain_;
+  std::size_t chain_stream_ = 0;
+  std::vector<Event> done_;
+  std::vector<Event> chunk_done_;
+  std::size_t slot_frames_ = 0;
+  PinnedBuffer<float> pinned_in_, pinned_out_;
+  std::vector<DeviceBuffer<float>> slot_in_, slot_out_;
+  std::vector<DeviceBuffer<float>> fft_in_, fft_out_;
+
+  // Direct form state.
+  DeviceBuffer<float> history_[2];
+  int history_index_ = 0;
+  int history_len_ = 0;
+  int history_end_ = 0;
+  TapBank banks_[2];
+  int active_ = 0;
+  std::optional<int> pending_;
+  bool crossfade_ = false;
+
+  // FFT state.
+  std::unique_ptr<cuda::FftConvolver> fft_;
+};
+
+}  // namespace
+
 bool cuda_device_available(std::string* reason) {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    if (reason) *reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(error);
-    cudaGetLastError();
+  try {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess) {
+      if (reason) *reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(error);
+      cudaGetLastError();  // clear it so that later calls do not report it again
+      return false;
+    }
+    if (count == 0) {
+      if (reason) *reason = "no CUDA device found";
+      return false;
+    }
+    return true;
+  } catch (...) {
+    if (reason) *reason = "CUDA device query failed";
     return false;
   }
-  if (count == 0) {
-    if (reason) *reason = "no CUDA device found";
-    return false;
-  }
-  return true;
 }
 
 std::vector<std::string> cuda_kernel_variants() {
-  return {"auto", "naive", "constant", "shared_tile", "cached_tile", "tuned"};
+  return cuda::direct_kernel_names();
 }
 
-std::unique_ptr<CudaEngine> make_cuda_device_engine(const FilterBank&, const EngineOptions&) {
-  throw std::runtime_error("CUDA engine: not implemented yet");
+std::unique_ptr<CudaEngine> make_cuda_device_engine(const FilterBank& bank,
+                                                    const EngineOptions& options) {
+  return std::make_unique<CudaEngineImpl>(bank, options);
 }
 
 std::unique_ptr<Engine> make_cuda_engine(const FilterBank& bank, const EngineOptions& options) {
