@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dsp/coefficient_file.hpp"
+
 namespace tapstream {
 namespace {
 
@@ -201,6 +203,38 @@ TEST(FilterDesign, ParseNamesAcceptsTheKnownAndNamesTheUnknown) {
     const std::string message = e.what();
     EXPECT_NE(message.find("'gauss'"), std::string::npos) << message;
     EXPECT_NE(message.find("blackman"), std::string::npos) << message;
+  }
+}
+
+// The shipped examples are what the design code makes, and meet their spec.
+TEST(ShippedFilters, LowpassExampleIsTheDesignItClaims) {
+  const std::string file = std::string(TAPSTREAM_SOURCE_DIR) + "/config/filters/lowpass-4k-48k.txt";
+  CoefficientFileOptions options;
+  options.channels = 2;
+  const auto bank = load_filter_bank(file, options);
+  const auto loaded = bank.taps(0);
+  const auto designed = design_fir(spec_of(FilterType::lowpass, 4000.0, 0.0, 255));
+  ASSERT_EQ(loaded.size(), designed.size());
+  for (std::size_t n = 0; n < designed.size(); ++n) EXPECT_EQ(loaded[n], designed[n]) << n;
+  const std::vector<float> taps(loaded.begin(), loaded.end());
+  EXPECT_LT(std::fabs(decibels(magnitude(taps, 0.0, 48000.0))), 0.01);
+  EXPECT_LT(decibels(magnitude(taps, 6000.0, 48000.0)), -60.0);
+}
+
+TEST(ShippedFilters, TelephoneBandpassExamplePassesVoiceAndStopsTheRest) {
+  const std::string file =
+      std::string(TAPSTREAM_SOURCE_DIR) + "/config/filters/telephone-300-3400-48k.wav";
+  CoefficientFileOptions options;
+  options.sample_rate = 48000;
+  const auto bank = load_filter_bank(file, options);
+  const auto loaded = bank.taps(0);
+  const std::vector<float> taps(loaded.begin(), loaded.end());
+  EXPECT_LT(std::fabs(decibels(magnitude(taps, 1850.0, 48000.0))), 0.01);
+  for (double f : {1000.0, 2500.0}) {
+    EXPECT_LT(std::fabs(decibels(magnitude(taps, f, 48000.0))), 0.1) << f << " Hz";
+  }
+  for (double f : {6000.0, 12000.0, 20000.0}) {
+    EXPECT_LT(decibels(magnitude(taps, f, 48000.0)), -60.0) << f << " Hz";
   }
 }
 
