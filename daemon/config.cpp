@@ -1,0 +1,436 @@
+#include "daemon/config.hpp"
+
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t max_socket_path = 107;  // sizeof(sockaddr_un::sun_path) - 1 on Linux
+
+std::string join(std::initializer_list<std::string_view> words) {
+  std::string out;
+  for (auto word : words) {
+    if (!out.empty()) out += ", ";
+    out += word;
+  }
+  return out;
+}
+
+std::string render(const toml::node& node) {
+  std::ostringstream out;
+  if (node.is_table()) return "{...}";
+  node.visit([&](const auto& value) { out << value; });
+  std::string text = out.str();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+const char* type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    default:
+      return "a date/time";
+  }
+}
+
+// Reads one table's keys, turning every problem into a ConfigError that names
+// the file, the dotted key and the value.
+class Reader {
+ public:
+  Reader(std::string name, fs::path base_dir)
+      : name_(std::move(name)), base_dir_(std::move(base_dir)) {}
+
+  [[noreturn]] void fail(std::string_view message) const {
+    throw ConfigError(name_ + ": " + std::string(message));
+  }
+  [[noreturn]] void fail(std::string_view key, const toml::node& value,
+                         std::string_view reason) const {
+    fail(std::string(key) + " = " + render(value) + ": " + std::string(reason));
+  }
+
+  static std::string qualified(std::string_view table, std::string_view key) {
+    return table.empty() ? std::string(key) : std::string(table) + "." + std::string(key);
+  }
+
+  void check_known(const toml::table& table, std::string_view table_name,
+                   std::initializer_list<std::string_view> known) const {
+    for (const auto& [key, value] : table) {
+      bool found = false;
+      for (auto name : known) found = found || key.str() == name;
+      if (!found) {
+        const std::string where =
+            table_name.empty() ? std::string() : " in [" + std::string(table_name) + "]";
+        fail("unknown key '" + std::string(key.str()) + "'" + where +
+             " (known keys: " + join(known) + ")");
+      }
+    }
+  }
+
+  const toml::table* table(const toml::table& parent, std::string_view key) const {
+    const toml::node* node = parent.get(key);
+    if (node == nullptr) return nullptr;
+    if (!node->is_table())
+      fail(key, *node, std::string("expected a table, got ") + type_name(*node));
+    return node->as_table();
+  }
+
+  std::optional<std::int64_t> integer(const toml::table& table, std::string_view table_name,
+                                      std::string_view key, std::int64_t low,
+                                      std::int64_t high) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return std::nullopt;
+    const std::string name = qualified(table_name, key);
+    if (!node->is_integer())
+      fail(name, *node, std::string("expected an integer, got ") + type_name(*node));
+    const std::int64_t value = node->as_integer()->get();
+    if (value < low || value > high) {
+      fail(name, *node, "must be between " + std::to_string(low) + " and " + std::to_string(high));
+    }
+    return value;
+  }
+
+  std::optional<double> number(const toml::table& table, std::string_view table_name,
+                               std::string_view key, double low, double high) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return std::nullopt;
+    const std::string name = qualified(table_name, key);
+    double value = 0;
+    if (node->is_integer()) {
+      value = static_cast<double>(node->as_integer()->get());
+    } else if (node->is_floating_point()) {
+      value = node->as_floating_point()->get();
+    } else {
+      fail(name, *node, std::string("expected a number, got ") + type_name(*node));
+    }
+    if (!std::isfinite(value)) fail(name, *node, "must be a finite number");
+    if (value < low || value > high) {
+      std::ostringstream range;
+      range << "must be between " << low << " and " << high;
+      fail(name, *node, range.str());
+    }
+    return value;
+  }
+
+  std::optional<bool> boolean(const toml::table& table, std::string_view table_name,
+                              std::string_view key) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return std::nullopt;
+    if (!node->is_boolean()) {
+      fail(qualified(table_name, key), *node,
+           std::string("expected true or false, got ") + type_name(*node));
+    }
+    return node->as_boolean()->get();
+  }
+
+  std::optional<std::string> string(const toml::table& table, std::string_view table_name,
+                                    std::string_view key, bool allow_empty = false) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return std::nullopt;
+    const std::string name = qualified(table_name, key);
+    if (!node->is_string())
+      fail(name, *node, std::string("expected a string, got ") + type_name(*node));
+    std::string value = node->as_string()->get();
+    if (value.empty() && !allow_empty) fail(name, *node, "must not be empty");
+    if (value.find('\0') != std::string::npos)
+      fail(name, *node, "must not contain a NUL character");
+    return value;
+  }
+
+  std::string one_of(const toml::table& table, std::string_view table_name, std::string_view key,
+                     std::initializer_list<std::string_view> allowed, std::string fallback) const {
+    auto value = string(table, table_name, key);
+    if (!value) return fallback;
+    for (auto word : allowed) {
+      if (*value == word) return *value;
+    }
+    fail(qualified(table_name, key), *table.get(key), "must be one of " + join(allowed));
+  }
+
+  fs::path resolve(const std::string& path) const {
+    fs::path p(path);
+    if (p.is_relative()) p = base_dir_ / p;
+    return p.lexically_normal();
+  }
+
+  void require_file(std::string_view key, const toml::node& node, const fs::path& path) const {
+    std::error_code error;
+    const auto status = fs::status(path, error);
+    if (!fs::exists(status)) fail(key, node, "no such file (" + path.string() + ")");
+    if (!fs::is_regular_file(status)) fail(key, node, "not a regular file (" + path.string() + ")");
+  }
+
+  void require_parent_directory(std::string_view key, const toml::node& node,
+                                const fs::path& path) const {
+    std::error_code error;
+    const fs::path parent = path.parent_path();
+    if (!fs::is_directory(parent, error)) {
+      fail(key, node, "directory " + parent.string() + " does not exist");
+    }
+  }
+
+ private:
+  std::string name_;
+  fs::path base_dir_;
+};
+
+EndpointConfig read_endpoint(const Reader& reader, const toml::table& root, std::string_view name,
+                             bool is_input) {
+  EndpointConfig endpoint;
+  const toml::table* table = reader.table(root, name);
+  if (table == nullptr) return endpoint;
+  if (is_input) {
+    reader.check_known(*table, name, {"device", "file", "realtime"});
+  } else {
+    reader.check_known(*table, name, {"device", "file"});
+  }
+  const toml::node* device = table->get("device");
+  const toml::node* file = table->get("file");
+  if (device != nullptr && file != nullptr) {
+    reader.fail(std::string(name) + ": give either device or file, not both");
+  }
+  if (device != nullptr) {
+    const std::string key = Reader::qualified(name, "device");
+    if (device->is_integer()) {
+      endpoint.device_index = static_cast<int>(*reader.integer(*table, name, "device", 0, 4095));
+    } else if (device->is_string()) {
+      const std::string value = *reader.string(*table, name, "device");
+      if (value != "default") endpoint.device_name = value;
+    } else {
+      reader.fail(key, *device,
+                  std::string("expected a device name or index, got ") + type_name(*device));
+    }
+  }
+  if (file != nullptr) {
+    const std::string key = Reader::qualified(name, "file");
+    endpoint.file = reader.resolve(*reader.string(*table, name, "file"));
+    if (is_input) {
+      reader.require_file(key, *file, endpoint.file);
+    } else {
+      reader.require_parent_directory(key, *file, endpoint.file);
+      std::error_code error;
+      if (fs::is_directory(endpoint.file, error)) reader.fail(key, *file, "is a directory");
+    }
+  }
+  if (is_input) {
+    if (auto realtime = reader.boolean(*table, name, "realtime")) {
+      if (file == nullptr) {
+        reader.fail(Reader::qualified(name, "realtime"), *table->get("realtime"),
+                    "only applies to input.file");
+      }
+      endpoint.realtime = *realtime;
+    }
+  }
+  return endpoint;
+}
+
+void read_filter(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  const toml::table* table = reader.table(root, "filter");
+  if (table == nullptr) reader.fail("missing [filter] table with file = \"...\" or files = [...]");
+  reader.check_known(*table, "filter",
+                     {"file", "files", "gain_db", "watch", "max_taps", "ignore_sample_rate"});
+  const toml::node* file = table->get("file");
+  const toml::node* files = table->get("files");
+  if (file != nullptr && files != nullptr) {
+    reader.fail(
+        "filter: give either file (one filter for all channels) or files (one per "
+        "channel), not both");
+  }
+  if (file == nullptr && files == nullptr) {
+    reader.fail(
+        "filter: missing file = \"...\" (one filter for all channels) or files = [...] "
+        "(one per channel)");
+  }
+  if (file != nullptr) {
+    const fs::path path = reader.resolve(*reader.string(*table, "filter", "file"));
+    reader.require_file("filter.file", *file, path);
+    config.filter_files = {path};
+  } else {
+    const toml::array* array = files->as_array();
+    if (array == nullptr) {
+      reader.fail("filter.files", *files,
+                  std::string("expected an array of file names, got ") + type_name(*files));
+    }
+    if (array->size() != config.channels) {
+      reader.fail("filter.files", *files,
+                  "has " + std::to_string(array->size()) +
+                      " entries but channels = " + std::to_string(config.channels) +
+                      " (one file per channel, or filter.file for one filter for all)");
+    }
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& entry = *array->get(i);
+      const std::string key = "filter.files[" + std::to_string(i) + "]";
+      if (!entry.is_string() || entry.as_string()->get().empty()) {
+        reader.fail(key, entry, "expected a non-empty file name");
+      }
+      const fs::path path = reader.resolve(entry.as_string()->get());
+      reader.require_file(key, entry, path);
+      config.filter_files.push_back(path);
+    }
+  }
+  if (auto gain = reader.number(*table, "filter", "gain_db", -120.0, 40.0)) config.gain_db = *gain;
+  if (auto watch = reader.boolean(*table, "filter", "watch")) config.watch_filters = *watch;
+  if (auto ignore = reader.boolean(*table, "filter", "ignore_sample_rate")) {
+    config.ignore_filter_sample_rate = *ignore;
+  }
+  if (auto max_taps = reader.integer(*table, "filter", "max_taps", 0, 1 << 20)) {
+    config.engine.max_taps = static_cast<std::size_t>(*max_taps);
+  }
+}
+
+void read_engine(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  const toml::table* table = reader.table(root, "engine");
+  if (table == nullptr) return;
+  reader.check_known(*table, "engine", {"backend", "algorithm", "streams", "kernel", "device"});
+  config.backend =
+      parse_backend(reader.one_of(*table, "engine", "backend", {"auto", "cpu", "cuda"}, "auto"));
+  const std::string algorithm =
+      reader.one_of(*table, "engine", "algorithm", {"auto", "direct", "fft"}, "auto");
+  config.engine.algorithm = algorithm == "direct" ? Algorithm::direct
+                            : algorithm == "fft"  ? Algorithm::fft
+                                                  : Algorithm::automatic;
+  if (auto streams = reader.integer(*table, "engine", "streams", 1, 16)) {
+    config.engine.streams = static_cast<int>(*streams);
+  }
+  if (auto kernel = reader.string(*table, "engine", "kernel")) config.engine.kernel = *kernel;
+  if (auto device = reader.integer(*table, "engine", "device", 0, 255)) {
+    config.engine.device = static_cast<int>(*device);
+  }
+}
+
+void read_control(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  config.control_socket = default_control_socket();
+  const toml::table* table = reader.table(root, "control");
+  if (table == nullptr) return;
+  reader.check_known(*table, "control", {"socket"});
+  if (auto socket = reader.string(*table, "control", "socket", /*allow_empty=*/true)) {
+    if (socket->empty()) {
+      config.control_socket.clear();
+      return;
+    }
+    config.control_socket = reader.resolve(*socket);
+    if (config.control_socket.string().size() > max_socket_path) {
+      reader.fail("control.socket", *table->get("socket"),
+                  "path longer than " + std::to_string(max_socket_path) +
+                      " bytes, too long for a Unix socket");
+    }
+    if (!config.control_socket.has_filename()) {
+      reader.fail("control.socket", *table->get("socket"), "names a directory, not a socket file");
+    }
+  }
+}
+
+void read_log(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  const toml::table* table = reader.table(root, "log");
+  if (table == nullptr) return;
+  reader.check_known(*table, "log", {"level", "file"});
+  const std::string level =
+      reader.one_of(*table, "log", "level",
+                    {"trace", "debug", "info", "warn", "error", "critical", "off"}, "info");
+  config.log_level = spdlog::level::from_str(level);
+  if (auto file = reader.string(*table, "log", "file", /*allow_empty=*/true)) {
+    if (!file->empty()) {
+      config.log_file = reader.resolve(*file);
+      reader.require_parent_directory("log.file", *table->get("file"), config.log_file);
+    }
+  }
+}
+
+}  // namespace
+
+std::string EndpointConfig::describe() const {
+  if (is_file()) return "file " + file.string();
+  if (!device_name.empty()) return "device '" + device_name + "'";
+  if (device_index >= 0) return "device #" + std::to_string(device_index);
+  return "default device";
+}
+
+fs::path default_control_socket() {
+  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime_dir != nullptr && runtime_dir[0] == '/') {
+    return fs::path(runtime_dir) / "tapstream" / "control.sock";
+  }
+  return fs::path("/tmp") / ("tapstream-" + std::to_string(::getuid())) / "control.sock";
+}
+
+LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
+                             std::string_view name) {
+  const Reader reader(std::string(name), base_dir);
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string(name));
+  } catch (const toml::parse_error& error) {
+    const auto& begin = error.source().begin;
+    throw ConfigError(std::string(name) + ":" + std::to_string(begin.line) + ":" +
+                      std::to_string(begin.column) + ": " + std::string(error.description()));
+  }
+
+  reader.check_known(root, "",
+                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "input",
+                      "output", "filter", "engine", "control", "log"});
+  LiveConfig config;
+  if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
+    config.sample_rate = static_cast<int>(*rate);
+  }
+  if (auto block = reader.integer(root, "", "block_frames", 1, 65536)) {
+    config.block_frames = static_cast<std::size_t>(*block);
+  }
+  if (auto channels = reader.integer(root, "", "channels", 1, 256)) {
+    config.channels = static_cast<std::size_t>(*channels);
+  }
+  if (auto margin = reader.integer(root, "", "ring_margin_frames", 0, 1 << 20)) {
+    config.ring_margin_frames = static_cast<std::size_t>(*margin);
+  }
+  config.input = read_endpoint(reader, root, "input", /*is_input=*/true);
+  config.output = read_endpoint(reader, root, "output", /*is_input=*/false);
+  if (config.input.is_file() && config.output.is_file() &&
+      config.input.file == config.output.file) {
+    reader.fail("output.file", *root["output"]["file"].node(),
+                "is the same file as input.file; the input would be overwritten");
+  }
+  read_filter(reader, root, config);
+  config.engine.max_block_frames = config.block_frames;
+  read_engine(reader, root, config);
+  read_control(reader, root, config);
+  read_log(reader, root, config);
+  return config;
+}
+
+LiveConfig load_live_config(const fs::path& file) {
+  std::ifstream stream(file, std::ios::binary);
+  std::error_code error;
+  if (!stream || fs::is_directory(file, error)) {
+    throw ConfigError(file.string() + ": cannot read configuration file" +
+                      (fs::exists(file, error) ? "" : " (no such file)"));
+  }
+  std::ostringstream text;
+  text << stream.rdbuf();
+  if (stream.bad()) throw ConfigError(file.string() + ": error while reading configuration file");
+  const fs::path absolute = fs::absolute(file).lexically_normal();
+  LiveConfig config = parse_live_config(text.str(), absolute.parent_path(), file.string());
+  config.config_file = absolute;
+  return config;
+}
+
+}  // namespace tapstream

@@ -1,0 +1,106 @@
+#pragma once
+// The live daemon's configuration: a TOML file (see config/live-default.toml
+// for every key with its default). Everything is checked when the file is
+// loaded, so that `tapstream run` fails at start, with the key, the value and
+// the reason, rather than minutes later in the audio path.
+//
+//   sample_rate = 48000          # Hz
+//   block_frames = 256           # frames per engine block
+//   channels = 2
+//   ring_margin_frames = 256     # safety margin of the I/O rings, frames
+//   [input]   device = "default" | "name" | index    or   file = "in.wav", realtime = true
+//   [output]  device = "default" | "name" | index    or   file = "out.wav"
+//   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]
+//             gain_db = 0.0, watch = true, max_taps = 0, ignore_sample_rate = false
+//   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
+//             streams = 2, kernel = "auto", device = 0
+//   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
+//   [log]     level = "info", file = ""
+//
+// Relative paths are resolved against the directory of the configuration file.
+
+#include <spdlog/common.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/engine_factory.hpp"
+#include "dsp/engine.hpp"
+
+namespace tapstream {
+
+// Every problem with a configuration; what() is one line naming the file, the
+// key, the value and the reason, e.g.
+// "live.toml: block_frames = 0: must be between 1 and 65536".
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where audio comes from or goes to: a PortAudio device or a sound file.
+struct EndpointConfig {
+  // A sound file instead of a device (absolute). Empty: use a device.
+  std::filesystem::path file;
+  // The device by name (exact PortAudio name) when not empty...
+  std::string device_name;
+  // ...else by PortAudio index when >= 0, else the host's default device.
+  int device_index = -1;
+  // Input files only: deliver the file at the sample rate, as a device would
+  // (false: as fast as the pipeline takes it).
+  bool realtime = true;
+
+  bool is_file() const { return !file.empty(); }
+  bool is_default_device() const { return file.empty() && device_name.empty() && device_index < 0; }
+  // "default device", "device 'hw:0'", "device #3" or "file /x/in.wav", for logs and status.
+  std::string describe() const;
+};
+
+struct LiveConfig {
+  std::filesystem::path config_file;  // where this came from (empty when parsed from text)
+
+  int sample_rate = 48000;
+  std::size_t block_frames = 256;
+  std::size_t channels = 2;
+  std::size_t ring_margin_frames = 256;
+
+  EndpointConfig input;
+  EndpointConfig output;
+
+  // One file for all channels, or one per channel (absolute paths).
+  std::vector<std::filesystem::path> filter_files;
+  double gain_db = 0.0;
+  bool watch_filters = true;
+  bool ignore_filter_sample_rate = false;
+
+  Backend backend = Backend::automatic;
+  // max_block_frames is block_frames; max_taps is [filter] max_taps (0: the
+  // first bank's length, so a later swap to a longer filter is refused).
+  EngineOptions engine;
+
+  std::filesystem::path control_socket;  // empty: no control socket
+  spdlog::level::level_enum log_level = spdlog::level::info;
+  std::filesystem::path log_file;  // empty: log to stderr only
+
+  // The filter file of `channel` (the one shared file when there is only one).
+  const std::filesystem::path& filter_file(std::size_t channel) const {
+    return filter_files.size() == 1 ? filter_files.front() : filter_files.at(channel);
+  }
+};
+
+// Reads and checks a configuration file. Throws ConfigError.
+LiveConfig load_live_config(const std::filesystem::path& file);
+
+// Parses configuration text; relative paths are resolved against `base_dir`;
+// `name` is used in error messages. Throws ConfigError.
+LiveConfig parse_live_config(std::string_view text, const std::filesystem::path& base_dir,
+                             std::string_view name = "<config>");
+
+// $XDG_RUNTIME_DIR/tapstream/control.sock, or /tmp/tapstream-UID/control.sock
+// when XDG_RUNTIME_DIR is not set.
+std::filesystem::path default_control_socket();
+
+}  // namespace tapstream
