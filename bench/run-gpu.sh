@@ -11,6 +11,7 @@
 #         -DTAPSTREAM_TESTS=OFF
 #   cmake --build build-gpu-bench --target cuda_engine_bench -j2
 #   /work/shared/device/bundle-libs.sh build-gpu-bench/libs build-gpu-bench/bench/cuda_engine_bench
+#   git rev-parse HEAD >build-gpu-bench/COMMIT   # the device copy has no .git
 # then run with carry: ["build-gpu-bench"] and `bash bench/run-gpu.sh`.
 #
 # usage: run-gpu.sh [--peers-only] [--quick]
@@ -48,6 +49,7 @@ if [ "$peers_only" = 0 ]; then
   bench=$build/bench/cuda_engine_bench
   if [ -x "$bench" ]; then
     echo "== tapstream cuda_engine_bench"
+    export TAPSTREAM_COMMIT=$(cat "$build/COMMIT" 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
     LD_LIBRARY_PATH=$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
       "$bench" --json "$out/engine.json" "${quick[@]}" 2>&1 | tee "$out/engine.log"
     echo "cuda_engine_bench exit status ${PIPESTATUS[0]}"
