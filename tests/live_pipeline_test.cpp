@@ -1,0 +1,423 @@
+// The live pipeline without sound hardware: file endpoints (unpaced and
+// paced) and direct pushes and pulls, compared with the engine run offline
+// and with a float64 reference convolution.
+
+#include "daemon/live_pipeline.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "daemon/audio_device.hpp"
+#include "daemon/file_endpoints.hpp"
+#include "dsp/cpu_engine.hpp"
+#include "dsp/sound_file.hpp"
+#include "tests/reference.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::random_signal;
+using testing::reference_convolution;
+using testing::relative_error;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("tapstream-live-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+std::vector<float> channel_of(const std::vector<float>& interleaved, std::size_t channels,
+                              std::size_t channel, std::size_t first_frame = 0) {
+  std::vector<float> out;
+  for (std::size_t i = first_frame * channels + channel; i < interleaved.size(); i += channels) {
+    out.push_back(interleaved[i]);
+  }
+  return out;
+}
+
+void write_wav(const fs::path& file, const std::vector<float>& interleaved, int rate,
+               int channels) {
+  SoundFileWriter writer(file, rate, channels, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  writer.write(interleaved);
+  writer.commit();
+}
+
+std::vector<float> read_wav(const fs::path& file, int* channels = nullptr) {
+  SoundFileReader reader(file);
+  if (channels != nullptr) *channels = reader.info().channels;
+  std::vector<float> all(static_cast<std::size_t>(reader.info().frames) * reader.info().channels);
+  std::size_t done = 0;
+  while (done < all.size()) {
+    const std::size_t frames = reader.read(std::span<float>(all).subspan(done));
+    if (frames == 0) break;
+    done += frames * reader.info().channels;
+  }
+  all.resize(done);
+  return all;
+}
+
+// The engine run offline over the whole signal in blocks of `block` frames.
+std::vector<float> offline(const FilterBank& bank, const std::vector<float>& interleaved,
+                           std::size_t block) {
+  EngineOptions options;
+  options.max_block_frames = block;
+  auto engine = make_cpu_engine(bank, options);
+  const std::size_t channels = bank.channels();
+  std::vector<float> out(interleaved.size());
+  for (std::size_t at = 0; at < interleaved.size(); at += block * channels) {
+    const std::size_t frames = std::min(block, (interleaved.size() - at) / channels);
+    engine->process(std::span<const float>(interleaved).subspan(at, frames * channels),
+                    std::span<float>(out).subspan(at, frames * channels), frames,
+                    Layout::interleaved);
+  }
+  return out;
+}
+
+LivePipelineOptions pipeline_options(std::size_t block, std::size_t margin) {
+  LivePipelineOptions options;
+  options.sample_rate = 48000;
+  options.block_frames = block;
+  options.margin_frames = margin;
+  options.realtime = false;  // tests must not depend on rtprio
+  return options;
+}
+
+std::unique_ptr<Engine> engine_for(const FilterBank& bank, std::size_t block,
+                                   std::size_t max_taps = 0) {
+  EngineOptions options;
+  options.max_block_frames = block;
+  options.max_taps = max_taps;
+  return make_cpu_engine(bank, options);
+}
+
+// Pushes `input` and pulls everything back through the unpaced side, as
+// fast as the engine goes; returns the output stream (latency included).
+// `during` runs once after `swap_after_frames` frames were pushed.
+template <typename During>
+std::vector<float> stream_unpaced(LivePipeline& pipeline, const std::vector<float>& input,
+                                  std::size_t period, std::size_t swap_after_frames,
+                                  During during) {
+  const std::size_t channels = pipeline.channels();
+  const std::size_t frames = input.size() / channels;
+  // Enough zeros after the end to push the last partial block through.
+  std::vector<float> padded(input);
+  padded.resize((frames + 2 * pipeline.block_frames()) * channels, 0.0f);
+  const std::size_t want = frames + pipeline.latency_frames();
+  std::vector<float> output(want * channels);
+  std::size_t pushed = 0, pulled = 0;
+  bool swapped = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (pulled < want) {
+    if (!swapped && pushed >= swap_after_frames) {
+      during();
+      swapped = true;
+    }
+    const std::size_t push_frames = std::min(period, padded.size() / channels - pushed);
+    pushed += pipeline.offer_input(padded.data() + pushed * channels, push_frames);
+    pulled +=
+        pipeline.take_output(output.data() + pulled * channels, std::min(period, want - pulled));
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "stream stalled at " << pulled << " of " << want << " frames";
+      break;
+    }
+    std::this_thread::yield();
+  }
+  return output;
+}
+
+TEST(LivePipeline, UnpacedFileStreamEqualsOfflineEngineAfterTheReportedLatency) {
+  const std::uint64_t seed = 20261122;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const int rate = 48000;
+  const std::size_t channels = 2, block = 256, margin = 96, frames = 48000 + 77;
+  const auto input = random_signal(frames * channels, seed);
+  const auto bank = FilterBank::per_channel(
+      {random_signal(733, seed + 1), random_signal(64, seed + 2)}, {"a", "b"});
+
+  TempDir dir;
+  write_wav(dir.path() / "in.wav", input, rate, channels);
+  LivePipeline pipeline(engine_for(bank, block), pipeline_options(block, margin));
+  FileEndpointOptions files;
+  files.input = dir.path() / "in.wav";
+  files.output = dir.path() / "out.wav";
+  files.paced = false;
+  files.period_frames = 100;  // not a divisor of the block: the rings adapt
+  FileEndpoints endpoints(pipeline, files);
+  pipeline.start();
+  endpoints.start();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!endpoints.finished() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(endpoints.finished()) << "the file stream did not finish in 60 s";
+  endpoints.stop();
+  pipeline.stop();
+
+  const std::size_t latency = pipeline.latency_frames();
+  EXPECT_EQ(latency, block + margin);
+  const auto output = read_wav(files.output);
+  ASSERT_EQ(output.size(), (frames + latency) * channels) << "every input frame comes out";
+  for (std::size_t i = 0; i < latency * channels; ++i) {
+    ASSERT_EQ(output[i], 0.0f) << "leading silence at sample " << i;
+  }
+  const auto expected = offline(bank, input, block);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto got = channel_of(output, channels, c, latency);
+    const auto want = channel_of(expected, channels, c);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LT(relative_error(got, want), 1e-5) << "channel " << c;
+    const auto exact = reference_convolution(channel_of(input, channels, c), bank.taps(c));
+    EXPECT_LT(relative_error(got, exact), 1e-5) << "channel " << c << " vs float64 reference";
+  }
+  const auto stats = pipeline.stats();
+  EXPECT_EQ(stats.underruns, 0u);
+  EXPECT_EQ(stats.overruns, 0u);
+}
+
+TEST(LivePipeline, PacedFileStreamKeepsRealTimeWithoutXruns) {
+  const std::uint64_t seed = 7;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const int rate = 48000;
+  const std::size_t channels = 2, block = 256, margin = 512, frames = 24000;  // 0.5 s
+  const auto input = random_signal(frames * channels, seed);
+  const auto bank = FilterBank::shared(random_signal(129, seed + 1), channels);
+  TempDir dir;
+  write_wav(dir.path() / "in.wav", input, rate, channels);
+  LivePipeline pipeline(engine_for(bank, block), pipeline_options(block, margin));
+  FileEndpointOptions files;
+  files.input = dir.path() / "in.wav";
+  files.output = dir.path() / "out.wav";
+  files.period_frames = block;
+  FileEndpoints endpoints(pipeline, files);
+  pipeline.start();
+  const auto started = std::chrono::steady_clock::now();
+  endpoints.start();
+  while (!endpoints.finished() &&
+         std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_TRUE(endpoints.finished());
+  endpoints.stop();
+  pipeline.stop();
+  const double audio_seconds = double(frames + pipeline.latency_frames()) / rate;
+  std::printf("paced: %.3f s of audio in %.3f s\n", audio_seconds, elapsed);
+  EXPECT_GT(elapsed, 0.9 * audio_seconds) << "a paced source keeps real time";
+  const auto stats = pipeline.stats();
+  EXPECT_EQ(stats.underruns, 0u);
+  EXPECT_EQ(stats.overruns, 0u);
+  const auto output = read_wav(files.output);
+  ASSERT_EQ(output.size(), (frames + pipeline.latency_frames()) * channels);
+  const auto got = channel_of(output, channels, 1, pipeline.latency_frames());
+  const auto exact = reference_convolution(channel_of(input, channels, 1), bank.taps(1));
+  EXPECT_LT(relative_error(got, exact), 1e-5);
+}
+
+// Checks one channel of a stream where the bank changed from `before` to
+// `after` at block `k`: exact old filter before, the linear crossfade over
+// block k, and exactly the new filter (with the whole input history) after.
+void expect_swap_at_block(const std::vector<float>& got, const std::vector<float>& input,
+                          std::span<const float> before, std::span<const float> after,
+                          std::size_t k, std::size_t block) {
+  const auto old_y = reference_convolution(input, before);
+  const auto new_y = reference_convolution(input, after);
+  const std::size_t start = k * block, end = std::min(got.size(), (k + 1) * block);
+  ASSERT_LT(end, got.size()) << "the swap came too late to be seen";
+  const auto range = [](const auto& v, std::size_t a, std::size_t b) {
+    return std::span(v).subspan(a, b - a);
+  };
+  EXPECT_LT(relative_error(range(got, 0, start), range(old_y, 0, start)), 1e-5)
+      << "before block " << k;
+  EXPECT_LT(relative_error(range(got, end, got.size()), range(new_y, end, got.size())), 1e-5)
+      << "after block " << k;
+  std::vector<double> fade(end - start);
+  for (std::size_t i = 0; i < fade.size(); ++i) {
+    const double w = double(i + 1) / double(block);
+    fade[i] = old_y[start + i] + w * (new_y[start + i] - old_y[start + i]);
+  }
+  EXPECT_LT(relative_error(range(got, start, end), std::span<const double>(fade)), 1e-5)
+      << "crossfade block " << k;
+}
+
+TEST(LivePipeline, SwapThroughTheMailboxSwitchesAtOneBlockBoundaryWithCrossfade) {
+  const std::uint64_t seed = 4242;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 2, block = 128, margin = 64, frames = 40000;
+  const auto input = random_signal(frames * channels, seed);
+  const auto old_taps = random_signal(300, seed + 1);
+  const auto new_taps = random_signal(1000, seed + 2);
+  LivePipeline pipeline(engine_for(FilterBank::shared(old_taps, channels), block, 1000),
+                        pipeline_options(block, margin));
+  pipeline.start();
+  std::uint64_t sequence = 0;
+  const auto output = stream_unpaced(pipeline, input, 96, frames / 3, [&] {
+    sequence = pipeline.mailbox().post(
+        std::make_shared<const FilterBank>(FilterBank::shared(new_taps, channels)));
+  });
+  pipeline.stop();
+  EXPECT_EQ(pipeline.mailbox().acknowledged(), sequence);
+  const auto stats = pipeline.stats();
+  ASSERT_EQ(stats.swaps, 1u);
+  std::printf("swapped at block %llu\n", static_cast<unsigned long long>(stats.last_swap_block));
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto got = channel_of(output, channels, c, pipeline.latency_frames());
+    ASSERT_EQ(got.size(), frames) << "no sample lost or repeated";
+    expect_swap_at_block(got, channel_of(input, channels, c), old_taps, new_taps,
+                         stats.last_swap_block, block);
+  }
+}
+
+TEST(LivePipeline, ABankTheEngineRefusesLeavesTheOldFilterRunning) {
+  const std::uint64_t seed = 99;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 2, block = 64, margin = 64, frames = 12000;
+  const auto input = random_signal(frames * channels, seed);
+  const auto taps = random_signal(50, seed + 1);
+  LivePipeline pipeline(engine_for(FilterBank::shared(taps, channels), block, 100),
+                        pipeline_options(block, margin));
+  pipeline.start();
+  std::uint64_t sequence = 0;
+  const auto output = stream_unpaced(pipeline, input, 64, frames / 2, [&] {
+    // Too long for the engine (max_taps 100): refused at the block boundary.
+    sequence = pipeline.mailbox().post(std::make_shared<const FilterBank>(
+        FilterBank::shared(random_signal(500, seed + 2), channels)));
+  });
+  pipeline.stop();
+  EXPECT_EQ(pipeline.mailbox().rejected(), sequence);
+  EXPECT_LT(pipeline.mailbox().acknowledged(), sequence);
+  EXPECT_EQ(pipeline.stats().rejected_swaps, 1u);
+  EXPECT_EQ(pipeline.stats().swaps, 0u);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto got = channel_of(output, channels, c, pipeline.latency_frames());
+    ASSERT_EQ(got.size(), frames);
+    EXPECT_LT(relative_error(got, reference_convolution(channel_of(input, channels, c), taps)),
+              1e-5)
+        << "channel " << c << ": the old filter ran on without a gap";
+  }
+}
+
+// Waits until the engine has processed `blocks` blocks.
+void wait_blocks(const LivePipeline& pipeline, std::uint64_t blocks) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pipeline.stats().blocks < blocks && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(pipeline.stats().blocks, blocks);
+}
+
+TEST(LivePipeline, UnderrunsAreCountedAndTheLatencyStaysAsReported) {
+  const std::uint64_t seed = 5;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 1, block = 32, margin = 16;
+  LivePipeline pipeline(engine_for(FilterBank::shared({1.0f}, channels), block),
+                        pipeline_options(block, margin));
+  pipeline.start();
+  const std::size_t latency = pipeline.latency_frames();
+  // The output side asks for two blocks more than the ring holds: silence,
+  // counted, and the two late blocks will be dropped when they arrive.
+  std::vector<float> out(latency + 2 * block, 1.0f);
+  pipeline.pull_output(out.data(), out.size());
+  for (float v : out) ASSERT_EQ(v, 0.0f);
+  auto stats = pipeline.stats();
+  EXPECT_EQ(stats.underruns, 1u);
+  EXPECT_EQ(stats.underrun_frames, 2 * block);
+
+  const auto input = random_signal(10 * block, seed);
+  pipeline.push_input(input.data(), input.size());
+  wait_blocks(pipeline, 10);
+  std::vector<float> later(8 * block);
+  pipeline.pull_output(later.data(), later.size());
+  pipeline.stop();
+  // Output frame m carries input frame m - latency: frames 2*block.. of the input.
+  for (std::size_t i = 0; i < later.size(); ++i) {
+    ASSERT_EQ(later[i], input[2 * block + i]) << "frame " << i;
+  }
+  EXPECT_EQ(pipeline.stats().underruns, 1u);
+}
+
+TEST(LivePipeline, OverrunsAreCountedAndLaterInputKeepsItsPlace) {
+  const std::uint64_t seed = 6;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 1, block = 32, margin = 32;
+  LivePipeline pipeline(engine_for(FilterBank::shared({1.0f}, channels), block),
+                        pipeline_options(block, margin));
+  // Before start() nothing reads the input ring: fill it past capacity.
+  const std::size_t lost = 40;
+  std::size_t capacity = 0;
+  const float held = 0.5f;
+  while (pipeline.stats().overruns == 0) {
+    pipeline.push_input(&held, 1);
+    ++capacity;
+  }
+  --capacity;  // the last push was the first frame lost
+  const std::vector<float> more(lost - 1, 0.25f);
+  pipeline.push_input(more.data(), more.size());  // lost as well
+  EXPECT_EQ(pipeline.stats().overrun_frames, lost);
+  pipeline.start();
+
+  // Pull as the engine goes; push the tail once the ring has room for the
+  // silence that replaces the lost frames and for the tail itself.
+  const auto tail = random_signal(4 * block, seed);
+  const std::size_t L = pipeline.latency_frames();
+  const std::size_t processed = (capacity + lost + tail.size()) / block * block;
+  bool pushed_tail = false;
+  std::vector<float> all;
+  std::vector<float> chunk(block);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (all.size() < L + processed && std::chrono::steady_clock::now() < deadline) {
+    if (!pushed_tail && pipeline.stats().blocks * block > lost + tail.size() + block) {
+      pipeline.push_input(tail.data(), tail.size());
+      pushed_tail = true;
+    }
+    const std::size_t got = pipeline.take_output(chunk.data(), block);
+    all.insert(all.end(), chunk.begin(), chunk.begin() + got);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  pipeline.stop();
+  ASSERT_TRUE(pushed_tail);
+  ASSERT_EQ(all.size(), L + processed);
+  for (std::size_t i = 0; i < L; ++i) ASSERT_EQ(all[i], 0.0f) << "leading silence " << i;
+  for (std::size_t i = 0; i < capacity; ++i) ASSERT_EQ(all[L + i], held) << "frame " << i;
+  for (std::size_t i = 0; i < lost; ++i) ASSERT_EQ(all[L + capacity + i], 0.0f) << "lost " << i;
+  for (std::size_t i = 0; L + capacity + lost + i < all.size(); ++i) {
+    ASSERT_EQ(all[L + capacity + lost + i], tail[i]) << "tail frame " << i;
+  }
+  EXPECT_EQ(pipeline.stats().overruns, 1u + 1u);
+}
+
+TEST(AudioDevices, ChoosingAMissingDeviceNamesTheValue) {
+  PortAudioLibrary library;
+  try {
+    choose_audio_device("no-such-device-xyz", Direction::output, 2);
+    FAIL() << "expected an error";
+  } catch (const AudioDeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-device-xyz"), std::string::npos) << e.what();
+  }
+  try {
+    choose_audio_device("9999", Direction::input, 2);
+    FAIL() << "expected an error";
+  } catch (const AudioDeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("9999"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tapstream
