@@ -68,12 +68,12 @@ __attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const
                                                           const float* ar, const float* ai,
                                                           float* orr, float* oi, std::size_t bins) {
   for (std::size_t k = 0; k < bins; k += 16) {
-    const __m512 a = _mm512_load_ps(xr + k), b = _mm512_load_ps(xi + k);
-    const __m512 c = _mm512_load_ps(hr + k), d = _mm512_load_ps(hi + k);
-    const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(b, d, _mm512_load_ps(ar + k)));
-    const __m512 im = _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(b, c, _mm512_load_ps(ai + k)));
-    _mm512_store_ps(orr + k, re);
-    _mm512_store_ps(oi + k, im);
+    const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xi + k);
+    const __m512 c = _mm512_loadu_ps(hr + k), d = _mm512_loadu_ps(hi + k);
+    const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(b, d, _mm512_loadu_ps(ar + k)));
+    const __m512 im = _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(b, c, _mm512_loadu_ps(ai + k)));
+    _mm512_storeu_ps(orr + k, re);
+    _mm512_storeu_ps(oi + k, im);
   }
 }
 
@@ -83,12 +83,12 @@ __attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, cons
                                                            float* orr, float* oi,
                                                            std::size_t bins) {
   for (std::size_t k = 0; k < bins; k += 8) {
-    const __m256 a = _mm256_load_ps(xr + k), b = _mm256_load_ps(xi + k);
-    const __m256 c = _mm256_load_ps(hr + k), d = _mm256_load_ps(hi + k);
-    const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(b, d, _mm256_load_ps(ar + k)));
-    const __m256 im = _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(b, c, _mm256_load_ps(ai + k)));
-    _mm256_store_ps(orr + k, re);
-    _mm256_store_ps(oi + k, im);
+    const __m256 a = _mm256_loadu_ps(xr + k), b = _mm256_loadu_ps(xi + k);
+    const __m256 c = _mm256_loadu_ps(hr + k), d = _mm256_loadu_ps(hi + k);
+    const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(b, d, _mm256_loadu_ps(ar + k)));
+    const __m256 im = _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(b, c, _mm256_loadu_ps(ai + k)));
+    _mm256_storeu_ps(orr + k, re);
+    _mm256_storeu_ps(oi + k, im);
   }
 }
 
@@ -115,30 +115,30 @@ __attribute__((target("avx512f"))) void sum_of_products_impl(
     __m512 i0 = _mm512_setzero_ps(), i1 = _mm512_setzero_ps();
     for (std::size_t t = 0; t < terms; ++t) {
       const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
-      const __m512 a0 = _mm512_load_ps(a), a1 = _mm512_load_ps(a + 16);
-      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-      const __m512 c0 = _mm512_load_ps(c), c1 = _mm512_load_ps(c + 16);
-      const __m512 d0 = _mm512_load_ps(d), d1 = _mm512_load_ps(d + 16);
+      const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
+      const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+      const __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + 16);
+      const __m512 d0 = _mm512_loadu_ps(d), d1 = _mm512_loadu_ps(d + 16);
       r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
       r1 = _mm512_fnmadd_ps(b1, d1, _mm512_fmadd_ps(a1, c1, r1));
       i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
       i1 = _mm512_fmadd_ps(b1, c1, _mm512_fmadd_ps(a1, d1, i1));
     }
-    _mm512_store_ps(orr + k, r0);
-    _mm512_store_ps(orr + k + 16, r1);
-    _mm512_store_ps(oi + k, i0);
-    _mm512_store_ps(oi + k + 16, i1);
+    _mm512_storeu_ps(orr + k, r0);
+    _mm512_storeu_ps(orr + k + 16, r1);
+    _mm512_storeu_ps(oi + k, i0);
+    _mm512_storeu_ps(oi + k + 16, i1);
   }
   for (; k < bins; k += 16) {
     __m512 r0 = _mm512_setzero_ps(), i0 = _mm512_setzero_ps();
     for (std::size_t t = 0; t < terms; ++t) {
-      const __m512 a0 = _mm512_load_ps(xr[t] + k), b0 = _mm512_load_ps(xi[t] + k);
-      const __m512 c0 = _mm512_load_ps(hr[t] + k), d0 = _mm512_load_ps(hi[t] + k);
+      const __m512 a0 = _mm512_loadu_ps(xr[t] + k), b0 = _mm512_loadu_ps(xi[t] + k);
+      const __m512 c0 = _mm512_loadu_ps(hr[t] + k), d0 = _mm512_loadu_ps(hi[t] + k);
       r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
       i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
     }
-    _mm512_store_ps(orr + k, r0);
-    _mm512_store_ps(oi + k, i0);
+    _mm512_storeu_ps(orr + k, r0);
+    _mm512_storeu_ps(oi + k, i0);
   }
 }
 
@@ -150,19 +150,19 @@ __attribute__((target("avx2,fma"))) void sum_of_products_impl(
     __m256 i0 = _mm256_setzero_ps(), i1 = _mm256_setzero_ps();
     for (std::size_t t = 0; t < terms; ++t) {
       const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
-      const __m256 a0 = _mm256_load_ps(a), a1 = _mm256_load_ps(a + 8);
-      const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-      const __m256 c0 = _mm256_load_ps(c), c1 = _mm256_load_ps(c + 8);
-      const __m256 d0 = _mm256_load_ps(d), d1 = _mm256_load_ps(d + 8);
+      const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+      const __m256 c0 = _mm256_loadu_ps(c), c1 = _mm256_loadu_ps(c + 8);
+      const __m256 d0 = _mm256_loadu_ps(d), d1 = _mm256_loadu_ps(d + 8);
       r0 = _mm256_fnmadd_ps(b0, d0, _mm256_fmadd_ps(a0, c0, r0));
       r1 = _mm256_fnmadd_ps(b1, d1, _mm256_fmadd_ps(a1, c1, r1));
       i0 = _mm256_fmadd_ps(b0, c0, _mm256_fmadd_ps(a0, d0, i0));
       i1 = _mm256_fmadd_ps(b1, c1, _mm256_fmadd_ps(a1, d1, i1));
     }
-    _mm256_store_ps(orr + k, r0);
-    _mm256_store_ps(orr + k + 8, r1);
-    _mm256_store_ps(oi + k, i0);
-    _mm256_store_ps(oi + k + 8, i1);
+    _mm256_storeu_ps(orr + k, r0);
+    _mm256_storeu_ps(orr + k + 8, r1);
+    _mm256_storeu_ps(oi + k, i0);
+    _mm256_storeu_ps(oi + k + 8, i1);
   }
 }
 

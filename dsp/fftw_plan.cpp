@@ -19,7 +19,10 @@ void Free::operator()(float* p) const {
 
 AlignedFloats::AlignedFloats(std::size_t count) : size_(count) {
   if (count == 0) return;
-  data_.reset(static_cast<float*>(fftwf_malloc(count * sizeof(float))));
+  // 64-byte alignment (one cache line, one AVX-512 vector) rather than
+  // fftwf_malloc's SIMD alignment, which may be only 16 or 32 bytes.
+  const std::size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+  data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
   if (!data_) throw std::bad_alloc();
   zero();
 }
@@ -79,25 +82,27 @@ RealFftPair::RealFftPair(std::size_t n) : n_(n) {
   if (n < 16 || (n & (n - 1)) != 0) {
     throw std::invalid_argument("FFT size " + std::to_string(n) + " is not a power of two >= 16");
   }
-  // Plans are made on scratch arrays with the alignment every caller uses.
-  AlignedFloats time(n), re(padded_bins(n)), im(padded_bins(n));
+  // Plans are made on scratch arrays laid out as every caller's are: 64-byte
+  // aligned, imaginary parts padded_bins(n) floats after the real parts (FFTW's
+  // new-array execute requires the same im - re distance as at planning).
+  AlignedFloats time(n), spectrum(2 * padded_bins(n));
+  float* re = spectrum.data();
+  float* im = re + padded_bins(n);
   fftw_iodim dim{static_cast<int>(n), 1, 1};
   const unsigned flags = (measuring() ? FFTW_MEASURE : FFTW_ESTIMATE);
   const std::lock_guard lock(planner_mutex());
   load_wisdom_once();
   // Wisdom only: if it knows both plans, no measuring (and no saving) happens.
-  fftwf_plan f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re.data(),
-                                               im.data(), FFTW_WISDOM_ONLY | flags);
-  fftwf_plan i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re.data(), im.data(),
-                                               time.data(), FFTW_WISDOM_ONLY | flags);
+  fftwf_plan f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re, im,
+                                               FFTW_WISDOM_ONLY | flags);
+  fftwf_plan i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re, im, time.data(),
+                                               FFTW_WISDOM_ONLY | flags);
   const bool learned = !f || !i;
   if (!f) {
-    f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re.data(), im.data(),
-                                      flags);
+    f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re, im, flags);
   }
   if (!i) {
-    i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re.data(), im.data(), time.data(),
-                                      flags);
+    i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re, im, time.data(), flags);
   }
   if (!f || !i) {
     if (f) fftwf_destroy_plan(f);

@@ -19,12 +19,13 @@
 
 namespace tapstream::fftw {
 
-// Frees memory from fftwf_malloc.
+// Frees memory from std::aligned_alloc.
 struct Free {
   void operator()(float* p) const;
 };
 
-// A zero-filled float array aligned for SIMD (fftwf_malloc).
+// A zero-filled float array aligned to 64 bytes (a cache line, an AVX-512
+// vector, and more than FFTW's SIMD alignment).
 class AlignedFloats {
  public:
   AlignedFloats() = default;
@@ -49,7 +50,8 @@ constexpr std::size_t padded_bins(std::size_t n) {
 }
 
 // Forward and inverse real FFT of one size, in split format. Immutable once
-// made; arrays passed to execute must be 64-byte aligned like AlignedFloats.
+// made; arrays passed to execute must be 64-byte aligned like AlignedFloats,
+// and im must always be re + padded_bins(n) (one [re | im] array).
 class RealFftPair {
  public:
   // The cached pair for size n (a power of two >= 16). Thread safe.
