@@ -157,6 +157,9 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
     throw error_for(file, "libsndfile cannot write " + describe_format(format) + " with " +
                               std::to_string(channels) + " channels");
   }
+  // Found now rather than by the rename at the very end of a long run.
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
   const int subtype = format & SF_FORMAT_SUBMASK;
   integer_format_ = subtype != SF_FORMAT_FLOAT && subtype != SF_FORMAT_DOUBLE;
   try {

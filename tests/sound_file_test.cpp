@@ -196,6 +196,31 @@ TEST_F(SoundFileTest, WriterIntoMissingDirectoryFailsNamingTheFile) {
   }
 }
 
+TEST_F(SoundFileTest, WriterOntoADirectoryFailsAtOnceAndLeavesNothing) {
+  const fs::path file = directory_ / "a-directory";
+  fs::create_directory(file);
+  try {
+    SoundFileWriter writer(file, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    FAIL() << "opened a writer onto a directory";
+  } catch (const SoundFileError& e) {
+    EXPECT_EQ(std::string(e.what()), file.string() + ": is a directory");
+  }
+  EXPECT_EQ(files_in_directory(), std::vector<fs::path>{file});
+}
+
+TEST_F(SoundFileTest, WriterRefusesAFormatLibsndfileCannotWrite) {
+  const fs::path file = directory_ / "float.flac";
+  try {
+    SoundFileWriter writer(file, 48000, 2, SF_FORMAT_FLAC | SF_FORMAT_FLOAT);
+    FAIL() << "opened a float FLAC writer";
+  } catch (const SoundFileError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(file.string() + ": ", 0), 0u) << message;
+    EXPECT_NE(message.find("FLAC float"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(files_in_directory().empty());
+}
+
 TEST_F(SoundFileTest, ReadingAMissingOrBogusFileFailsNamingIt) {
   const fs::path missing = directory_ / "missing.wav";
   try {
