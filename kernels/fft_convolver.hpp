@@ -45,6 +45,8 @@ class FftConvolver {
   void reset(cudaStream_t stream);
 
   std::size_t partition_frames() const;
+  // Filter partitions of partition_frames() taps (the delay line's length).
+  std::size_t partitions() const;
   std::string description() const;
 
  private:

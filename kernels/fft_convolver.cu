@@ -1,0 +1,374 @@
+// Uniformly partitioned overlap-save on the GPU (see fft_convolver.hpp).
+//
+// The stream is cut into segments of P frames (the partition); the filter into
+// K partitions of P taps, each zero-padded to 2P and transformed once (H_j,
+// with the inverse FFT's 1/(2P) folded in). X_s is the spectrum of the 2P-frame
+// window [segment s-1 | segment s]; segment s of the output is the second half
+// of IFFT(sum_j X_{s-j} H_j). The frequency-domain delay line keeps the X of
+// completed segments on the device.
+//
+// Zero added latency: a call that ends inside a segment transforms the window
+// with the segment's future zeroed (causal, so the frames already there come
+// out exact), and since partitions j >= 1 read only completed segments, their
+// sum (the "tail") is computed once per segment and reused by each call that
+// lands inside it. A run of whole segments is plain batched overlap-save: one
+// forward FFT, one fused multiply-accumulate and one inverse FFT over every
+// segment and channel of the run.
+//
+// Only counts (segment index, offset within it) live on the host; samples and
+// spectra stay on the device and every step is enqueued on the caller's stream.
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/cuda_resources.hpp"
+#include "kernels/cufft_plan.hpp"
+#include "kernels/fft_convolver.hpp"
+#include "kernels/overlap_save_windows.hpp"
+#include "kernels/spectral_mac.hpp"
+
+namespace tapstream::cuda {
+namespace {
+
+constexpr std::size_t kMinPartition = 64;
+constexpr std::size_t kMaxPartition = 65536;
+
+// Big blocks get big partitions (fewer, larger transforms per frame), but no
+// larger than the filter needs: past that, the FFT grows and nothing is saved.
+std::size_t choose_partition(std::size_t max_block_frames, std::size_t max_taps) {
+  const std::size_t by_block =
+      std::clamp<std::size_t>(std::bit_ceil(max_block_frames), kMinPartition, kMaxPartition);
+  const std::size_t by_taps = std::max(kMinPartition, std::bit_ceil(max_taps));
+  return std::min(by_block, by_taps);
+}
+
+}  // namespace
+
+struct FftConvolver::State {
+  std::size_t channels = 0;
+  std::size_t max_taps = 0;
+  std::size_t max_block_frames = 0;
+  std::size_t partition = 0;         // P
+  std::size_t bins = 0;              // P + 1
+  std::size_t partitions = 0;        // K
+  std::size_t max_segments = 0;      // whole segments one call can hold (at least 1)
+  std::size_t ring_slots = 0;        // K - 1 + max_segments: see spectral_mac.hpp
+  std::vector<RealFftPlan> forward;  // [i]: batch channels << i
+  std::vector<RealFftPlan> inverse;
+  DeviceBuffer<unsigned char> work;
+  DeviceBuffer<float> stage;          // [C][2P]
+  DeviceBuffer<float> windows;        // [S][C][2P]; then the inverse FFTs' output
+  DeviceBuffer<float2> new_spectra;   // [S][C][bins]; then the old filters' inverse FFT output
+  DeviceBuffer<float2> products;      // [S][C][bins]
+  DeviceBuffer<float2> products_old;  // [S][C][bins], during a crossfade
+  DeviceBuffer<float2> ring;          // [ring_slots][C][bins]
+  DeviceBuffer<float2> tail;          // [C][bins]
+  DeviceBuffer<float2> filters[2];    // [K][C or 1][bins]
+  bool filter_shared[2] = {false, false};
+  int current = 0;
+  int old = 1;
+  bool crossfade_pending = false;
+  bool filters_shared_description = false;
+
+  std::int64_t segment = 0;  // index of the segment being filled
+  std::size_t offset = 0;    // frames of it received so far
+  bool tail_valid = false;   // `tail` holds partitions 1..K-1 for `segment`, current filters
+
+  void run_forward(const float* in, float2* out, std::size_t segments, cudaStream_t stream) const {
+    std::size_t done = 0;
+    for (std::size_t i = forward.size(); i-- > 0;) {
+      if (segments & (std::size_t(1) << i)) {
+        forward[i].forward(in + done * channels * 2 * partition, out + done * channels * bins,
+                           stream);
+        done += std::size_t(1) << i;
+      }
+    }
+  }
+  void run_inverse(float2* in, float* out, std::size_t segments, cudaStream_t stream) const {
+    std::size_t done = 0;
+    for (std::size_t i = inverse.size(); i-- > 0;) {
+      if (segments & (std::size_t(1) << i)) {
+        inverse[i].inverse(in + done * channels * bins, out + done * channels * 2 * partition,
+                           stream);
+        done += std::size_t(1) << i;
+      }
+    }
+  }
+
+  SpectralMacArgs mac_args(int bank, std::size_t segments, float2* out) {
+    SpectralMacArgs a;
+    a.new_spectra = new_spectra.get();
+    a.ring = ring.get();
+    a.ring_slots = ring_slots;
+    a.filter = filters[bank].get();
+    a.filter_channel_stride = filter_shared[bank] ? 0 : bins;
+    a.filter_partition_stride = (filter_shared[bank] ? 1 : channels) * bins;
+    a.out = out;
+    a.first_segment = segment;
+    a.segments = segments;
+    a.channels = channels;
+    a.bins = bins;
+    a.first_partition = 0;
+    a.end_partition = partitions;
+    a.store_from = segments;  // none
+    return a;
+  }
+
+  // Frames [offset, offset + frames) of the current segment, within one segment.
+  void process_partial(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
+                       std::size_t frames, std::size_t call_offset, std::size_t call_frames,
+                       bool fading, cudaStream_t stream) {
+    launch_write_stage(stage.get(), in, in_stride, channels, partition, offset, frames, stream);
+    run_forward(stage.get(), new_spectra.get(), 1, stream);
+    const bool completes = offset + frames == partition;
+
+    SpectralMacArgs mac = mac_args(current, 1, products.get());
+    // A completed segment's spectrum is final: it joins the delay line.
+    mac.store_from = completes ? 0 : 1;
+    if (!fading && partitions > 1 && (tail_valid || !completes)) {
+      if (!tail_valid) {
+        SpectralMacArgs tail_mac = mac_args(current, 1, tail.get());
+        tail_mac.new_spectra = nullptr;
+        tail_mac.first_partition = 1;
+        launch_spectral_mac(tail_mac, stream);
+        tail_valid = true;
+      }
+      mac.end_partition = 1;
+      mac.addend = tail.get();
+    }
+    launch_spectral_mac(mac, stream);
+    if (fading) {
+      SpectralMacArgs old_mac = mac_args(old, 1, products_old.get());
+      launch_spectral_mac(old_mac, stream);
+    }
+
+    float* filtered_old = reinterpret_cast<float*>(new_spectra.get());
+    run_inverse(products.get(), windows.get(), 1, stream);
+    if (fading) run_inverse(products_old.get(), filtered_old, 1, stream);
+
+    EmitArgs emit;
+    emit.filtered = windows.get();
+    emit.filtered_old = fading ? filtered_old : nullptr;
+    emit.out = out;
+    emit.out_stride = out_stride;
+    emit.channels = channels;
+    emit.partition = partition;
+    emit.segments = 1;
+    emit.first = offset;
+    emit.frames = frames;
+    emit.call_offset = call_offset;
+    emit.call_frames = call_frames;
+    launch_emit(emit, stream);
+
+    if (completes) {
+      launch_advance_stage(stage.get(), channels, partition, stream);
+      ++segment;
+      offset = 0;
+      tail_valid = false;
+    } else {
+      offset += frames;
+    }
+  }
+
+  // `segments` whole segments starting at a segment boundary.
+  void process_segments(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
+                        std::size_t segments, std::size_t call_offset, std::size_t call_frames,
+                        bool fading, cudaStream_t stream) {
+    launch_build_windows(windows.get(), in, in_stride, stage.get(), channels, partition, segments,
+                         stream);
+    launch_keep_last_segment(stage.get(), in, in_stride, channels, partition, segments, stream);
+    run_forward(windows.get(), new_spectra.get(), segments, stream);
+
+    SpectralMacArgs mac = mac_args(current, segments, products.get());
+    // Later segments need the last K - 1 spectra of this run.
+    mac.store_from = segments > partitions - 1 ? segments - (partitions - 1) : 0;
+    launch_spectral_mac(mac, stream);
+    if (fading) launch_spectral_mac(mac_args(old, segments, products_old.get()), stream);
+
+    float* filtered_old = reinterpret_cast<float*>(new_spectra.get());
+    run_inverse(products.get(), windows.get(), segments, stream);
+    if (fading) run_inverse(products_old.get(), filtered_old, segments, stream);
+
+    EmitArgs emit;
+    emit.filtered = windows.get();
+    emit.filtered_old = fading ? filtered_old : nullptr;
+    emit.out = out;
+    emit.out_stride = out_stride;
+    emit.channels = channels;
+    emit.partition = partition;
+    emit.segments = segments;
+    emit.first = 0;
+    emit.frames = partition;
+    emit.call_offset = call_offset;
+    emit.call_frames = call_frames;
+    launch_emit(emit, stream);
+
+    segment += std::int64_t(segments);
+    tail_valid = false;
+  }
+};
+
+FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
+                           std::size_t max_block_frames, std::size_t partition_frames)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  if (max_taps == 0) max_taps = bank.max_taps();
+  if (bank.max_taps() > max_taps)
+    throw std::invalid_argument("FFT convolver: filter of " + std::to_string(bank.max_taps()) +
+                                " taps exceeds max_taps " + std::to_string(max_taps));
+  if (max_block_frames == 0)
+    throw std::invalid_argument("FFT convolver: max_block_frames must be at least 1");
+  if (bank.channels() > 65535)
+    throw std::invalid_argument("FFT convolver: " + std::to_string(bank.channels()) +
+                                " channels exceed the limit of 65535");
+  if (partition_frames != 0 && !std::has_single_bit(partition_frames))
+    throw std::invalid_argument("FFT convolver: partition_frames " +
+                                std::to_string(partition_frames) + " is not a power of two");
+
+  s.channels = bank.channels();
+  s.max_taps = max_taps;
+  s.max_block_frames = max_block_frames;
+  s.partition =
+      partition_frames != 0 ? partition_frames : choose_partition(max_block_frames, max_taps);
+  s.bins = s.partition + 1;
+  s.partitions = (max_taps + s.partition - 1) / s.partition;
+  s.max_segments = std::max<std::size_t>(1, max_block_frames / s.partition);
+  s.ring_slots = s.partitions - 1 + s.max_segments;
+
+  const std::size_t window = 2 * s.partition;
+  std::size_t work_bytes = 0;
+  for (std::size_t batch = 1; batch <= s.max_segments; batch *= 2) {
+    s.forward.emplace_back(window, batch * s.channels, CUFFT_R2C);
+    s.inverse.emplace_back(window, batch * s.channels, CUFFT_C2R);
+    work_bytes =
+        std::max({work_bytes, s.forward.back().work_bytes(), s.inverse.back().work_bytes()});
+  }
+  s.work = DeviceBuffer<unsigned char>(std::max<std::size_t>(work_bytes, 1));
+  for (auto& plan : s.forward) plan.attach_work_area(s.work.get());
+  for (auto& plan : s.inverse) plan.attach_work_area(s.work.get());
+
+  const std::size_t spectra = s.max_segments * s.channels * s.bins;
+  s.stage = DeviceBuffer<float>(s.channels * window);
+  s.windows = DeviceBuffer<float>(s.max_segments * s.channels * window);
+  s.new_spectra = DeviceBuffer<float2>(spectra);
+  s.products = DeviceBuffer<float2>(spectra);
+  s.products_old = DeviceBuffer<float2>(spectra);
+  s.ring = DeviceBuffer<float2>(s.ring_slots * s.channels * s.bins);
+  s.tail = DeviceBuffer<float2>(s.channels * s.bins);
+  for (auto& f : s.filters) f = DeviceBuffer<float2>(s.partitions * s.channels * s.bins);
+
+  // The legacy default stream orders these before any later work on blocking
+  // streams; set_filters() below synchronises the device anyway.
+  s.stage.zero(nullptr);
+  s.ring.zero(nullptr);
+  set_filters(bank, false);
+}
+
+FftConvolver::~FftConvolver() = default;
+
+void FftConvolver::process(const float* in, std::size_t in_stride, float* out,
+                           std::size_t out_stride, std::size_t frames, cudaStream_t stream) {
+  State& s = *state_;
+  if (frames == 0 || frames > s.max_block_frames)
+    throw std::invalid_argument("FFT convolver: block of " + std::to_string(frames) +
+                                " frames is outside 1.." + std::to_string(s.max_block_frames));
+  if (s.channels > 1 && (in_stride < frames || out_stride < frames))
+    throw std::invalid_argument("FFT convolver: channel stride (in " + std::to_string(in_stride) +
+                                ", out " + std::to_string(out_stride) + ") is below the " +
+                                std::to_string(frames) + " frames of the block");
+  const bool fading = s.crossfade_pending;
+  std::size_t done = 0;
+  while (done < frames) {
+    const std::size_t left = frames - done;
+    if (s.offset > 0 || left < s.partition) {
+      const std::size_t piece = std::min(left, s.partition - s.offset);
+      s.process_partial(in + done, in_stride, out + done, out_stride, piece, done, frames, fading,
+                        stream);
+      done += piece;
+    } else {
+      const std::size_t segments = std::min(left / s.partition, s.max_segments);
+      s.process_segments(in + done, in_stride, out + done, out_stride, segments, done, frames,
+                         fading, stream);
+      done += segments * s.partition;
+    }
+  }
+  s.crossfade_pending = false;
+}
+
+void FftConvolver::set_filters(const FilterBank& bank, bool crossfade) {
+  State& s = *state_;
+  if (bank.channels() != s.channels)
+    throw std::invalid_argument("FFT convolver: new filter bank has " +
+                                std::to_string(bank.channels()) + " channels, the stream has " +
+                                std::to_string(s.channels));
+  if (bank.max_taps() > s.max_taps)
+    throw std::invalid_argument("FFT convolver: new filter of " + std::to_string(bank.max_taps()) +
+                                " taps exceeds max_taps " + std::to_string(s.max_taps));
+
+  // Zero-padded partitions [K][filters][2P], scaled by the inverse FFT's 1/(2P).
+  const std::size_t filters = bank.is_shared() ? 1 : s.channels;
+  const std::size_t window = 2 * s.partition;
+  const float scale = 1.0f / float(window);
+  std::vector<float> padded(s.partitions * filters * window, 0.0f);
+  for (std::size_t f = 0; f < filters; ++f) {
+    const auto taps = bank.taps(f);
+    for (std::size_t k = 0; k < taps.size(); ++k) {
+      const std::size_t j = k / s.partition;
+      padded[(j * filters + f) * window + k % s.partition] = taps[k] * scale;
+    }
+  }
+  DeviceBuffer<float> time_domain(padded.size());
+  RealFftPlan plan(window, s.partitions * filters, CUFFT_R2C);
+  DeviceBuffer<unsigned char> plan_work(std::max<std::size_t>(plan.work_bytes(), 1));
+  plan.attach_work_area(plan_work.get());
+
+  // No kernel still reading the bank about to be overwritten.
+  TAPSTREAM_CUDA_CHECK(cudaDeviceSynchronize());
+  int target = s.current;
+  if (crossfade && !s.crossfade_pending) {
+    s.old = s.current;
+    target = 1 - s.current;
+  }
+  TAPSTREAM_CUDA_CHECK(
+      cudaMemcpy(time_domain.get(), padded.data(), time_domain.bytes(), cudaMemcpyHostToDevice));
+  plan.forward(time_domain.get(), s.filters[target].get(), nullptr);
+  TAPSTREAM_CUDA_CHECK(cudaDeviceSynchronize());
+  s.filter_shared[target] = bank.is_shared();
+  s.current = target;
+  s.crossfade_pending = crossfade;
+  s.tail_valid = false;
+}
+
+void FftConvolver::reset(cudaStream_t stream) {
+  State& s = *state_;
+  s.stage.zero(stream);
+  s.ring.zero(stream);
+  s.segment = 0;
+  s.offset = 0;
+  s.tail_valid = false;
+}
+
+std::size_t FftConvolver::partition_frames() const {
+  return state_->partition;
+}
+
+std::size_t FftConvolver::partitions() const {
+  return state_->partitions;
+}
+
+std::string FftConvolver::description() const {
+  const State& s = *state_;
+  std::ostringstream text;
+  text << "partitioned FFT (cuFFT), " << 2 * s.partition << "-point, " << s.partitions
+       << (s.partitions == 1 ? " partition" : " partitions") << " of " << s.partition << " frames, "
+       << s.channels << (s.channels == 1 ? " channel" : " channels")
+       << (s.filter_shared[s.current] ? ", shared filter" : ", per-channel filters");
+  return text.str();
+}
+
+}  // namespace tapstream::cuda

@@ -1,0 +1,471 @@
+// The CUDA FFT convolver (kernels/fft_convolver.hpp) against a float64
+// reference: random shapes, block sizes that vary within one stream, shared and
+// per-channel filters, filter swaps with and without crossfade, and reset.
+// Long filters are checked at sampled output positions (the float64 reference
+// is O(taps) per output). Skips where there is no CUDA device.
+//
+// DISABLED_PrintsThroughputOfBenchmarkShapes times the benchmark's offline
+// shapes with CUDA events and prints them (run it with
+// --gtest_also_run_disabled_tests); TAPSTREAM_FFT_TIMING_ONLY=taps:block:partition
+// limits it to one shape and one pass (for a profiler).
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/cuda_resources.hpp"
+#include "kernels/fft_convolver.hpp"
+#include "tests/reference.hpp"
+
+namespace tapstream {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::FftConvolver;
+using cuda::Stream;
+
+constexpr double kTolerance = 1e-5;
+
+bool device_missing(std::string* reason) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    *reason = std::string("no usable CUDA device: ") + cudaGetErrorString(error);
+    cudaGetLastError();
+    return true;
+  }
+  if (count == 0) {
+    *reason = "no CUDA device";
+    return true;
+  }
+  return false;
+}
+
+#define SKIP_WITHOUT_DEVICE()                              \
+  do {                                                     \
+    std::string reason_;                                   \
+    if (device_missing(&reason_)) GTEST_SKIP() << reason_; \
+  } while (0)
+
+void parallel_for(std::size_t count, const std::function<void(std::size_t)>& body) {
+  const std::size_t workers =
+      std::max<std::size_t>(1, std::min<std::size_t>(count, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      for (std::size_t i = w; i < count; i += workers) body(i);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// A planar multi-channel signal: channel c's frames at c * frames.
+struct Signal {
+  std::size_t channels = 0;
+  std::size_t frames = 0;
+  std::vector<float> samples;
+  std::span<const float> channel(std::size_t c) const {
+    return std::span<const float>(samples).subspan(c * frames, frames);
+  }
+};
+
+Signal random_planar(std::size_t channels, std::size_t frames, std::uint64_t seed) {
+  return Signal{channels, frames, testing::random_signal(channels * frames, seed)};
+}
+
+// Filters `x` in calls of the given sizes (summing to x.frames) through device
+// buffers with a channel stride of max_block; `before_call(k)` runs before call k.
+Signal run_stream(FftConvolver& convolver, const Signal& x, const std::vector<std::size_t>& calls,
+                  std::size_t max_block,
+                  const std::function<void(std::size_t)>& before_call = nullptr) {
+  Stream stream;
+  DeviceBuffer<float> in(x.channels * max_block);
+  DeviceBuffer<float> out(x.channels * max_block);
+  Signal y{x.channels, x.frames, std::vector<float>(x.samples.size(), std::nanf(""))};
+  std::size_t position = 0;
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    if (before_call) before_call(k);
+    const std::size_t frames = calls[k];
+    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
+        in.get(), max_block * sizeof(float), x.samples.data() + position, x.frames * sizeof(float),
+        frames * sizeof(float), x.channels, cudaMemcpyHostToDevice, stream.get()));
+    convolver.process(in.get(), max_block, out.get(), max_block, frames, stream.get());
+    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
+        y.samples.data() + position, y.frames * sizeof(float), out.get(), max_block * sizeof(float),
+        frames * sizeof(float), x.channels, cudaMemcpyDeviceToHost, stream.get()));
+    stream.synchronize();
+    position += frames;
+  }
+  return y;
+}
+
+// Call sizes in 1..max_block summing to `frames`: whole blocks, tiny ones and
+// everything between, so that calls start and end anywhere in a partition.
+std::vector<std::size_t> random_calls(std::size_t frames, std::size_t max_block,
+                                      std::mt19937_64& rng) {
+  std::vector<std::size_t> calls;
+  std::size_t left = frames;
+  while (left > 0) {
+    std::size_t size = 0;
+    switch (rng() % 4) {
+      case 0:
+        size = max_block;
+        break;
+      case 1:
+        size = 1 + rng() % std::min<std::size_t>(max_block, 16);
+        break;
+      default:
+        size = 1 + rng() % max_block;
+    }
+    size = std::min(size, left);
+    calls.push_back(size);
+    left -= size;
+  }
+  return calls;
+}
+
+std::vector<std::size_t> fixed_calls(std::size_t frames, std::size_t size) {
+  std::vector<std::size_t> calls(frames / size, size);
+  if (frames % size) calls.push_back(frames % size);
+  return calls;
+}
+
+double reference_at(std::span<const float> x, std::span<const float> h, std::size_t n) {
+  const std::size_t kmax = std::min(h.size() - 1, n);
+  double acc = 0.0;
+  for (std::size_t k = 0; k <= kmax; ++k) acc += double(h[k]) * double(x[n - k]);
+  return acc;
+}
+
+// Relative error of y against the float64 convolution of x with `bank`, over
+// all outputs of [from, to) when the reference is cheap enough, else over
+// `budget`-limited random positions (and the first and last frames) in it.
+double error_against_reference(const Signal& x, const FilterBank& bank, const Signal& y,
+                               std::size_t from, std::size_t to, std::uint64_t seed,
+                               double budget = 4e8) {
+  std::vector<double> num(x.channels, 0.0), den(x.channels, 0.0);
+  parallel_for(x.channels, [&](std::size_t c) {
+    const auto h = bank.taps(c);
+    const auto xc = x.channel(c);
+    const auto yc = y.channel(c);
+    const std::size_t count = to - from;
+    const std::size_t wanted = std::size_t(budget / double(x.channels) / double(h.size())) + 64;
+    std::vector<std::size_t> positions;
+    if (wanted >= count) {
+      for (std::size_t n = from; n < to; ++n) positions.push_back(n);
+    } else {
+      std::mt19937_64 rng(seed + c);
+      for (std::size_t i = 0; i < std::min<std::size_t>(16, count); ++i) {
+        positions.push_back(from + i);
+        positions.push_back(to - 1 - i);
+      }
+      while (positions.size() < wanted) positions.push_back(from + rng() % count);
+    }
+    for (const std::size_t n : positions) {
+      const double want = reference_at(xc, h, n);
+      const double d = double(yc[n]) - want;
+      num[c] += d * d;
+      den[c] += want * want;
+    }
+  });
+  double n = 0, d = 0;
+  for (std::size_t c = 0; c < x.channels; ++c) {
+    n += num[c];
+    d += den[c];
+  }
+  return d == 0.0 ? std::sqrt(n) : std::sqrt(n / d);
+}
+
+FilterBank random_bank(std::size_t channels, std::size_t taps, bool shared, std::uint64_t seed) {
+  if (shared) return FilterBank::shared(testing::random_signal(taps, seed), channels);
+  // Per-channel filters of different lengths, the longest `taps`.
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<float>> filters;
+  for (std::size_t c = 0; c < channels; ++c) {
+    const std::size_t length = c == 0 ? taps : 1 + rng() % taps;
+    filters.push_back(testing::random_signal(length, seed * 1000 + c));
+  }
+  return FilterBank::per_channel(std::move(filters));
+}
+
+struct Shape {
+  std::size_t channels;
+  std::size_t taps;
+  std::size_t max_block;
+  bool shared;
+  std::size_t frames;
+  std::size_t partition;  // 0: the convolver's choice
+};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.channels << " ch, " << s.taps << " taps, blocks <= " << s.max_block
+      << (s.shared ? ", shared" : ", per-channel") << ", " << s.frames << " frames, partition "
+      << s.partition;
+}
+
+class FftConvolverShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FftConvolverShapes, MatchesFloat64ReferenceWithVaryingBlockSizes) {
+  SKIP_WITHOUT_DEVICE();
+  const Shape s = GetParam();
+  const std::uint64_t seed = 1000 + s.channels * 7 + s.taps * 13 + s.max_block;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const FilterBank bank = random_bank(s.channels, s.taps, s.shared, seed);
+  FftConvolver convolver(bank, s.taps, s.max_block, s.partition);
+  std::printf("%s\n", convolver.description().c_str());
+  const Signal x = random_planar(s.channels, s.frames, seed + 1);
+  std::mt19937_64 rng(seed + 2);
+  const auto calls = random_calls(s.frames, s.max_block, rng);
+  const Signal y = run_stream(convolver, x, calls, s.max_block);
+  for (const float v : y.samples) ASSERT_TRUE(std::isfinite(v)) << "an output was not written";
+  EXPECT_LE(error_against_reference(x, bank, y, 0, s.frames, seed), kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RandomShapes, FftConvolverShapes,
+    ::testing::Values(Shape{1, 1, 1, true, 300, 0}, Shape{3, 100, 37, false, 4000, 0},
+                      Shape{64, 2048, 256, true, 20000, 0}, Shape{2, 5000, 4096, false, 40000, 64},
+                      Shape{5, 131072, 1024, false, 330000, 0},
+                      Shape{8, 131072, 65536, true, 400000, 0},
+                      Shape{64, 16384, 65536, false, 200000, 0},
+                      Shape{17, 777, 3000, false, 50000, 0}, Shape{1, 65536, 1, true, 2000, 0},
+                      Shape{7, 300, 65536, true, 300000, 0}));
+
+// Shapes drawn at random (fixed seeds), within the engine's limits.
+TEST(FftConvolver, MatchesFloat64ReferenceForRandomShapes) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::size_t channels = 1 + rng() % 64;
+    const std::size_t taps = std::size_t(std::exp2(double(rng() % 1700) / 100.0));  // 1..2^17
+    const std::size_t max_block = std::size_t(std::exp2(double(rng() % 1600) / 100.0)) + 1;
+    const bool shared = rng() % 2 == 0;
+    // Enough frames to cross every partition, few enough calls to stay quick.
+    const std::size_t frames =
+        std::min<std::size_t>(std::max<std::size_t>(2 * taps + max_block, 5000),
+                              std::min<std::size_t>(300 * max_block, 4'000'000 / channels));
+    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + std::to_string(channels) + " ch, " +
+                 std::to_string(taps) + " taps, blocks <= " + std::to_string(max_block) +
+                 (shared ? ", shared" : ", per-channel") + ", " + std::to_string(frames) +
+                 " frames");
+    const FilterBank bank = random_bank(channels, taps, shared, seed);
+    FftConvolver convolver(bank, taps, max_block);
+    const Signal x = random_planar(channels, frames, seed + 1);
+    const auto calls = random_calls(frames, max_block, rng);
+    const Signal y = run_stream(convolver, x, calls, max_block);
+    EXPECT_LE(error_against_reference(x, bank, y, 0, frames, seed), kTolerance);
+  }
+}
+
+TEST(FftConvolver, OutputDoesNotDependOnBlockSize) {
+  SKIP_WITHOUT_DEVICE();
+  const std::uint64_t seed = 77;
+  const FilterBank bank = random_bank(4, 3000, false, seed);
+  const Signal x = random_planar(4, 12000, seed + 1);
+  std::mt19937_64 rng(seed);
+  FftConvolver tiny(bank, 3000, 512);
+  FftConvolver whole(bank, 3000, 512);
+  const Signal a = run_stream(tiny, x, random_calls(x.frames, 7, rng), 512);
+  const Signal b = run_stream(whole, x, fixed_calls(x.frames, 512), 512);
+  EXPECT_LE(testing::relative_error(a.samples, b.samples), kTolerance);
+  EXPECT_LE(error_against_reference(x, bank, a, 0, x.frames, seed), kTolerance);
+}
+
+// The first call after set_filters(new, true) fades from the old filters'
+// output to the new's (weight (i + 1) / frames on the new at frame i); calls
+// before use the old filters, calls after the new, over the whole history.
+void check_swap(bool crossfade, std::size_t swap_call_frames, std::size_t partition,
+                std::uint64_t seed) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + (crossfade ? ", crossfade" : ", no crossfade") +
+               ", swap call of " + std::to_string(swap_call_frames) + " frames");
+  const std::size_t channels = 3, max_block = 4096, frames = 30000;
+  const FilterBank old_bank = random_bank(channels, 1500, true, seed);
+  const FilterBank new_bank = random_bank(channels, 2500, false, seed + 1);
+  const Signal x = random_planar(channels, frames, seed + 2);
+  std::vector<std::size_t> calls = {1000, 333, 4096, 77};  // 5506 frames before the swap
+  std::size_t swap_at = 0;
+  for (const auto c : calls) swap_at += c;
+  const std::size_t swap_call = calls.size();
+  calls.push_back(swap_call_frames);
+  std::mt19937_64 rng(seed);
+  for (const auto c : random_calls(frames - swap_at - swap_call_frames, 1000, rng))
+    calls.push_back(c);
+
+  FftConvolver convolver(old_bank, 2500, max_block, partition);
+  const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
+    if (k == swap_call) convolver.set_filters(new_bank, crossfade);
+  });
+
+  EXPECT_LE(error_against_reference(x, old_bank, y, 0, swap_at, seed), kTolerance);
+  const std::size_t after = swap_at + swap_call_frames;
+  EXPECT_LE(error_against_reference(x, new_bank, y, crossfade ? after : swap_at, frames, seed),
+            kTolerance);
+  if (crossfade) {
+    double num = 0, den = 0;
+    for (std::size_t c = 0; c < channels; ++c) {
+      for (std::size_t i = 0; i < swap_call_frames; ++i) {
+        const std::size_t n = swap_at + i;
+        const double w = double(i + 1) / double(swap_call_frames);
+        const double want = reference_at(x.channel(c), old_bank.taps(c), n) * (1.0 - w) +
+                            reference_at(x.channel(c), new_bank.taps(c), n) * w;
+        num += (y.channel(c)[n] - want) * (y.channel(c)[n] - want);
+        den += want * want;
+      }
+    }
+    EXPECT_LE(std::sqrt(num / den), kTolerance);
+  }
+}
+
+TEST(FftConvolver, CrossfadeCallBlendsOldAndNewFilterOutputs) {
+  SKIP_WITHOUT_DEVICE();
+  check_swap(true, 4096, 0, 5);    // partition 4096: one partial + remainder
+  check_swap(true, 3000, 256, 6);  // partial head, whole segments, partial tail
+  check_swap(true, 1, 0, 7);       // a one-frame fade ends fully new
+  check_swap(true, 100, 256, 8);
+}
+
+TEST(FftConvolver, SetFiltersWithoutCrossfadeFiltersTheWholeHistoryWithTheNewFilters) {
+  SKIP_WITHOUT_DEVICE();
+  check_swap(false, 4096, 0, 9);
+  check_swap(false, 2000, 128, 10);
+}
+
+TEST(FftConvolver, TwoSwapsBeforeACallFadeFromTheFiltersLastUsed) {
+  SKIP_WITHOUT_DEVICE();
+  const std::uint64_t seed = 21;
+  const FilterBank a = random_bank(2, 700, false, seed);
+  const FilterBank b = random_bank(2, 900, true, seed + 1);
+  const FilterBank c = random_bank(2, 1000, false, seed + 2);
+  const Signal x = random_planar(2, 6000, seed + 3);
+  FftConvolver convolver(a, 1000, 2000, 128);
+  const Signal y = run_stream(convolver, x, {2000, 2000, 2000}, 2000, [&](std::size_t k) {
+    if (k == 1) {
+      convolver.set_filters(b, true);
+      convolver.set_filters(c, true);
+    }
+  });
+  double num = 0, den = 0;
+  for (std::size_t ch = 0; ch < 2; ++ch) {
+    for (std::size_t i = 0; i < 2000; ++i) {
+      const std::size_t n = 2000 + i;
+      const double w = double(i + 1) / 2000.0;
+      const double want = reference_at(x.channel(ch), a.taps(ch), n) * (1.0 - w) +
+                          reference_at(x.channel(ch), c.taps(ch), n) * w;
+      num += (y.channel(ch)[n] - want) * (y.channel(ch)[n] - want);
+      den += want * want;
+    }
+  }
+  EXPECT_LE(std::sqrt(num / den), kTolerance);
+  EXPECT_LE(error_against_reference(x, c, y, 4000, 6000, seed), kTolerance);
+}
+
+TEST(FftConvolver, ResetForgetsTheInputHistory) {
+  SKIP_WITHOUT_DEVICE();
+  const std::uint64_t seed = 31;
+  const FilterBank bank = random_bank(5, 3000, false, seed);
+  FftConvolver convolver(bank, 3000, 1024, 256);
+  const Signal first = random_planar(5, 7777, seed + 1);
+  std::mt19937_64 rng(seed);
+  run_stream(convolver, first, random_calls(first.frames, 1024, rng), 1024);
+  Stream stream;
+  convolver.reset(stream.get());
+  stream.synchronize();
+  const Signal second = random_planar(5, 9000, seed + 2);
+  const Signal y = run_stream(convolver, second, random_calls(second.frames, 1024, rng), 1024);
+  EXPECT_LE(error_against_reference(second, bank, y, 0, second.frames, seed), kTolerance);
+}
+
+TEST(FftConvolver, RejectsBadArgumentsWithClearErrors) {
+  SKIP_WITHOUT_DEVICE();
+  const FilterBank bank = random_bank(2, 100, true, 1);
+  EXPECT_THROW(FftConvolver(bank, 50, 64), std::invalid_argument);
+  EXPECT_THROW(FftConvolver(bank, 100, 0), std::invalid_argument);
+  EXPECT_THROW(FftConvolver(bank, 100, 64, 48), std::invalid_argument);
+  FftConvolver convolver(bank, 100, 64);
+  EXPECT_THROW(convolver.set_filters(random_bank(3, 100, true, 2), false), std::invalid_argument);
+  EXPECT_THROW(convolver.set_filters(random_bank(2, 101, true, 2), false), std::invalid_argument);
+  DeviceBuffer<float> buffer(2 * 128);
+  EXPECT_THROW(convolver.process(buffer.get(), 64, buffer.get() + 128, 64, 0, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(convolver.process(buffer.get(), 65, buffer.get() + 128, 65, 65, nullptr),
+               std::invalid_argument);
+}
+
+// Offline throughput of the benchmark's shapes: 8 channels x 2^22 frames,
+// device-resident input and output, timed with CUDA events (median of passes).
+TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
+  SKIP_WITHOUT_DEVICE();
+  struct TimingShape {
+    std::size_t taps, block, partition;
+  };
+  std::vector<TimingShape> shapes = {
+      {2048, 65536, 0},         {2048, 65536, 4096},      {2048, 65536, 8192},
+      {2048, 1 << 22, 0},       {2048, 1 << 22, 4096},    {2048, 1 << 22, 8192},
+      {16384, 65536, 0},        {16384, 65536, 8192},     {16384, 1 << 22, 0},
+      {16384, 1 << 22, 8192},   {16384, 1 << 22, 32768},  {131072, 65536, 0},
+      {131072, 65536, 16384},   {131072, 65536, 32768},   {131072, 1 << 22, 0},
+      {131072, 1 << 22, 16384}, {131072, 1 << 22, 32768},
+  };
+  int passes = 5;
+  if (const char* only = std::getenv("TAPSTREAM_FFT_TIMING_ONLY")) {
+    TimingShape s{};
+    if (std::sscanf(only, "%zu:%zu:%zu", &s.taps, &s.block, &s.partition) == 3) {
+      shapes = {s};
+      passes = 1;
+    }
+  }
+  const std::size_t channels = 8, frames = std::size_t(1) << 22;
+  const Signal x = random_planar(channels, frames, 4242);
+  DeviceBuffer<float> in(channels * frames), out(channels * frames);
+  TAPSTREAM_CUDA_CHECK(cudaMemcpy(in.get(), x.samples.data(), in.bytes(), cudaMemcpyHostToDevice));
+  Stream stream;
+  cuda::Event start(true), stop(true);
+  std::printf("%8s %8s %9s %6s %10s %12s %9s\n", "taps", "block", "partition", "parts", "ms",
+              "Msamples/s", "rel.err");
+  for (const auto& s : shapes) {
+    const FilterBank bank = random_bank(channels, s.taps, true, s.taps);
+    FftConvolver convolver(bank, s.taps, s.block, s.partition);
+    auto pass = [&] {
+      for (std::size_t at = 0; at < frames; at += s.block) {
+        convolver.process(in.get() + at, frames, out.get() + at, frames,
+                          std::min(s.block, frames - at), stream.get());
+      }
+    };
+    pass();  // warm-up (and module load)
+    std::vector<float> ms;
+    for (int p = 0; p < passes; ++p) {
+      convolver.reset(stream.get());
+      start.record(stream.get());
+      pass();
+      stop.record(stream.get());
+      stop.synchronize();
+      float elapsed = 0;
+      TAPSTREAM_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.get(), stop.get()));
+      ms.push_back(elapsed);
+    }
+    std::sort(ms.begin(), ms.end());
+    const float median = ms[ms.size() / 2];
+    Signal y{channels, frames, std::vector<float>(channels * frames)};
+    TAPSTREAM_CUDA_CHECK(
+        cudaMemcpy(y.samples.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+    const double error = error_against_reference(x, bank, y, 0, frames, 99, 2e8);
+    std::printf("%8zu %8zu %9zu %6zu %10.3f %12.1f %9.2e\n", s.taps, s.block,
+                convolver.partition_frames(), convolver.partitions(), median,
+                double(channels * frames) / (median * 1e3), error);
+    EXPECT_LE(error, kTolerance);
+  }
+}
+
+}  // namespace
+}  // namespace tapstream
