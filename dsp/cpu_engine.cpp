@@ -52,18 +52,21 @@ std::size_t div_up(std::size_t n, std::size_t m) {
 }
 
 // ---- cost model (nanoseconds per sample of one channel) ----
-// Constants measured with bench/cpu_engine_bench on the development machine
-// (Xeon, AVX-512; see docs/cpu-engine.md): one direct-form tap per output, one
-// FFT pair (forward + inverse) per N*log2(N), one complex bin multiply-add.
-constexpr double kNsPerDirectTap = 0.016;
-constexpr double kNsPerFftPairPoint = 0.09;  // times N log2 N
-constexpr double kNsPerSpectralBin = 0.25;
+// Constants measured with `cpu_engine_bench --calibrate` (thread CPU time) on
+// the development machine (Xeon, AVX-512, 2 cores; docs/cpu-engine.md): an FFT
+// pair (forward + inverse) costs about kNsPerFft + kNsPerFftPoint * N log2 N;
+// a complex bin multiply-add of the delay line kNsPerSpectralBin; one tap of one
+// direct-form output kNsPerDirectTap (computed 16 outputs at a time).
+constexpr double kNsPerFft = 300.0;
+constexpr double kNsPerFftPoint = 0.27;
+constexpr double kNsPerSpectralBin = 0.2;
+constexpr double kNsPerDirectTap = 0.03;
 constexpr double kNsPerCallOverhead = 40.0;
 
 double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
   const double n = 2.0 * double(p);
   const double partitions = double(div_up(taps, p));
-  const double fft_pair = kNsPerFftPairPoint * n * std::log2(n);
+  const double fft_pair = kNsPerFft + kNsPerFftPoint * n * std::log2(n);
   const double bins = double(p + 1);
   // Each call costs one FFT pair and one multiply-add per chunk (a call is cut
   // at segment boundaries); each completed segment adds the tail's products.
@@ -75,7 +78,7 @@ double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
 
 double direct_cost_per_sample(std::size_t block, std::size_t taps) {
   return kNsPerCallOverhead / double(block) +
-         kNsPerDirectTap * double(taps) * double(round_up(block, kDirectPad)) / double(block);
+         kNsPerDirectTap * double(taps) * double(round_up(block, 16)) / double(block);
 }
 
 std::size_t best_partition(std::size_t block, std::size_t taps) {

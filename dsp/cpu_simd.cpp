@@ -14,7 +14,8 @@ namespace {
 __attribute__((target("avx512f"))) void direct_fir_impl(const float* x, const float* r,
                                                         std::size_t taps, float* y,
                                                         std::size_t frames) {
-  for (std::size_t n = 0; n < frames; n += 64) {
+  std::size_t n = 0;
+  for (; n + 48 < frames; n += 64) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     const float* xn = x + n;
@@ -29,6 +30,15 @@ __attribute__((target("avx512f"))) void direct_fir_impl(const float* x, const fl
     _mm512_storeu_ps(y + n + 16, a1);
     _mm512_storeu_ps(y + n + 32, a2);
     _mm512_storeu_ps(y + n + 48, a3);
+  }
+  // Short blocks (live audio) and remainders: 16 outputs at a time.
+  for (; n < frames; n += 16) {
+    __m512 a0 = _mm512_setzero_ps();
+    const float* xn = x + n;
+    for (std::size_t j = 0; j < taps; ++j) {
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(r[j]), _mm512_loadu_ps(xn + j), a0);
+    }
+    _mm512_storeu_ps(y + n, a0);
   }
 }
 

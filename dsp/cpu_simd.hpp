@@ -10,7 +10,9 @@ namespace tapstream::simd {
 // Direct-form FIR over a contiguous history:
 //   y[n] = sum_{j < taps} reversed_taps[j] * x[n + j]   for n < round_up(frames, 64)
 // x must be readable for round_up(frames, 64) + taps - 1 floats and y writable
-// for round_up(frames, 64). reversed_taps holds the filter back to front.
+// for round_up(frames, 64) (the AVX-512 version computes only round_up(frames,
+// 16) outputs, the others may compute up to 64). reversed_taps holds the filter
+// back to front.
 void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, float* y,
                 std::size_t frames);
 
