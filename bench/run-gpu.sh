@@ -3,7 +3,7 @@
 # CUDA engine benchmark (if built), then the peers and floors (bench/peers.py),
 # then the side-by-side table. Results go to $OUT (or ./out when unset):
 #   env.txt            the machine: GPU, driver, tools found
-#   engine.json/.log   bench/cuda_engine_bench output
+#   engine.json/.log   bench/cuda_engine_bench output (parts merged)
 #   peers.json/.log    bench/peers.py output, with the side-by-side table
 #
 # Build first, on the build machine (no GPU needed there):
@@ -50,9 +50,44 @@ if [ "$peers_only" = 0 ]; then
   if [ -x "$bench" ]; then
     echo "== tapstream cuda_engine_bench"
     export TAPSTREAM_COMMIT=$(cat "$build/COMMIT" 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
-    LD_LIBRARY_PATH=$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-      "$bench" --json "$out/engine.json" "${quick[@]}" 2>&1 | tee "$out/engine.log"
-    echo "cuda_engine_bench exit status ${PIPESTATUS[0]}"
+    export LD_LIBRARY_PATH=$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # One process per part, so that a kernel fault in one (a sticky CUDA error
+    # ends its context) costs only that part; the parts' JSON are merged below.
+    taps_list=(32 256 2048 16384 131072)
+    [ ${#quick[@]} -gt 0 ] && taps_list=(32 2048)
+    parts=()
+    run_bench() {
+      "$bench" "$@" 2>&1 | tee -a "$out/engine.log"
+      return "${PIPESTATUS[0]}"
+    }
+    for taps in "${taps_list[@]}"; do
+      run_bench --only ceilings,offline --taps "$taps" --json "$out/engine-offline-$taps.json"
+      echo "cuda_engine_bench offline $taps taps: exit status $?"
+      parts+=("$out/engine-offline-$taps.json")
+    done
+    run_bench --only streaming,overlap --json "$out/engine-stream.json" "${quick[@]}"
+    echo "cuda_engine_bench streaming/overlap: exit status $?"
+    parts+=("$out/engine-stream.json")
+    python3 - "$out/engine.json" "${parts[@]}" <<'PY'
+import json, sys
+merged = {"offline": []}
+for path in sys.argv[2:]:
+    try:
+        with open(path) as f:
+            part = json.load(f)
+    except (OSError, ValueError) as e:
+        merged.setdefault("missing_parts", []).append(f"{path}: {e}")
+        continue
+    for key, value in part.items():
+        if key == "offline":
+            merged["offline"] += value
+        elif key not in merged:
+            merged[key] = value
+with open(sys.argv[1], "w") as f:
+    json.dump(merged, f, indent=1)
+print("merged", len(sys.argv) - 2, "parts into", sys.argv[1], "missing:", merged.get("missing_parts", "none"))
+PY
+    rm -f "$out"/engine-offline-*.json "$out/engine-stream.json"
     [ -s "$out/engine.json" ] && engine_args=(--engine "$out/engine.json")
   else
     echo "no $bench: build it first (see the head of this script); running the peers only"
