@@ -15,5 +15,8 @@ struct Command {
 
 Command add_process_command(CLI::App& app);
 Command add_design_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
+Command add_devices_command(CLI::App& app);
+Command add_ctl_command(CLI::App& app);
 
 }  // namespace tapstream

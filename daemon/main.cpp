@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   const std::vector<tapstream::Command> commands = {
       tapstream::add_process_command(app),
       tapstream::add_design_command(app),
+      tapstream::add_run_command(app),
+      tapstream::add_devices_command(app),
+      tapstream::add_ctl_command(app),
   };
 
   CLI11_PARSE(app, argc, argv);

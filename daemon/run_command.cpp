@@ -1,0 +1,518 @@
+// `tapstream run --config FILE`: the live daemon. Audio from a device or a
+// file goes through the engine to a device or a file, block after block,
+// until SIGINT/SIGTERM (or the end of an input file); SIGHUP reloads the
+// configuration, `tapstream ctl` and the file watcher swap filters.
+//
+// Threads: the main thread owns everything here and handles the signals
+// synchronously (they are blocked in every thread and taken with
+// sigtimedwait, so no code runs in a signal handler); the PortAudio callback
+// or the file driver and the engine thread run the pipeline
+// (daemon/live_pipeline.hpp); the control socket and the file watcher call
+// back into FilterSwapper, which serialises them with a mutex (none of that
+// is on the audio path: the engine only polls the mailbox).
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/audio_device.hpp"
+#include "daemon/command.hpp"
+#include "daemon/config.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/file_endpoints.hpp"
+#include "daemon/live_pipeline.hpp"
+#include "dsp/coefficient_file.hpp"
+
+namespace tapstream {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct RunArgs {
+  std::string config;
+  std::string input;
+  std::string output;
+  std::string input_device;
+  std::string output_device;
+};
+
+// Command-line choices replace the configuration's endpoints.
+void apply_overrides(LiveConfig& config, const RunArgs& args) {
+  const auto device = [](EndpointConfig& endpoint, const std::string& selector) {
+    endpoint = EndpointConfig{};
+    int index = -1;
+    if (!selector.empty() && selector.find_first_not_of("0123456789") == std::string::npos) {
+      index = std::stoi(selector);
+    }
+    if (index >= 0) {
+      endpoint.device_index = index;
+    } else if (selector != "default") {
+      endpoint.device_name = selector;
+    }
+  };
+  if (!args.input_device.empty()) device(config.input, args.input_device);
+  if (!args.output_device.empty()) device(config.output, args.output_device);
+  if (!args.input.empty()) {
+    const bool realtime = config.input.is_file() ? config.input.realtime : true;
+    config.input = EndpointConfig{};
+    config.input.file = fs::absolute(args.input);
+    config.input.realtime = realtime;
+  }
+  if (!args.output.empty()) {
+    config.output = EndpointConfig{};
+    config.output.file = fs::absolute(args.output);
+  }
+  // Unpaced only makes sense with a file at both ends.
+  if (config.input.is_file() && !config.output.is_file()) config.input.realtime = true;
+}
+
+std::string selector_of(const EndpointConfig& endpoint) {
+  if (!endpoint.device_name.empty()) return endpoint.device_name;
+  if (endpoint.device_index >= 0) return std::to_string(endpoint.device_index);
+  return "default";
+}
+
+float gain_factor(double gain_db) {
+  return static_cast<float>(std::pow(10.0, gain_db / 20.0));
+}
+
+CoefficientFileOptions file_options(const LiveConfig& config, std::size_t channels,
+                                    std::size_t max_taps) {
+  CoefficientFileOptions options;
+  options.channels = channels;
+  if (max_taps != 0) options.max_taps = max_taps;
+  options.sample_rate = config.sample_rate;
+  options.ignore_sample_rate = config.ignore_filter_sample_rate;
+  return options;
+}
+
+// The bank a configuration names: one file for all channels or one per channel.
+FilterBank load_configured_bank(const LiveConfig& config, std::size_t max_taps) {
+  if (config.filter_files.size() == 1) {
+    return load_filter_bank(config.filter_files.front(),
+                            file_options(config, config.channels, max_taps))
+        .scaled(gain_factor(config.gain_db));
+  }
+  std::vector<std::vector<float>> taps;
+  std::vector<std::string> sources;
+  for (const auto& file : config.filter_files) {
+    const FilterBank one = load_filter_bank(file, file_options(config, 1, max_taps));
+    taps.emplace_back(one.taps(0).begin(), one.taps(0).end());
+    sources.push_back(file.string());
+  }
+  return FilterBank::per_channel(std::move(taps), std::move(sources))
+      .scaled(gain_factor(config.gain_db));
+}
+
+// Every way a new filter arrives ends here: loaded and validated on the
+// calling (control) thread, then posted to the engine and waited for. A bank
+// that fails never reaches the mailbox, and the running one keeps running.
+class FilterSwapper {
+ public:
+  FilterSwapper(LivePipeline& pipeline, const LiveConfig& config, FilterBank initial)
+      : pipeline_(pipeline),
+        config_(config),
+        current_(std::make_shared<const FilterBank>(initial)) {}
+
+  // Installs a whole new bank (SIGHUP, watcher of a shared file, ctl all).
+  // Returns "" on success, else the reason.
+  std::string install(const std::function<FilterBank()>& build, const std::string& what) {
+    std::lock_guard lock(mutex_);
+    std::shared_ptr<const FilterBank> bank;
+    try {
+      bank = std::make_shared<const FilterBank>(build());
+      check(*bank);
+    } catch (const std::exception& e) {
+      spdlog::error("{} rejected, the running filters keep running: {}", what, e.what());
+      return e.what();
+    }
+    const std::uint64_t sequence = pipeline_.mailbox().post(bank);
+    if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
+      const std::string reason = pipeline_.mailbox().rejected() == sequence
+                                     ? "the engine refused it (see the log)"
+                                     : "the engine did not take it within 5 s";
+      spdlog::error("{} not installed: {}", what, reason);
+      return reason;
+    }
+    {
+      std::lock_guard current_lock(current_mutex_);
+      current_ = bank;
+    }
+    spdlog::info("{} installed at block {} ({} taps max)", what, pipeline_.stats().last_swap_block,
+                 bank->max_taps());
+    return {};
+  }
+
+  // `tapstream ctl load CHANNEL|all FILE`.
+  std::string load(const std::string& channel, const fs::path& file) {
+    const std::size_t channels = pipeline_.channels();
+    if (channel == "all") {
+      return install(
+          [&] {
+            return load_filter_bank(file,
+                                    file_options(config_, channels, pipeline_.engine_max_taps()))
+                .scaled(gain_factor(config_.gain_db));
+          },
+          fmt::format("filter {} for all channels", file.string()));
+    }
+    std::size_t index = 0;
+    try {
+      std::size_t used = 0;
+      index = std::stoul(channel, &used);
+      if (used != channel.size()) throw std::invalid_argument(channel);
+    } catch (const std::exception&) {
+      return fmt::format("channel '{}': expected a channel number or 'all'", channel);
+    }
+    if (index >= channels) {
+      return fmt::format("channel {}: the stream has channels 0..{}", index, channels - 1);
+    }
+    return install(
+        [&] {
+          const FilterBank one =
+              load_filter_bank(file, file_options(config_, 1, pipeline_.engine_max_taps()))
+                  .scaled(gain_factor(config_.gain_db));
+          std::shared_ptr<const FilterBank> base = current();
+          std::vector<std::vector<float>> taps;
+          std::vector<std::string> sources;
+          for (std::size_t c = 0; c < channels; ++c) {
+            const auto t = c == index ? one.taps(0) : base->taps(c);
+            taps.emplace_back(t.begin(), t.end());
+            sources.push_back(c == index ? file.string() : base->source(c));
+          }
+          return FilterBank::per_channel(std::move(taps), std::move(sources));
+        },
+        fmt::format("filter {} for channel {}", file.string(), index));
+  }
+
+  void set_config(const LiveConfig& config) {
+    std::lock_guard lock(mutex_);
+    config_ = config;
+  }
+  LiveConfig config() const {
+    std::lock_guard lock(mutex_);
+    return config_;
+  }
+  std::shared_ptr<const FilterBank> current() const {
+    std::lock_guard lock(current_mutex_);
+    return current_;
+  }
+
+ private:
+  void check(const FilterBank& bank) const {
+    if (bank.channels() != pipeline_.channels()) {
+      throw std::invalid_argument(fmt::format("the bank has {} channels, the stream {}",
+                                              bank.channels(), pipeline_.channels()));
+    }
+    if (bank.max_taps() > pipeline_.engine_max_taps()) {
+      throw std::invalid_argument(fmt::format(
+          "{} taps, more than the {} the engine was built for (raise [filter] max_taps)",
+          bank.max_taps(), pipeline_.engine_max_taps()));
+    }
+  }
+
+  LivePipeline& pipeline_;
+  mutable std::mutex mutex_;  // one swap at a time
+  LiveConfig config_;
+  mutable std::mutex current_mutex_;
+  std::shared_ptr<const FilterBank> current_;
+};
+
+// The device ends of the pipeline: PortAudio streams, reopened with back-off
+// when they stop on their own (device unplugged, sound server restarted).
+class DeviceLink {
+ public:
+  DeviceLink(const LiveConfig& config, LivePipeline& pipeline)
+      : config_(config), pipeline_(pipeline) {}
+
+  bool needed() const { return !config_.input.is_file() || !config_.output.is_file(); }
+  const std::string& input_name() const { return input_name_; }
+  const std::string& output_name() const { return output_name_; }
+
+  void open() {
+    library_.emplace();
+    const int channels = static_cast<int>(config_.channels);
+    std::optional<AudioDeviceInfo> input, output;
+    if (!config_.input.is_file()) {
+      input = choose_audio_device(selector_of(config_.input), Direction::input, channels);
+      input_name_ = input->name;
+    }
+    if (!config_.output.is_file()) {
+      output = choose_audio_device(selector_of(config_.output), Direction::output, channels);
+      output_name_ = output->name;
+    }
+    AudioStreamOptions options;
+    options.channels = channels;
+    options.sample_rate = config_.sample_rate;
+    options.callback = &LivePipeline::device_callback;
+    options.context = &pipeline_;
+    if (input && output && input->host_api == output->host_api) {
+      // One duplex stream: input and output share one clock and one callback.
+      options.input_device = input->index;
+      options.output_device = output->index;
+      streams_.push_back(std::make_unique<AudioStream>(options));
+    } else {
+      if (input) {
+        options.input_device = input->index;
+        options.output_device.reset();
+        streams_.push_back(std::make_unique<AudioStream>(options));
+      }
+      if (output) {
+        options.input_device.reset();
+        options.output_device = output->index;
+        streams_.push_back(std::make_unique<AudioStream>(options));
+      }
+    }
+    for (auto& stream : streams_) stream->start();
+    double device_latency = 0.0;
+    for (auto& stream : streams_)
+      device_latency += stream->input_latency() + stream->output_latency();
+    spdlog::info(
+        "devices open: input {}, output {} (PortAudio's device latency estimate {:.1f} ms)",
+        input ? fmt::format("'{}'", input_name_) : "file",
+        output ? fmt::format("'{}'", output_name_) : "file", 1000.0 * device_latency);
+  }
+
+  void close() {
+    for (auto& stream : streams_) {
+      try {
+        stream->stop();
+      } catch (const std::exception& e) {
+        spdlog::warn("closing the audio stream: {}", e.what());
+      }
+    }
+    streams_.clear();
+    library_.reset();
+  }
+
+  // Called every tick by the main thread: reopens dead streams with back-off
+  // (0.5 s doubling to 8 s). Xruns meanwhile are counted by the pipeline.
+  void supervise() {
+    if (!needed()) return;
+    const auto now = Clock::now();
+    if (!streams_.empty()) {
+      bool alive = true;
+      for (const auto& stream : streams_) alive = alive && stream->active();
+      if (alive) {
+        backoff_ = std::chrono::milliseconds(500);
+        return;
+      }
+      spdlog::warn("audio device stopped; reopening in {} ms", backoff_.count());
+      close();
+      retry_at_ = now + backoff_;
+      return;
+    }
+    if (now < retry_at_) return;
+    try {
+      open();
+      spdlog::info("audio device reopened");
+    } catch (const std::exception& e) {
+      close();
+      backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(8000));
+      retry_at_ = now + backoff_;
+      spdlog::warn("reopening the audio device failed ({}); next try in {} ms", e.what(),
+                   backoff_.count());
+    }
+  }
+
+ private:
+  LiveConfig config_;
+  LivePipeline& pipeline_;
+  std::optional<PortAudioLibrary> library_;
+  std::vector<std::unique_ptr<AudioStream>> streams_;
+  std::string input_name_;
+  std::string output_name_;
+  std::chrono::milliseconds backoff_{500};
+  Clock::time_point retry_at_{};
+};
+
+// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread started
+// after it; they are then taken one by one with sigtimedwait.
+class BlockedSignals {
+ public:
+  BlockedSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set_, &previous_);
+  }
+  ~BlockedSignals() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  // The next pending signal, or 0 after `timeout`.
+  int wait(std::chrono::milliseconds timeout) {
+    timespec ts{};
+    ts.tv_sec = timeout.count() / 1000;
+    ts.tv_nsec = (timeout.count() % 1000) * 1'000'000;
+    const int signal = sigtimedwait(&set_, nullptr, &ts);
+    return signal > 0 ? signal : 0;
+  }
+
+ private:
+  sigset_t set_{};
+  sigset_t previous_{};
+};
+
+void add_log_file(const fs::path& file) {
+  if (file.empty()) return;
+  auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file.string());
+  sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %l: %v");
+  spdlog::default_logger()->sinks().push_back(sink);
+}
+
+void log_xruns(const LiveStats& now, LiveStats& reported) {
+  if (now.underruns != reported.underruns) {
+    spdlog::warn("underruns: {} ({} frames of silence played so far)", now.underruns,
+                 now.underrun_frames);
+  }
+  if (now.overruns != reported.overruns) {
+    spdlog::warn("overruns: {} ({} input frames lost so far)", now.overruns, now.overrun_frames);
+  }
+  reported = now;
+}
+
+int run_daemon(const RunArgs& args) {
+  LiveConfig config = load_live_config(args.config);
+  apply_overrides(config, args);
+  spdlog::set_level(std::min(spdlog::get_level(), config.log_level));
+  add_log_file(config.log_file);
+
+  // Signals are blocked before any thread (PortAudio's, the engine's) starts.
+  BlockedSignals signals;
+  if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
+    spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
+  }
+
+  const FilterBank bank = load_configured_bank(config, config.engine.max_taps);
+  EngineOptions engine_options = config.engine;
+  engine_options.max_block_frames = config.block_frames;
+  auto engine = make_engine(config.backend, bank, engine_options);
+  spdlog::info("engine: {}", engine->description());
+
+  LivePipelineOptions pipeline_options;
+  pipeline_options.sample_rate = config.sample_rate;
+  pipeline_options.block_frames = config.block_frames;
+  pipeline_options.margin_frames = config.ring_margin_frames;
+  LivePipeline pipeline(std::move(engine), pipeline_options);
+  FilterSwapper swapper(pipeline, config, bank);
+
+  std::unique_ptr<FileEndpoints> files;
+  if (config.input.is_file() || config.output.is_file()) {
+    FileEndpointOptions file_options;
+    if (config.input.is_file()) file_options.input = config.input.file;
+    if (config.output.is_file()) file_options.output = config.output.file;
+    file_options.paced = config.input.realtime || !config.input.is_file();
+    file_options.period_frames = config.block_frames;
+    files = std::make_unique<FileEndpoints>(pipeline, file_options);
+  }
+  DeviceLink devices(config, pipeline);
+
+  // The one number users tune for: printed on stdout, whatever the log level.
+  std::printf("latency: %zu frames, %.3f ms (block %zu + ring margin %zu frames at %d Hz)\n",
+              pipeline.latency_frames(), pipeline.latency_ms(), config.block_frames,
+              config.ring_margin_frames, config.sample_rate);
+  std::fflush(stdout);
+
+  pipeline.start();
+  if (devices.needed()) devices.open();
+  if (files) files->start();
+  spdlog::info("running: {} -> {} -> {}; {} ch, {} Hz, block {}", config.input.describe(),
+               pipeline.engine_name(), config.output.describe(), config.channels,
+               config.sample_rate, config.block_frames);
+
+  LiveStats reported{};
+  bool stopping = false;
+  while (!stopping) {
+    const int signal = signals.wait(std::chrono::milliseconds(100));
+    if (signal == SIGINT || signal == SIGTERM) {
+      spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+      stopping = true;
+      break;
+    }
+    if (signal == SIGHUP) {
+      spdlog::info("SIGHUP: reloading {}", args.config);
+      try {
+        LiveConfig reloaded = load_live_config(args.config);
+        apply_overrides(reloaded, args);
+        if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
+            reloaded.block_frames != config.block_frames ||
+            reloaded.ring_margin_frames != config.ring_margin_frames ||
+            reloaded.input.describe() != config.input.describe() ||
+            reloaded.output.describe() != config.output.describe()) {
+          spdlog::warn(
+              "SIGHUP: rate, channels, block, margin and devices take effect only at a restart; "
+              "reloading the filters and gain");
+        }
+        const std::string error = swapper.install(
+            [&] { return load_configured_bank(reloaded, pipeline.engine_max_taps()); },
+            "configuration filters");
+        if (error.empty()) swapper.set_config(reloaded);
+      } catch (const std::exception& e) {
+        spdlog::error("SIGHUP: {} rejected, the running configuration stays: {}", args.config,
+                      e.what());
+      }
+    }
+    devices.supervise();
+    log_xruns(pipeline.stats(), reported);
+    if (files && files->finished()) {
+      spdlog::info("end of {}", config.input.file.string());
+      break;
+    }
+  }
+
+  // Drain: let what came in before the stop leave the output, then close.
+  if (stopping) {
+    pipeline.begin_drain();
+    const auto limit = Clock::now() + std::chrono::milliseconds(500) +
+                       std::chrono::milliseconds(2 * static_cast<int>(pipeline.latency_ms()));
+    while (!pipeline.drained() && Clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  devices.close();
+  if (files) files->stop();
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  spdlog::info(
+      "stopped: {} blocks, {} frames in, {} out, underruns {}, overruns {}, swaps {}, "
+      "rejected swaps {}",
+      stats.blocks, stats.frames_in, stats.frames_out, stats.underruns, stats.overruns, stats.swaps,
+      stats.rejected_swaps);
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Run the live daemon: filter a device or file stream");
+  sub->add_option("--config", args->config, "TOML configuration (see config/live-default.toml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--input", args->input, "Read this sound file instead of the input device");
+  sub->add_option("--output", args->output, "Write this sound file instead of the output device");
+  sub->add_option("--input-device", args->input_device, "Input device: name, part of it, or index");
+  sub->add_option("--output-device", args->output_device,
+                  "Output device: name, part of it, or index");
+  sub->get_option("--input")->excludes(sub->get_option("--input-device"));
+  sub->get_option("--output")->excludes(sub->get_option("--output-device"));
+  return {sub, [args] { return run_daemon(*args); }};
+}
+
+}  // namespace tapstream
