@@ -50,7 +50,8 @@ if [ "$peers_only" = 0 ]; then
   if [ -x "$bench" ]; then
     echo "== tapstream cuda_engine_bench"
     export TAPSTREAM_COMMIT=$(cat "$build/COMMIT" 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
-    export LD_LIBRARY_PATH=$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$build/libs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    ldd "$bench" | grep "not found"
     # One process per part, so that a kernel fault in one (a sticky CUDA error
     # ends its context) costs only that part; the parts' JSON are merged below.
     taps_list=(32 256 2048 16384 131072)
