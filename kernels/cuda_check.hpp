@@ -14,6 +14,9 @@ namespace tapstream::cuda {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t error, const char* call, const char* file,
                                           int line) {
+  // Clear the runtime's last error (for non-sticky errors such as out of memory),
+  // so that a later launch check does not report this failure again.
+  cudaGetLastError();
   throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(error) + " (" +
                            file + ":" + std::to_string(line) + ")");
 }
