@@ -1,0 +1,277 @@
+// The offline pipeline (daemon/offline_pipeline): every input frame goes
+// through the engine exactly once, in order, whatever the block size and
+// however the source splits its reads; the tail is the filters' decay;
+// progress and cancellation behave. A small float64 direct-form engine stands
+// in for the real ones so that these tests check the pipeline alone; one test
+// runs the real CPU engine too.
+
+#include "daemon/offline_pipeline.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "daemon/progress.hpp"
+#include "dsp/cpu_engine.hpp"
+#include "tests/reference.hpp"
+
+namespace tapstream {
+namespace {
+
+using testing::random_signal;
+using testing::reference_convolution;
+using testing::relative_error;
+
+// Direct-form causal convolution with a float64 accumulator and the halo kept
+// as the whole input history: obviously right, slow, for tests only.
+class HistoryEngine final : public Engine {
+ public:
+  HistoryEngine(const FilterBank& bank, std::size_t max_block)
+      : bank_(bank), max_block_(max_block), history_(bank.channels()) {}
+
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    if (layout != Layout::interleaved) throw std::logic_error("test engine: interleaved only");
+    if (frames == 0 || frames > max_block_) throw std::logic_error("test engine: bad block");
+    const std::size_t channels = bank_.channels();
+    if (in.size() != frames * channels || out.size() != frames * channels) {
+      throw std::logic_error("test engine: span sizes do not match frames * channels");
+    }
+    ++blocks_;
+    for (std::size_t c = 0; c < channels; ++c) {
+      auto& h = history_[c];
+      const auto taps = bank_.taps(c);
+      for (std::size_t f = 0; f < frames; ++f) {
+        h.push_back(in[f * channels + c]);
+        double acc = 0.0;
+        for (std::size_t k = 0; k < taps.size() && k < h.size(); ++k) {
+          acc += double(taps[k]) * double(h[h.size() - 1 - k]);
+        }
+        out[f * channels + c] = float(acc);
+      }
+    }
+  }
+  void set_filters(const FilterBank& bank, bool) override { bank_ = bank; }
+  void reset() override {
+    for (auto& h : history_) h.clear();
+  }
+  std::size_t channels() const override { return bank_.channels(); }
+  std::size_t max_block_frames() const override { return max_block_; }
+  std::size_t max_taps() const override { return bank_.max_taps(); }
+  std::string name() const override { return "test"; }
+  std::string description() const override { return "test: float64 direct form"; }
+
+  std::size_t blocks() const { return blocks_; }
+
+ private:
+  FilterBank bank_;
+  std::size_t max_block_;
+  std::vector<std::vector<float>> history_;
+  std::size_t blocks_ = 0;
+};
+
+// An in-memory interleaved source that hands out at most `chunk(rng)` frames
+// a read, like a decoder that returns short reads.
+struct MemorySource {
+  const std::vector<float>* samples;
+  std::size_t channels;
+  std::size_t max_chunk;  // 0: as many as asked
+  std::mt19937 rng{7};
+  std::size_t position = 0;  // in frames
+
+  std::size_t operator()(std::span<float> buffer) {
+    const std::size_t total = samples->size() / channels;
+    std::size_t frames = std::min(buffer.size() / channels, total - position);
+    if (max_chunk > 0 && frames > 0) {
+      frames = std::min(frames, std::uniform_int_distribution<std::size_t>(1, max_chunk)(rng));
+    }
+    std::copy_n(samples->begin() + std::ptrdiff_t(position * channels), frames * channels,
+                buffer.begin());
+    position += frames;
+    return frames;
+  }
+};
+
+std::vector<float> channel_of(const std::vector<float>& interleaved, std::size_t channels,
+                              std::size_t c) {
+  std::vector<float> out(interleaved.size() / channels);
+  for (std::size_t f = 0; f < out.size(); ++f) out[f] = interleaved[f * channels + c];
+  return out;
+}
+
+FilterBank three_channel_bank(std::uint64_t seed) {
+  std::vector<std::vector<float>> taps = {random_signal(17, seed), random_signal(5, seed + 1),
+                                          random_signal(33, seed + 2)};
+  return FilterBank::per_channel(std::move(taps));
+}
+
+TEST(OfflinePipeline, OutputEqualsWholeStreamConvolutionForAnyBlockSizeAndShortReads) {
+  constexpr std::size_t kChannels = 3, kFrames = 2001;
+  const std::uint64_t seed = 20261122;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const FilterBank bank = three_channel_bank(seed);
+  const std::vector<float> input = random_signal(kFrames * kChannels, seed + 10);
+
+  for (std::size_t block :
+       {std::size_t(1), std::size_t(7), std::size_t(64), std::size_t(1000), kFrames, kFrames + 5}) {
+    for (std::size_t max_chunk : {std::size_t(0), std::size_t(13)}) {
+      SCOPED_TRACE("block " + std::to_string(block) + ", source chunk " +
+                   std::to_string(max_chunk));
+      HistoryEngine engine(bank, block);
+      MemorySource source{&input, kChannels, max_chunk};
+      std::vector<float> output;
+      OfflineOptions options;
+      options.block_frames = block;
+      const OfflineResult result = run_offline(
+          engine, std::ref(source),
+          [&output](std::span<const float> s) { output.insert(output.end(), s.begin(), s.end()); },
+          options);
+      EXPECT_EQ(result.input_frames, kFrames);
+      EXPECT_EQ(result.output_frames, kFrames);
+      ASSERT_EQ(output.size(), input.size());
+      for (std::size_t c = 0; c < kChannels; ++c) {
+        const auto want = reference_convolution(channel_of(input, kChannels, c), bank.taps(c));
+        EXPECT_LE(relative_error(channel_of(output, kChannels, c), want), 1e-6) << "channel " << c;
+      }
+    }
+  }
+}
+
+TEST(OfflinePipeline, TailWritesTheFiltersDecay) {
+  constexpr std::size_t kChannels = 3, kFrames = 100;
+  const FilterBank bank = three_channel_bank(99);
+  const std::size_t tail = bank.max_taps() - 1;
+  const std::vector<float> input = random_signal(kFrames * kChannels, 98);
+
+  HistoryEngine engine(bank, 16);
+  MemorySource source{&input, kChannels, 0};
+  std::vector<float> output;
+  OfflineOptions options;
+  options.block_frames = 16;
+  options.tail_frames = tail;
+  const OfflineResult result = run_offline(
+      engine, std::ref(source),
+      [&output](std::span<const float> s) { output.insert(output.end(), s.begin(), s.end()); },
+      options);
+  EXPECT_EQ(result.input_frames, kFrames);
+  EXPECT_EQ(result.output_frames, kFrames + tail);
+  ASSERT_EQ(output.size(), (kFrames + tail) * kChannels);
+  for (std::size_t c = 0; c < kChannels; ++c) {
+    std::vector<float> padded = channel_of(input, kChannels, c);
+    padded.resize(kFrames + tail, 0.0f);
+    const auto want = reference_convolution(padded, bank.taps(c));
+    EXPECT_LE(relative_error(channel_of(output, kChannels, c), want), 1e-6) << "channel " << c;
+    // The shorter filters have fully decayed before the end of the tail.
+    if (bank.tap_count(c) < bank.max_taps()) {
+      EXPECT_EQ(output[output.size() - kChannels + c], 0.0f);
+    }
+  }
+}
+
+TEST(OfflinePipeline, ProgressCountsEveryFrameWrittenInOrder) {
+  const FilterBank bank = FilterBank::shared({1.0f, 0.5f}, 2);
+  const std::vector<float> input = random_signal(2 * 1000, 5);
+  HistoryEngine engine(bank, 64);
+  MemorySource source{&input, 2, 0};
+  std::vector<std::uint64_t> reports;
+  OfflineOptions options;
+  options.block_frames = 64;
+  options.tail_frames = 1;
+  options.on_progress = [&reports](std::uint64_t done) { reports.push_back(done); };
+  const OfflineResult result = run_offline(
+      engine, std::ref(source), [](std::span<const float>) {}, options);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_TRUE(std::is_sorted(reports.begin(), reports.end()));
+  EXPECT_EQ(reports.back(), result.output_frames);
+  EXPECT_EQ(result.output_frames, 1001u);
+  EXPECT_EQ(reports.size(), engine.blocks());
+}
+
+TEST(OfflinePipeline, CancelStopsAtTheNextBlockWithAnError) {
+  const FilterBank bank = FilterBank::shared({1.0f}, 1);
+  const std::vector<float> input = random_signal(1000, 6);
+  HistoryEngine engine(bank, 10);
+  MemorySource source{&input, 1, 0};
+  std::atomic<bool> cancel{false};
+  std::size_t written = 0;
+  OfflineOptions options;
+  options.block_frames = 10;
+  options.cancel = &cancel;
+  options.on_progress = [&cancel](std::uint64_t done) {
+    if (done >= 30) cancel.store(true);
+  };
+  EXPECT_THROW(run_offline(
+                   engine, std::ref(source),
+                   [&written](std::span<const float> s) { written += s.size(); }, options),
+               std::runtime_error);
+  EXPECT_EQ(written, 30u);
+}
+
+TEST(OfflinePipeline, RefusesBlocksTheEngineCannotTake) {
+  const FilterBank bank = FilterBank::shared({1.0f}, 1);
+  HistoryEngine engine(bank, 10);
+  const std::vector<float> input(100, 0.0f);
+  MemorySource source{&input, 1, 0};
+  for (std::size_t block : {std::size_t(0), std::size_t(11)}) {
+    OfflineOptions options;
+    options.block_frames = block;
+    EXPECT_THROW(run_offline(
+                     engine, std::ref(source), [](std::span<const float>) {}, options),
+                 std::invalid_argument)
+        << "block " << block;
+  }
+}
+
+TEST(OfflinePipeline, RealCpuEngineMatchesTheReferenceOnInterleavedChannels) {
+  constexpr std::size_t kChannels = 2, kFrames = 20000;
+  const std::uint64_t seed = 424242;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  // One short (direct-form) and one long (FFT-sized) filter.
+  const FilterBank bank =
+      FilterBank::per_channel({random_signal(31, seed), random_signal(3000, seed + 1)});
+  const std::vector<float> input = random_signal(kFrames * kChannels, seed + 2);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = 1500;
+  const auto engine = make_cpu_engine(bank, engine_options);
+  MemorySource source{&input, kChannels, 0};
+  std::vector<float> output;
+  OfflineOptions options;
+  options.block_frames = 1500;
+  run_offline(
+      *engine, std::ref(source),
+      [&output](std::span<const float> s) { output.insert(output.end(), s.begin(), s.end()); },
+      options);
+  ASSERT_EQ(output.size(), input.size());
+  for (std::size_t c = 0; c < kChannels; ++c) {
+    const auto want = reference_convolution(channel_of(input, kChannels, c), bank.taps(c));
+    EXPECT_LE(relative_error(channel_of(output, kChannels, c), want), 1e-5) << "channel " << c;
+  }
+}
+
+TEST(ProgressBar, AppearsOnlyForJobsProjectedToTakeMoreThanTwoSeconds) {
+  EXPECT_FALSE(ProgressBar::worth_showing(0.1, 0.01));  // too early to tell
+  EXPECT_FALSE(ProgressBar::worth_showing(0.5, 0.5));   // about 1 s in all
+  EXPECT_TRUE(ProgressBar::worth_showing(0.5, 0.1));    // about 5 s in all
+  EXPECT_TRUE(ProgressBar::worth_showing(1.0, 0.0));    // no progress after a second
+  EXPECT_FALSE(ProgressBar::worth_showing(10.0, 1.0));  // finished
+}
+
+TEST(ProgressBar, DrawsNothingWhenNotATerminal) {
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  {
+    ProgressBar bar(100, /*enabled=*/false, sink);
+    for (std::uint64_t i = 0; i <= 100; ++i) bar.update(i);
+    EXPECT_FALSE(bar.drawn());
+  }
+  EXPECT_EQ(std::ftell(sink), 0L);
+  std::fclose(sink);
+}
+
+}  // namespace
+}  // namespace tapstream

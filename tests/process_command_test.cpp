@@ -1,0 +1,662 @@
+// `tapstream process` and `tapstream design` end to end, through the real
+// binary: generated multichannel audio and a real recording against an
+// independent float64 reference convolution; integer formats; the tail; the
+// gain; and the promise that a run that fails (or would overwrite its input)
+// leaves no output and no temporary file, exits non-zero and names the
+// culprit. Test files are written and read with libsndfile directly, not
+// through tapstream's own sound-file code.
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/reference.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::random_signal;
+using testing::reference_convolution;
+using testing::relative_error;
+
+// A fresh directory under the system's temporary directory, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tapstream-process-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct Sound {
+  SF_INFO info{};
+  std::vector<float> samples;  // interleaved
+  std::size_t frames() const { return samples.size() / std::size_t(info.channels); }
+  std::vector<float> channel(std::size_t c) const {
+    std::vector<float> out(frames());
+    for (std::size_t f = 0; f < out.size(); ++f) out[f] = samples[f * info.channels + c];
+    return out;
+  }
+};
+
+void write_sound(const fs::path& file, const std::vector<float>& samples, int channels, int rate,
+                 int format) {
+  SF_INFO info{};
+  info.channels = channels;
+  info.samplerate = rate;
+  info.format = format;
+  SNDFILE* f = sf_open(file.c_str(), SFM_WRITE, &info);
+  ASSERT_NE(f, nullptr) << file << ": " << sf_strerror(nullptr);
+  const sf_count_t frames = sf_count_t(samples.size() / std::size_t(channels));
+  EXPECT_EQ(sf_writef_float(f, samples.data(), frames), frames);
+  sf_close(f);
+}
+
+Sound read_sound(const fs::path& file) {
+  Sound sound;
+  SNDFILE* f = sf_open(file.c_str(), SFM_READ, &sound.info);
+  if (f == nullptr) {
+    ADD_FAILURE() << "cannot read " << file << ": " << sf_strerror(nullptr);
+    return sound;
+  }
+  sound.samples.resize(std::size_t(sound.info.frames) * std::size_t(sound.info.channels));
+  EXPECT_EQ(sf_readf_float(f, sound.samples.data(), sound.info.frames), sound.info.frames);
+  sf_close(f);
+  return sound;
+}
+
+void write_text_taps(const fs::path& file, const std::vector<float>& taps) {
+  std::ofstream out(file);
+  out << "# test filter\n";
+  char line[64];
+  for (float t : taps) {
+    std::snprintf(line, sizeof line, "%.9g\n", double(t));
+    out << line;
+  }
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += '\'';
+  return out;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string err;  // everything the binary wrote to stderr
+};
+
+// Runs the tapstream binary with `args` (each quoted), capturing stderr.
+RunResult tapstream(const TempDir& dir, const std::vector<std::string>& args) {
+  std::string command = quote(TAPSTREAM_BINARY);
+  for (const auto& a : args) {
+    command += ' ';
+    command += quote(a);
+  }
+  const fs::path err_file = dir.path().parent_path() / (dir.path().filename().string() + ".err");
+  command += " </dev/null >/dev/null 2>";
+  command += quote(err_file.string());
+  const int status = std::system(command.c_str());
+  RunResult run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.err = read_text(err_file);
+  fs::remove(err_file);
+  return run;
+}
+
+// Relative error of every channel of `got` against the float64 reference of
+// `input` (zero-padded to `got`'s length) filtered by taps[c] (or taps[0]).
+void expect_matches_reference(const Sound& got, const Sound& input,
+                              const std::vector<std::vector<float>>& taps, double gain,
+                              double bound) {
+  ASSERT_EQ(got.info.channels, input.info.channels);
+  for (int c = 0; c < input.info.channels; ++c) {
+    std::vector<float> x = input.channel(std::size_t(c));
+    x.resize(got.frames(), 0.0f);
+    auto want = reference_convolution(x, taps[taps.size() == 1 ? 0 : std::size_t(c)]);
+    for (auto& w : want) w *= gain;
+    EXPECT_LE(relative_error(got.channel(std::size_t(c)), want), bound) << "channel " << c;
+  }
+}
+
+fs::path real_recording() {
+  const fs::path shipped = fs::path(TAPSTREAM_SOURCE_DIR) / "config/examples/Front_Center.wav";
+  if (fs::exists(shipped)) return shipped;
+  return "/usr/share/sounds/alsa/Front_Center.wav";
+}
+
+constexpr int kFloatWav = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
+constexpr int kPcm16Wav = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+
+std::vector<float> scaled(std::vector<float> v, float factor) {
+  for (auto& x : v) x *= factor;
+  return v;
+}
+
+TEST(ProcessCommand, FiltersGeneratedMultichannelAudioLikeTheReference) {
+  TempDir dir;
+  const std::uint64_t seed = 1001;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const int channels = 3, rate = 32000;
+  write_sound(dir / "in.wav", scaled(random_signal(12000 * channels, seed), 0.5f), channels, rate,
+              kFloatWav);
+  const std::vector<float> taps = scaled(random_signal(257, seed + 1), 0.05f);
+  write_text_taps(dir / "taps.txt", taps);
+
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--block", "1000", "--backend", "cpu"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Sound in = read_sound(dir / "in.wav");
+  const Sound out = read_sound(dir / "out.wav");
+  EXPECT_EQ(out.info.samplerate, rate);
+  EXPECT_EQ(out.info.format, kFloatWav);
+  EXPECT_EQ(out.frames(), in.frames());
+  expect_matches_reference(out, in, {taps}, 1.0, 1e-5);
+  EXPECT_EQ(entries(dir.path()), (std::set<std::string>{"in.wav", "out.wav", "taps.txt"}));
+}
+
+TEST(ProcessCommand, AppliesOneImpulseResponseChannelPerAudioChannel) {
+  TempDir dir;
+  const std::uint64_t seed = 1002;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const int rate = 48000;
+  write_sound(dir / "in.wav", scaled(random_signal(9000 * 2, seed), 0.5f), 2, rate, kFloatWav);
+  // A stereo impulse response: a short filter left, a long one (FFT-sized) right.
+  const std::vector<float> left = scaled(random_signal(40, seed + 1), 0.1f);
+  std::vector<float> right = scaled(random_signal(3000, seed + 2), 0.02f);
+  std::vector<float> ir(2 * right.size(), 0.0f);
+  for (std::size_t i = 0; i < right.size(); ++i) {
+    ir[2 * i] = i < left.size() ? left[i] : 0.0f;
+    ir[2 * i + 1] = right[i];
+  }
+  write_sound(dir / "ir.wav", ir, 2, rate, kFloatWav);
+  std::vector<float> left_padded = left;
+  left_padded.resize(right.size(), 0.0f);
+
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "ir.wav").string(), "--block", "777"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  expect_matches_reference(read_sound(dir / "out.wav"), read_sound(dir / "in.wav"),
+                           {left_padded, right}, 1.0, 1e-5);
+}
+
+TEST(ProcessCommand, FiltersARealRecordingLikeTheReference) {
+  TempDir dir;
+  const fs::path recording = real_recording();
+  std::printf("recording %s\n", recording.c_str());
+  const std::uint64_t seed = 1003;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::vector<float> taps = scaled(random_signal(1024, seed), 0.03f);
+  write_text_taps(dir / "taps.txt", taps);
+
+  const RunResult run =
+      tapstream(dir, {"process", recording.string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--format", "float"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Sound in = read_sound(recording);
+  const Sound out = read_sound(dir / "out.wav");
+  EXPECT_EQ(out.info.format, kFloatWav);
+  EXPECT_EQ(out.info.samplerate, in.info.samplerate);
+  EXPECT_EQ(out.frames(), in.frames());
+  expect_matches_reference(out, in, {taps}, 1.0, 1e-5);
+}
+
+// Integer output against the float64 reference: every sample within two
+// quantisation steps (libsndfile writes with 2^(b-1) - 1 and reads with
+// 2^(b-1)) plus the engine's own float error.
+void expect_within_quantisation(const Sound& got, const Sound& input,
+                                const std::vector<float>& taps, int bits) {
+  const double step = std::ldexp(1.0, -(bits - 1));
+  for (int c = 0; c < input.info.channels; ++c) {
+    const auto want = reference_convolution(input.channel(std::size_t(c)), taps);
+    const auto have = got.channel(std::size_t(c));
+    ASSERT_EQ(have.size(), want.size());
+    double peak = 0.0, worst = 0.0;
+    for (double w : want) peak = std::max(peak, std::abs(w));
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(double(have[i]) - want[i]));
+    }
+    EXPECT_LE(worst, 2.0 * step + 1e-5 * peak) << bits << "-bit, channel " << c;
+    EXPECT_GT(peak, 0.1);  // a real signal, not silence
+  }
+}
+
+TEST(ProcessCommand, IntegerFormatsRoundTripWithinQuantisation) {
+  TempDir dir;
+  const std::uint64_t seed = 1004;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  write_sound(dir / "in.wav", scaled(random_signal(8000 * 2, seed), 0.9f), 2, 44100, kFloatWav);
+  // Taps whose absolute sum is 1 keep every output sample inside [-0.9, 0.9].
+  std::vector<float> taps = random_signal(100, seed + 1);
+  double sum = 0.0;
+  for (float t : taps) sum += std::abs(t);
+  taps = scaled(taps, float(1.0 / (sum * 1.0001)));
+  write_text_taps(dir / "taps.txt", taps);
+  const Sound in = read_sound(dir / "in.wav");
+
+  const struct {
+    const char* name;
+    int subtype;
+    int bits;
+  } formats[] = {{"pcm16", SF_FORMAT_PCM_16, 16},
+                 {"pcm24", SF_FORMAT_PCM_24, 24},
+                 {"pcm32", SF_FORMAT_PCM_32, 32}};
+  for (const auto& format : formats) {
+    SCOPED_TRACE(format.name);
+    const fs::path out_file = dir / (std::string(format.name) + ".wav");
+    const RunResult run =
+        tapstream(dir, {"process", (dir / "in.wav").string(), out_file.string(), "--taps",
+                        (dir / "taps.txt").string(), "--format", format.name});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.err.find("clipped"), std::string::npos) << run.err;
+    const Sound out = read_sound(out_file);
+    EXPECT_EQ(out.info.format, SF_FORMAT_WAV | format.subtype);
+    expect_within_quantisation(out, in, taps, format.bits);
+  }
+}
+
+TEST(ProcessCommand, WritesTheInputsOwnFormatUnlessToldOtherwise) {
+  TempDir dir;
+  const std::uint64_t seed = 1005;
+  write_sound(dir / "in.wav", scaled(random_signal(5000, seed), 0.5f), 1, 22050, kPcm16Wav);
+  const std::vector<float> taps = scaled(random_signal(30, seed + 1), 0.03f);
+  write_text_taps(dir / "taps.txt", taps);
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Sound out = read_sound(dir / "out.wav");
+  EXPECT_EQ(out.info.format, kPcm16Wav);
+  EXPECT_EQ(out.info.samplerate, 22050);
+  expect_within_quantisation(out, read_sound(dir / "in.wav"), taps, 16);
+}
+
+TEST(ProcessCommand, TailAddsTheDecayOfTheLongestFilter) {
+  TempDir dir;
+  const std::uint64_t seed = 1006;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t frames = 1000, tap_count = 300;
+  write_sound(dir / "in.wav", scaled(random_signal(frames * 2, seed), 0.5f), 2, 48000, kFloatWav);
+  const std::vector<float> taps = scaled(random_signal(tap_count, seed + 1), 0.05f);
+  write_text_taps(dir / "taps.txt", taps);
+  const Sound in = read_sound(dir / "in.wav");
+
+  const RunResult with_tail =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "tail.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--tail", "--block", "128"});
+  ASSERT_EQ(with_tail.exit_code, 0) << with_tail.err;
+  const Sound tail = read_sound(dir / "tail.wav");
+  EXPECT_EQ(tail.frames(), frames + tap_count - 1);
+  expect_matches_reference(tail, in, {taps}, 1.0, 1e-5);
+  // The very last frame is the last tap times the last input sample.
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_NEAR(tail.channel(c).back(), taps.back() * in.channel(c).back(), 1e-7);
+  }
+
+  const RunResult without_tail =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "plain.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--block", "128"});
+  ASSERT_EQ(without_tail.exit_code, 0) << without_tail.err;
+  EXPECT_EQ(read_sound(dir / "plain.wav").frames(), frames);
+}
+
+TEST(ProcessCommand, GainScalesTheOutputByItsDecibels) {
+  TempDir dir;
+  const std::uint64_t seed = 1007;
+  write_sound(dir / "in.wav", scaled(random_signal(4000 * 2, seed), 0.5f), 2, 48000, kFloatWav);
+  const std::vector<float> taps = scaled(random_signal(64, seed + 1), 0.05f);
+  write_text_taps(dir / "taps.txt", taps);
+  const Sound in = read_sound(dir / "in.wav");
+  for (const double db : {-6.5, 12.0}) {
+    SCOPED_TRACE(db);
+    const std::string name = "gain" + std::to_string(int(db)) + ".wav";
+    const RunResult run =
+        tapstream(dir, {"process", (dir / "in.wav").string(), (dir / name).string(), "--taps",
+                        (dir / "taps.txt").string(), "--gain=" + std::to_string(db)});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    expect_matches_reference(read_sound(dir / name), in, {taps}, std::pow(10.0, db / 20.0), 1e-5);
+  }
+}
+
+TEST(ProcessCommand, RefusesToWriteOverItsInputHoweverItIsSpelled) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(1000, 8), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  fs::create_hard_link(dir / "in.wav", dir / "link.wav");
+  fs::create_directory(dir / "sub");
+  const std::string before = read_text(dir / "in.wav");
+  const auto listing = entries(dir.path());
+
+  for (const fs::path& out :
+       {dir / "in.wav", dir / "sub/../in.wav", dir / "./in.wav", dir / "link.wav"}) {
+    SCOPED_TRACE(out.string());
+    const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(), out.string(),
+                                          "--taps", (dir / "taps.txt").string()});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find("refusing to overwrite"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find(out.string()), std::string::npos) << run.err;
+    EXPECT_EQ(read_text(dir / "in.wav"), before);
+    EXPECT_EQ(entries(dir.path()), listing);
+  }
+}
+
+struct FailingCase {
+  std::string what;
+  std::vector<std::string> extra_args;  // after IN OUT
+  std::string culprit;                  // must appear in stderr
+};
+
+TEST(ProcessCommand, AFailingRunLeavesNoOutputNoTemporaryFileAndNamesTheCulprit) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(2000 * 2, 9), 0.5f), 2, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f, 0.125f});
+  {
+    std::ofstream(dir / "unparsable_taps.txt") << "0.5\n0.25\nabc\n";
+    std::ofstream(dir / "nan_taps.txt") << "0.5\nnan\n";
+    std::ofstream(dir / "empty_taps.txt") << "# nothing here\n";
+    std::ofstream(dir / "not_sound.wav") << "this is not a sound file\n";
+    std::ofstream(dir / "a_file") << "a plain file, not a directory\n";
+  }
+  write_sound(dir / "three_channel_ir.wav", random_signal(3 * 10, 10), 3, 48000, kFloatWav);
+  write_sound(dir / "ir_44100.wav", random_signal(10, 11), 1, 44100, kFloatWav);
+  fs::create_directory(dir / "out_is_a_dir");
+  const std::string taps = (dir / "taps.txt").string();
+
+  const std::vector<FailingCase> cases = {
+      {"unparsable taps",
+       {"--taps", (dir / "unparsable_taps.txt").string()},
+       "unparsable_taps.txt"},
+      {"NaN tap", {"--taps", (dir / "nan_taps.txt").string()}, "nan_taps.txt"},
+      {"no taps", {"--taps", (dir / "empty_taps.txt").string()}, "empty_taps.txt"},
+      {"missing taps", {"--taps", (dir / "missing_taps.txt").string()}, "missing_taps.txt"},
+      {"too many taps", {"--taps", taps, "--max-taps", "2"}, "taps.txt"},
+      {"IR channel count",
+       {"--taps", (dir / "three_channel_ir.wav").string()},
+       "three_channel_ir.wav"},
+      {"IR sample rate", {"--taps", (dir / "ir_44100.wav").string()}, "ir_44100.wav"},
+      {"block 0", {"--taps", taps, "--block", "0"}, "--block"},
+      {"block too large", {"--taps", taps, "--block", "1048577"}, "--block"},
+      {"block not a number", {"--taps", taps, "--block", "many"}, "--block"},
+      {"gain NaN", {"--taps", taps, "--gain", "nan"}, "--gain"},
+      {"gain infinite", {"--taps", taps, "--gain", "inf"}, "--gain"},
+      {"gain not a number", {"--taps", taps, "--gain", "loud"}, "--gain"},
+      {"unknown format", {"--taps", taps, "--format", "pcm8"}, "pcm8"},
+      {"unknown backend", {"--taps", taps, "--backend", "gpu"}, "gpu"},
+      {"unknown algorithm", {"--taps", taps, "--algorithm", "slow"}, "slow"},
+      {"no taps option", {}, "--taps"},
+      {"unknown option", {"--taps", taps, "--frobnicate"}, "--frobnicate"},
+  };
+  const auto listing = entries(dir.path());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::string> args = {"process", (dir / "in.wav").string(),
+                                     (dir / "out.wav").string()};
+    args.insert(args.end(), c.extra_args.begin(), c.extra_args.end());
+    const RunResult run = tapstream(dir, args);
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find(c.culprit), std::string::npos) << "stderr: " << run.err;
+    EXPECT_EQ(entries(dir.path()), listing) << "stderr: " << run.err;
+  }
+
+  // Bad inputs and outputs.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> paths = {
+      {{(dir / "missing.wav").string(), (dir / "out.wav").string()}, "missing.wav"},
+      {{(dir / "not_sound.wav").string(), (dir / "out.wav").string()}, "not_sound.wav"},
+      {{(dir / "in.wav").string(), (dir / "no_such_dir/out.wav").string()}, "no_such_dir"},
+      {{(dir / "in.wav").string(), (dir / "a_file/out.wav").string()}, "a_file"},
+      {{(dir / "in.wav").string(), (dir / "out_is_a_dir").string()}, "out_is_a_dir"},
+  };
+  for (const auto& [in_out, culprit] : paths) {
+    SCOPED_TRACE(in_out[0] + " -> " + in_out[1]);
+    const RunResult run = tapstream(dir, {"process", in_out[0], in_out[1], "--taps", taps});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find(culprit), std::string::npos) << "stderr: " << run.err;
+    EXPECT_EQ(entries(dir.path()), listing) << "stderr: " << run.err;
+    EXPECT_TRUE(fs::is_empty(dir / "out_is_a_dir"));
+  }
+}
+
+TEST(ProcessCommand, ErrorsAreOneLine) {
+  TempDir dir;
+  write_sound(dir / "in.wav", random_signal(100, 12), 1, 48000, kFloatWav);
+  std::ofstream(dir / "bad.txt") << "1\n2\nthree\n";
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "bad.txt").string()});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find("bad.txt"), std::string::npos) << run.err;
+}
+
+TEST(ProcessCommand, ClippingIsCountedAndReported) {
+  TempDir dir;
+  const std::uint64_t seed = 1013;
+  const std::vector<float> input = scaled(random_signal(3000, seed), 0.9f);
+  write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
+  write_text_taps(dir / "double.txt", {2.0f});
+  std::size_t expected = 0;
+  float peak = 0.0f;
+  for (float x : read_sound(dir / "in.wav").samples) {
+    if (std::abs(2.0f * x) > 1.0f) ++expected;
+    peak = std::max(peak, std::abs(2.0f * x));
+  }
+  ASSERT_GT(expected, 0u);
+
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "double.txt").string(), "--format", "pcm16"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("clipped " + std::to_string(expected) + " samples"), std::string::npos)
+      << "expected " << expected << " clipped samples; stderr: " << run.err;
+  char peak_text[32];
+  std::snprintf(peak_text, sizeof peak_text, "peak %.2f dBFS", 20.0 * std::log10(double(peak)));
+  EXPECT_NE(run.err.find(peak_text), std::string::npos) << peak_text << "; stderr: " << run.err;
+  // Clipped, not wrapped around.
+  const Sound out = read_sound(dir / "out.wav");
+  for (std::size_t i = 0; i < out.samples.size(); ++i) {
+    if (std::abs(2.0f * input[i]) > 1.0f) {
+      ASSERT_GT(out.samples[i] * input[i], 0.0f) << "sample " << i << " wrapped around";
+      ASSERT_GE(std::abs(out.samples[i]), 0.999f) << "sample " << i;
+    }
+  }
+
+  // Float output keeps values above full scale: nothing is clipped, nothing said.
+  const RunResult float_run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "float.wav").string(), "--taps",
+                      (dir / "double.txt").string()});
+  ASSERT_EQ(float_run.exit_code, 0) << float_run.err;
+  EXPECT_EQ(float_run.err.find("clipped"), std::string::npos) << float_run.err;
+}
+
+TEST(ProcessCommand, SaysWhatItDidInOneFinalLineAndNothingWhenQuiet) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(4800 * 2, 14), 0.5f), 2, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  const std::string out = (dir / "out.wav").string();
+  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(), out, "--taps",
+                                        (dir / "taps.txt").string(), "--backend", "cpu"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const std::string& part :
+       {std::string("0.10 s of audio"), std::string("4800 frames"), std::string("2 channels"),
+        std::string("real time"), std::string("cpu"), out}) {
+    EXPECT_NE(run.err.find(part), std::string::npos) << part << "; stderr: " << run.err;
+  }
+  EXPECT_EQ(run.err.find('\r'), std::string::npos) << "no progress bar when not a terminal";
+
+  const RunResult quiet = tapstream(dir, {"-q", "process", (dir / "in.wav").string(), out, "--taps",
+                                          (dir / "taps.txt").string()});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+}
+
+TEST(ProcessCommand, AutoBackendFallsBackToTheCpuAndSaysSoOnce) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(1000, 15), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--backend", "auto"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string fallback = "using the CPU engine";
+  const auto first = run.err.find(fallback);
+  if (first == std::string::npos) GTEST_SKIP() << "a usable GPU: auto did not fall back";
+  EXPECT_EQ(run.err.find(fallback, first + 1), std::string::npos) << run.err;
+
+  // Without a GPU, asking for CUDA explicitly is an error, with no output.
+  const RunResult cuda =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "cuda.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--backend", "cuda"});
+  EXPECT_NE(cuda.exit_code, 0);
+  EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
+  EXPECT_FALSE(fs::exists(dir / "cuda.wav"));
+}
+
+// --- design ---------------------------------------------------------------
+
+std::vector<double> read_taps(const fs::path& file, std::string* comments) {
+  std::ifstream in(file);
+  std::vector<double> taps;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    if (line[first] == '#') {
+      *comments += line + "\n";
+      continue;
+    }
+    taps.push_back(std::stod(line));
+  }
+  return taps;
+}
+
+TEST(DesignCommand, WritesATapsFileThatRecordsHowItWasMadeAndThatProcessReads) {
+  TempDir dir;
+  const RunResult run = tapstream(dir, {"design", "lowpass", "--rate", "48000", "--cutoff", "2000",
+                                        "--taps", "101", "-o", (dir / "lowpass.txt").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::string comments;
+  const std::vector<double> taps = read_taps(dir / "lowpass.txt", &comments);
+  ASSERT_EQ(taps.size(), 101u);
+  EXPECT_NE(comments.find("lowpass"), std::string::npos) << comments;
+  EXPECT_NE(comments.find("--cutoff 2000"), std::string::npos) << comments;
+  EXPECT_NE(comments.find("--rate 48000"), std::string::npos) << comments;
+  double dc = 0.0;
+  for (double t : taps) dc += t;
+  EXPECT_NEAR(dc, 1.0, 0.01) << "a lowpass passes DC";
+  for (std::size_t i = 0; i < taps.size(); ++i) {
+    EXPECT_NEAR(taps[i], taps[taps.size() - 1 - i], 1e-6) << "linear phase: symmetric taps";
+  }
+  EXPECT_EQ(entries(dir.path()), std::set<std::string>{"lowpass.txt"});
+
+  // The designed file filters a real recording.
+  const RunResult process =
+      tapstream(dir, {"process", real_recording().string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "lowpass.txt").string()});
+  ASSERT_EQ(process.exit_code, 0) << process.err;
+  EXPECT_TRUE(fs::exists(dir / "out.wav"));
+}
+
+TEST(DesignCommand, DesignsEachTypeAndWindow) {
+  TempDir dir;
+  const std::vector<std::vector<std::string>> designs = {
+      {"highpass", "--cutoff", "500", "--taps", "63", "--window", "hann"},
+      {"bandpass", "--cutoff", "300,3400", "--taps", "127", "--window", "hamming"},
+      {"bandstop", "--cutoff", "900,1100", "--taps", "255", "--window", "blackman"},
+      {"lowpass", "--cutoff", "4000", "--taps", "32", "--window", "rectangular"},
+      {"lowpass", "--cutoff", "4000", "--taps", "65", "--window", "kaiser", "--beta", "5"},
+  };
+  for (std::size_t i = 0; i < designs.size(); ++i) {
+    const auto& d = designs[i];
+    SCOPED_TRACE(d[0] + " " + d[2]);
+    const fs::path file = dir / ("design" + std::to_string(i) + ".txt");
+    std::vector<std::string> args = {"design", d[0], "--rate", "16000"};
+    args.insert(args.end(), d.begin() + 1, d.end());
+    args.insert(args.end(), {"-o", file.string()});
+    const RunResult run = tapstream(dir, args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::string comments;
+    EXPECT_EQ(read_taps(file, &comments).size(), std::stoul(d[4]));
+    EXPECT_NE(comments.find(d[0]), std::string::npos) << comments;
+  }
+}
+
+TEST(DesignCommand, BadOptionsAreNamedAndLeaveNoFile) {
+  TempDir dir;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"lowpass", "--rate", "48000", "--cutoff", "abc", "--taps", "11"}, "--cutoff"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "30000", "--taps", "11"}, "--cutoff"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "-5", "--taps", "11"}, "--cutoff"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "100,200", "--taps", "11"}, "--cutoff"},
+      {{"bandpass", "--rate", "48000", "--cutoff", "1000", "--taps", "11"}, "--cutoff"},
+      {{"bandpass", "--rate", "48000", "--cutoff", "2000,1000", "--taps", "11"}, "--cutoff"},
+      {{"lowpass", "--rate", "0", "--cutoff", "1000", "--taps", "11"}, "--rate"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "1000", "--taps", "0"}, "--taps"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "1000", "--taps", "11", "--window", "triangle"},
+       "triangle"},
+      {{"lowpass", "--rate", "48000", "--cutoff", "1000", "--taps", "11", "--window", "hann",
+        "--beta", "5"},
+       "--beta"},
+      {{"notch", "--rate", "48000", "--cutoff", "1000", "--taps", "11"}, "notch"},
+      {{"lowpass", "--cutoff", "1000", "--taps", "11"}, "--rate"},
+  };
+  for (const auto& [args, culprit] : cases) {
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    SCOPED_TRACE(joined);
+    std::vector<std::string> full = {"design"};
+    full.insert(full.end(), args.begin(), args.end());
+    full.insert(full.end(), {"-o", (dir / "f.txt").string()});
+    const RunResult run = tapstream(dir, full);
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find(culprit), std::string::npos) << "stderr: " << run.err;
+    EXPECT_TRUE(fs::is_empty(dir.path())) << "stderr: " << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace tapstream
