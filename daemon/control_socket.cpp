@@ -1,0 +1,468 @@
+#include "daemon/control_socket.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "daemon/json.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t max_pending_reply_bytes = 1 << 20;  // a client that never reads is dropped
+constexpr auto idle_client_timeout = std::chrono::seconds(60);
+
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
+
+// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+sockaddr_un socket_address(const fs::path& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string text = path.string();
+  if (text.empty() || text.size() >= sizeof(address.sun_path)) {
+    throw ControlSocketError("control socket path '" + text + "' is empty or longer than " +
+                             std::to_string(sizeof(address.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(address.sun_path, text.c_str(), text.size() + 1);
+  return address;
+}
+
+std::string error_reply(std::string_view message) {
+  JsonWriter json;
+  json.begin_object().field("ok", false).field("error", message).end_object();
+  return json.str();
+}
+
+std::string_view trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
+}
+
+std::string shorten(std::string_view text) {
+  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
+}
+
+// Creates the socket's directory (0700) if needed and checks that only the
+// user can write it.
+void prepare_directory(const fs::path& directory) {
+  std::error_code error;
+  if (!fs::exists(directory, error)) {
+    if (directory.has_parent_path()) fs::create_directories(directory.parent_path(), error);
+    if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw ControlSocketError("cannot create control socket directory " + directory.string() +
+                               ": " + errno_text(errno));
+    }
+  }
+  struct stat info {};
+  if (::stat(directory.c_str(), &info) != 0) {
+    throw ControlSocketError("control socket directory " + directory.string() + ": " +
+                             errno_text(errno));
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    throw ControlSocketError("control socket directory " + directory.string() +
+                             " is not a directory");
+  }
+  if (info.st_uid != ::geteuid()) {
+    throw ControlSocketError("control socket directory " + directory.string() +
+                             " belongs to another user (uid " + std::to_string(info.st_uid) +
+                             "); refusing to use it");
+  }
+  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    throw ControlSocketError("control socket directory " + directory.string() + " (mode " + mode +
+                             ") is writable by group or others; refusing to use it (chmod 700 " +
+                             directory.string() + ")");
+  }
+}
+
+// Removes a socket file that no server answers on; refuses anything else.
+void remove_stale_socket(const fs::path& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return;  // nothing there
+  if (!S_ISSOCK(info.st_mode)) {
+    throw ControlSocketError(path.string() + " exists and is not a socket; refusing to replace it");
+  }
+  Fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_un address = socket_address(path);
+  if (probe.get() >= 0 &&
+      ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    throw ControlSocketError("another server is listening on " + path.string() +
+                             " (is tapstream already running?)");
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    throw ControlSocketError("cannot remove stale socket " + path.string() + ": " +
+                             errno_text(errno));
+  }
+}
+
+struct Client {
+  Fd fd;
+  std::string input;
+  std::string output;
+  bool closing = false;  // close once `output` is sent
+  Clock::time_point last_active = Clock::now();
+};
+
+}  // namespace
+
+std::string status_to_json(const DaemonStatus& status) {
+  JsonWriter json;
+  json.begin_object()
+      .field("ok", true)
+      .field("backend", status.backend)
+      .field("engine", status.engine)
+      .field("input", status.input_device)
+      .field("output", status.output_device)
+      .field("sample_rate", status.sample_rate)
+      .field("block_frames", status.block_frames)
+      .field("channels", status.channels)
+      .field("latency_frames", status.latency_frames)
+      .field("latency_ms", status.sample_rate > 0
+                               ? 1000.0 * double(status.latency_frames) / status.sample_rate
+                               : 0.0);
+  json.key("filters").begin_array();
+  for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
+    json.begin_object()
+        .field("channel", channel)
+        .field("taps", status.filters[channel].taps)
+        .field("file", status.filters[channel].file)
+        .end_object();
+  }
+  json.end_array()
+      .field("blocks", status.blocks)
+      .field("underruns", status.underruns)
+      .field("overruns", status.overruns)
+      .field("swaps", status.swaps)
+      .field("rejected_swaps", status.rejected_swaps)
+      .field("uptime_s", status.uptime_s);
+  const auto& p = status.processing;
+  json.key("processing_us")
+      .begin_object()
+      .field("blocks", p.count)
+      .field("block_period",
+             status.sample_rate > 0 ? 1e6 * double(status.block_frames) / status.sample_rate : 0.0)
+      .field("mean", p.mean_us)
+      .field("p50", p.p50_us)
+      .field("p90", p.p90_us)
+      .field("p99", p.p99_us)
+      .field("p999", p.p999_us)
+      .field("max", p.max_us)
+      .end_object();
+  json.end_object();
+  return json.str();
+}
+
+ControlServer::ControlServer(fs::path socket_path, ControlHandlers handlers)
+    : path_(std::move(socket_path)), handlers_(std::move(handlers)) {}
+
+ControlServer::~ControlServer() {
+  stop();
+}
+
+void ControlServer::start() {
+  if (thread_.joinable()) return;
+  const sockaddr_un address = socket_address(path_);
+  prepare_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."));
+  remove_stale_socket(path_);
+
+  Fd listen_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (listen_fd.get() < 0) throw ControlSocketError("socket(AF_UNIX): " + errno_text(errno));
+  if (::bind(listen_fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    throw ControlSocketError("cannot bind control socket " + path_.string() + ": " +
+                             errno_text(errno));
+  }
+  // The directory is 0700, so nobody else can reach the socket between bind and chmod.
+  if (::chmod(path_.c_str(), 0600) != 0 || ::listen(listen_fd.get(), 16) != 0) {
+    const int error = errno;
+    ::unlink(path_.c_str());
+    throw ControlSocketError("cannot set up control socket " + path_.string() + ": " +
+                             errno_text(error));
+  }
+  if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    const int error = errno;
+    ::unlink(path_.c_str());
+    throw ControlSocketError("pipe2: " + errno_text(error));
+  }
+  listen_fd_ = listen_fd.release();
+  thread_ = std::thread([this] { serve(); });
+}
+
+void ControlServer::stop() {
+  if (thread_.joinable()) {
+    const char byte = 's';
+    while (::write(stop_pipe_[1], &byte, 1) < 0 && errno == EINTR) {
+    }
+    thread_.join();
+  }
+  for (int& fd : stop_pipe_) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    ::unlink(path_.c_str());
+  }
+}
+
+std::string ControlServer::handle_request(std::string_view line) const {
+  try {
+    line = trim(line);
+    if (line.empty()) return error_reply("empty request (known: status, load CHANNEL|all FILE)");
+    const auto space = line.find_first_of(" \t");
+    const std::string_view verb = line.substr(0, space);
+    const std::string_view rest =
+        space == std::string_view::npos ? std::string_view() : trim(line.substr(space + 1));
+
+    if (verb == "status") {
+      if (!rest.empty()) return error_reply("status takes no arguments");
+      if (!handlers_.status) return error_reply("status is not available");
+      return status_to_json(handlers_.status());
+    }
+    if (verb == "load") {
+      const auto split = rest.find_first_of(" \t");
+      if (rest.empty() || split == std::string_view::npos) {
+        return error_reply("usage: load CHANNEL|all FILE");
+      }
+      const std::string_view channel_text = rest.substr(0, split);
+      const std::string file(trim(rest.substr(split + 1)));
+      std::optional<std::size_t> channel;
+      if (channel_text != "all") {
+        if (channel_text.size() > 6 ||
+            channel_text.find_first_not_of("0123456789") != std::string_view::npos) {
+          return error_reply("channel '" + shorten(channel_text) +
+                             "' is neither 'all' nor a channel number (from 0)");
+        }
+        channel = std::stoul(std::string(channel_text));
+      }
+      if (file.empty() || file.front() != '/') {
+        return error_reply("file '" + shorten(file) + "' is not an absolute path");
+      }
+      if (!handlers_.load) return error_reply("load is not available");
+      const std::string message = handlers_.load(channel, file);
+      JsonWriter json;
+      json.begin_object().field("ok", true).field("message", message).end_object();
+      return json.str();
+    }
+    return error_reply("unknown request '" + shorten(verb) +
+                       "' (known: status, load CHANNEL|all FILE)");
+  } catch (const std::exception& e) {
+    return error_reply(e.what());
+  } catch (...) {
+    return error_reply("internal error");
+  }
+}
+
+void ControlServer::serve() {
+  std::vector<Client> clients;
+  std::vector<pollfd> fds;
+  char buffer[4096];
+
+  const auto queue_reply = [](Client& client, const std::string& reply) {
+    client.output += reply;
+    client.output += '\n';
+    if (client.output.size() > max_pending_reply_bytes) {
+      client.output.clear();
+      client.closing = true;
+      client.fd.reset();  // a client that never reads its replies is dropped
+    }
+  };
+  // Answers every complete line in client.input; an oversized one ends the connection.
+  const auto answer_lines = [&](Client& client, bool at_eof) {
+    while (!client.closing) {
+      const auto newline = client.input.find('\n');
+      if (newline == std::string::npos) {
+        if (client.input.size() > max_request_bytes) {
+          queue_reply(client, error_reply("request longer than " +
+                                          std::to_string(max_request_bytes) + " bytes"));
+          client.closing = true;
+        } else if (at_eof && !trim(client.input).empty()) {
+          queue_reply(client, handle_request(client.input));
+          client.input.clear();
+        }
+        return;
+      }
+      if (newline > max_request_bytes) {
+        queue_reply(client, error_reply("request longer than " + std::to_string(max_request_bytes) +
+                                        " bytes"));
+        client.closing = true;
+        return;
+      }
+      const std::string line = client.input.substr(0, newline);
+      client.input.erase(0, newline + 1);
+      queue_reply(client, handle_request(line));
+    }
+  };
+
+  while (true) {
+    const auto now = Clock::now();
+    for (auto& client : clients) {
+      if (now - client.last_active > idle_client_timeout) client.fd.reset();
+    }
+    std::erase_if(clients, [](const Client& c) { return c.fd.get() < 0; });
+    fds.clear();
+    fds.push_back({stop_pipe_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (const auto& client : clients) {
+      short events = 0;
+      if (!client.closing) events |= POLLIN;
+      if (!client.output.empty()) events |= POLLOUT;
+      fds.push_back({client.fd.get(), events, 0});
+    }
+    const int ready = ::poll(fds.data(), fds.size(), 1000);
+    if (ready < 0 && errno != EINTR) break;  // cannot happen with valid fds; do not spin
+    if (ready <= 0) continue;
+    if (fds[0].revents != 0) break;  // stop()
+
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+      Client& client = clients[i];
+      const short revents = fds[i + 2].revents;
+      if (revents == 0 || client.fd.get() < 0) continue;
+      client.last_active = Clock::now();
+      if (revents & (POLLIN | POLLHUP | POLLERR)) {
+        const ssize_t got = ::recv(client.fd.get(), buffer, sizeof buffer, 0);
+        if (got > 0) {
+          client.input.append(buffer, static_cast<std::size_t>(got));
+          answer_lines(client, false);
+        } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+          answer_lines(client, true);
+          client.closing = true;
+          if (got < 0) client.output.clear();
+        }
+      }
+      if (!client.output.empty() && client.fd.get() >= 0) {
+        const ssize_t sent = ::send(client.fd.get(), client.output.data(), client.output.size(),
+                                    MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent > 0) {
+          client.output.erase(0, static_cast<std::size_t>(sent));
+        } else if (sent < 0 && errno != EAGAIN && errno != EINTR) {
+          client.fd.reset();  // the peer went away
+        }
+      }
+      if (client.closing && client.output.empty()) client.fd.reset();
+    }
+    std::erase_if(clients, [](const Client& c) { return c.fd.get() < 0; });
+
+    if (fds[1].revents & POLLIN) {
+      Fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (fd.get() >= 0) {
+        ucred peer{};
+        socklen_t length = sizeof peer;
+        Client client;
+        client.fd = std::move(fd);
+        if (::getsockopt(client.fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+            peer.uid != ::geteuid()) {
+          queue_reply(client, error_reply("permission denied"));
+          client.closing = true;
+        } else if (clients.size() >= max_clients) {
+          queue_reply(client, error_reply("too many control connections"));
+          client.closing = true;
+        }
+        clients.push_back(std::move(client));
+      }
+    }
+  }
+}
+
+std::string control_request(const fs::path& socket_path, std::string_view request,
+                            std::chrono::milliseconds timeout) {
+  if (request.find('\n') != std::string_view::npos) {
+    throw ControlSocketError("a control request is one line");
+  }
+  const sockaddr_un address = socket_address(socket_path);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) throw ControlSocketError("socket(AF_UNIX): " + errno_text(errno));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    const int error = errno;
+    std::string hint;
+    if (error == ENOENT || error == ECONNREFUSED) hint = " (is `tapstream run` running?)";
+    throw ControlSocketError("cannot connect to " + socket_path.string() + ": " +
+                             errno_text(error) + hint);
+  }
+  const auto deadline = Clock::now() + timeout;
+  const auto wait_for = [&](short events) {
+    while (true) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        throw ControlSocketError("no reply from " + socket_path.string() + " within " +
+                                 std::to_string(timeout.count()) + " ms");
+      }
+      pollfd p{fd.get(), events, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (ready > 0) return;
+      if (ready < 0 && errno != EINTR) throw ControlSocketError("poll: " + errno_text(errno));
+    }
+  };
+
+  const std::string line = std::string(request) + "\n";
+  std::size_t sent = 0;
+  while (sent < line.size()) {
+    wait_for(POLLOUT);
+    const ssize_t n =
+        ::send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      throw ControlSocketError("sending to " + socket_path.string() + ": " + errno_text(errno));
+    }
+    if (n > 0) sent += static_cast<std::size_t>(n);
+  }
+
+  std::string reply;
+  char buffer[4096];
+  while (true) {
+    const auto newline = reply.find('\n');
+    if (newline != std::string::npos) return reply.substr(0, newline);
+    wait_for(POLLIN);
+    const ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0) {
+      if (!reply.empty()) return reply;
+      throw ControlSocketError(socket_path.string() + " closed the connection without a reply");
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      throw ControlSocketError("reading from " + socket_path.string() + ": " + errno_text(errno));
+    }
+    if (n > 0) reply.append(buffer, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace tapstream

@@ -1,0 +1,118 @@
+#pragma once
+// The control socket of `tapstream run`: a Unix domain socket that only its
+// owner can reach (socket mode 0600 in a directory of mode 0700 owned by the
+// user, peers checked with SO_PEERCRED), speaking one line of text per
+// request and one line of JSON per reply:
+//
+//   status                -> {"ok":true,"backend":"cpu",...}            (see DaemonStatus)
+//   load CHANNEL FILE     -> {"ok":true,"message":"..."} or {"ok":false,"error":"..."}
+//   load all FILE            FILE is an absolute path (the rest of the line, spaces allowed);
+//                            CHANNEL counts from 0.
+//
+// Anything else (unknown or malformed requests, lines over 4 KiB) gets
+// {"ok":false,"error":"..."}; a client cannot crash the server or touch the
+// audio path: the server only calls the handlers below, on its own thread.
+//
+// Threads: the server runs one thread of its own (poll() over the listening
+// socket, the clients and a stop pipe); the handlers run on that thread.
+// start() and stop() are called by the thread that owns the ControlServer.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsp/latency_stats.hpp"
+
+namespace tapstream {
+
+class ControlSocketError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What `status` reports; filled by the daemon's status handler.
+struct DaemonStatus {
+  struct Filter {
+    std::size_t taps = 0;
+    std::string file;
+  };
+  std::string backend;       // engine name: "cpu", "cuda"
+  std::string engine;        // engine description (algorithm)
+  std::string input_device;  // EndpointConfig::describe() or the device's name
+  std::string output_device;
+  int sample_rate = 0;
+  std::size_t block_frames = 0;
+  std::size_t channels = 0;
+  std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
+  std::vector<Filter> filters;     // one per channel
+  std::uint64_t blocks = 0;
+  std::uint64_t underruns = 0;
+  std::uint64_t overruns = 0;
+  std::uint64_t swaps = 0;
+  std::uint64_t rejected_swaps = 0;
+  double uptime_s = 0;
+  LatencyStats::Summary processing;  // engine time per block
+};
+
+// The one-line JSON of a status reply, starting with "ok":true.
+std::string status_to_json(const DaemonStatus& status);
+
+struct ControlHandlers {
+  // Returns the current status.
+  std::function<DaemonStatus()> status;
+  // Loads `file` for `channel` (nullopt: all channels), validates it and
+  // queues the swap; returns a one-line message for the reply. Throws a
+  // std::exception whose what() is the reason for a rejection.
+  std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
+      load;
+};
+
+class ControlServer {
+ public:
+  static constexpr std::size_t max_request_bytes = 4096;
+  static constexpr std::size_t max_clients = 16;
+
+  ControlServer(std::filesystem::path socket_path, ControlHandlers handlers);
+  ~ControlServer();  // stop()
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Makes the directory (0700) if missing, refuses one that others can write
+  // or that someone else owns, replaces a stale socket file (refuses when a
+  // server answers on it, or when the path is not a socket), binds the socket
+  // (0600), and starts the server thread. Throws ControlSocketError.
+  void start();
+  // Stops the thread, closes every connection and removes the socket file.
+  // Safe to call twice.
+  void stop();
+
+  const std::filesystem::path& path() const { return path_; }
+
+  // Answers one request line (without its newline); used by the server
+  // thread, public for tests.
+  std::string handle_request(std::string_view line) const;
+
+ private:
+  void serve();
+
+  std::filesystem::path path_;
+  ControlHandlers handlers_;
+  int listen_fd_ = -1;
+  int stop_pipe_[2] = {-1, -1};
+  std::thread thread_;
+};
+
+// Sends one request line to the server at `socket_path` and returns its reply
+// line (without the newline). Throws ControlSocketError when the server cannot
+// be reached or does not answer within `timeout`.
+std::string control_request(const std::filesystem::path& socket_path, std::string_view request,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace tapstream

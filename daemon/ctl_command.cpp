@@ -1,0 +1,85 @@
+// `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE`:
+// talks to a running `tapstream run` through its control socket and prints
+// the one-line JSON reply; exits 1 when the reply says "ok":false.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "daemon/command.hpp"
+#include "daemon/config.hpp"
+#include "daemon/control_socket.hpp"
+
+namespace tapstream {
+
+namespace {
+
+struct CtlArgs {
+  std::string socket;
+  std::string config;
+  int timeout_ms = 10000;
+  std::string channel;
+  std::string file;
+};
+
+std::filesystem::path choose_socket(const CtlArgs& args) {
+  if (!args.socket.empty()) return args.socket;
+  if (!args.config.empty()) {
+    const LiveConfig config = load_live_config(args.config);
+    if (config.control_socket.empty()) {
+      throw ControlSocketError(args.config +
+                               " sets control.socket = \"\": the daemon has no "
+                               "control socket");
+    }
+    return config.control_socket;
+  }
+  return default_control_socket();
+}
+
+}  // namespace
+
+Command add_ctl_command(CLI::App& app) {
+  auto args = std::make_shared<CtlArgs>();
+  CLI::App* ctl = app.add_subcommand("ctl", "Query or steer a running `tapstream run`");
+  ctl->add_option("--socket", args->socket,
+                  "Control socket (default: $XDG_RUNTIME_DIR/tapstream/control.sock)");
+  ctl->add_option("--config", args->config, "Take the control socket from this configuration")
+      ->excludes("--socket");
+  ctl->add_option("--timeout", args->timeout_ms, "Milliseconds to wait for the reply")
+      ->check(CLI::Range(1, 600000));
+  ctl->require_subcommand(1);
+
+  CLI::App* status = ctl->add_subcommand("status", "Print the daemon's status as one line of JSON");
+  status->fallthrough();
+  CLI::App* load = ctl->add_subcommand(
+      "load",
+      "Load a coefficient file for one channel (from 0) or all; swapped at a block boundary");
+  load->fallthrough();
+  load->add_option("channel", args->channel, "Channel number (from 0) or 'all'")->required();
+  load->add_option("file", args->file, "Coefficient file")->required();
+
+  Command command;
+  command.app = ctl;
+  command.run = [args, status, load]() {
+    const std::filesystem::path socket = choose_socket(*args);
+    std::string request;
+    if (status->parsed()) {
+      request = "status";
+    } else if (load->parsed()) {
+      if (args->file.find('\n') != std::string::npos) {
+        throw ControlSocketError("file name contains a newline");
+      }
+      request = "load " + args->channel + " " +
+                std::filesystem::absolute(args->file).lexically_normal().string();
+    }
+    const std::string reply =
+        control_request(socket, request, std::chrono::milliseconds(args->timeout_ms));
+    std::printf("%s\n", reply.c_str());
+    return reply.rfind("{\"ok\":true", 0) == 0 ? 0 : 1;
+  };
+  return command;
+}
+
+}  // namespace tapstream

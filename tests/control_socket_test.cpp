@@ -1,0 +1,403 @@
+// Tests of the control socket: requests and replies, malformed and oversized
+// requests, permissions, stale sockets, concurrent clients, `tapstream ctl`.
+
+#include "daemon/control_socket.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/json.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ControlSocketTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("tapstream-ctl-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    socket_ = root_ / "run" / "control.sock";
+    handlers_.status = [this] {
+      DaemonStatus status;
+      status.backend = "cpu";
+      status.engine = "cpu: direct";
+      status.input_device = "default device";
+      status.output_device = "file /tmp/out.wav";
+      status.sample_rate = 48000;
+      status.block_frames = 256;
+      status.channels = 2;
+      status.latency_frames = 512;
+      status.filters = {{4096, "/f/left.txt"}, {128, "/f/we\"ird\nname\xff.txt"}};
+      status.blocks = ++status_calls_;
+      status.processing.count = 10;
+      status.processing.p99_us = 123.5;
+      return status;
+    };
+    handlers_.load = [this](std::optional<std::size_t> channel, const fs::path& file) {
+      std::lock_guard lock(mutex_);
+      loads_.emplace_back(channel, file);
+      if (file.filename() == "bad.txt")
+        throw std::runtime_error(file.string() + ":3: cannot parse 'x'");
+      return std::string("queued ") + file.filename().string();
+    };
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static inline int counter_ = 0;
+  fs::path root_;
+  fs::path socket_;
+  ControlHandlers handlers_;
+  std::atomic<int> status_calls_{0};
+  std::mutex mutex_;
+  std::vector<std::pair<std::optional<std::size_t>, fs::path>> loads_;
+};
+
+// A raw client, to send what control_request() would refuse to.
+class RawClient {
+ public:
+  explicit RawClient(const fs::path& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      ADD_FAILURE() << "connect: " << std::strerror(errno);
+    }
+    timeval timeout{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  }
+  ~RawClient() { ::close(fd_); }
+  void send(const std::string& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), ssize_t(bytes.size()));
+  }
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+  // Reads until the server closes or times out.
+  std::string read_all() {
+    std::string out;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::recv(fd_, buffer, sizeof buffer, 0)) > 0) out.append(buffer, std::size_t(n));
+    return out;
+  }
+  std::string read_line() {
+    std::string out;
+    char c;
+    while (::recv(fd_, &c, 1, 0) == 1 && c != '\n') out += c;
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+bool is_ok(const std::string& reply) {
+  return reply.rfind("{\"ok\":true", 0) == 0;
+}
+bool is_error(const std::string& reply) {
+  return reply.rfind("{\"ok\":false,\"error\":\"", 0) == 0;
+}
+
+TEST(JsonWriter, EscapesQuotesControlCharactersAndInvalidUtf8) {
+  EXPECT_EQ(JsonWriter::quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(JsonWriter::quote("line\nnext\ttab\x01"), "\"line\\nnext\\ttab\\u0001\"");
+  EXPECT_EQ(JsonWriter::quote("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // valid UTF-8 kept
+  EXPECT_EQ(JsonWriter::quote("bad\xff\xc3"), "\"bad\xef\xbf\xbd\xef\xbf\xbd\"");  // replaced
+  EXPECT_EQ(JsonWriter::quote("\xed\xa0\x80"),
+            "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");  // surrogate
+  JsonWriter json;
+  json.begin_object()
+      .field("n", 3)
+      .field("x", 1.5)
+      .field("nan", std::nan(""))
+      .field("b", false)
+      .key("list")
+      .begin_array()
+      .value(1)
+      .value("two")
+      .begin_object()
+      .end_object()
+      .end_array()
+      .end_object();
+  EXPECT_EQ(json.str(), R"({"n":3,"x":1.5,"nan":null,"b":false,"list":[1,"two",{}]})");
+}
+
+TEST_F(ControlSocketTest, StatusRepliesWithOneLineOfJsonFromTheHandler) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  const std::string reply = control_request(socket_, "status");
+  std::printf("%s\n", reply.c_str());
+  EXPECT_TRUE(is_ok(reply)) << reply;
+  EXPECT_EQ(reply.find('\n'), std::string::npos);
+  for (const char* part :
+       {"\"backend\":\"cpu\"", "\"sample_rate\":48000", "\"block_frames\":256", "\"channels\":2",
+        "\"latency_frames\":512", "\"channel\":0,\"taps\":4096,\"file\":\"/f/left.txt\"",
+        "\"file\":\"/f/we\\\"ird\\nname\xef\xbf\xbd.txt\"", "\"blocks\":1", "\"underruns\":0",
+        "\"overruns\":0", "\"swaps\":0", "\"p99\":123.5", "\"input\":\"default device\""}) {
+    EXPECT_NE(reply.find(part), std::string::npos) << part << " not in " << reply;
+  }
+  EXPECT_NE(control_request(socket_, "status"), reply) << "status was not asked again";
+}
+
+TEST_F(ControlSocketTest, LoadPassesChannelAndFileToTheHandlerAndRepliesOk) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_EQ(control_request(socket_, "load 1 /filters/my filter.txt"),
+            R"({"ok":true,"message":"queued my filter.txt"})");
+  EXPECT_TRUE(is_ok(control_request(socket_, "  load   all   /filters/b.wav  ")));
+  std::lock_guard lock(mutex_);
+  ASSERT_EQ(loads_.size(), 2u);
+  EXPECT_EQ(loads_[0].first, std::optional<std::size_t>(1));
+  EXPECT_EQ(loads_[0].second, fs::path("/filters/my filter.txt"));
+  EXPECT_EQ(loads_[1].first, std::nullopt);
+  EXPECT_EQ(loads_[1].second, fs::path("/filters/b.wav"));
+}
+
+TEST_F(ControlSocketTest, ARejectedLoadRepliesWithTheHandlersReason) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_EQ(control_request(socket_, "load 0 /f/bad.txt"),
+            R"({"ok":false,"error":"/f/bad.txt:3: cannot parse 'x'"})");
+}
+
+TEST_F(ControlSocketTest, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bogus", "unknown request 'bogus'"},
+      {"STATUS", "unknown request"},
+      {"status now", "status takes no arguments"},
+      {"load", "usage: load"},
+      {"load 1", "usage: load"},
+      {"load x /f.txt", "channel 'x' is neither"},
+      {"load -1 /f.txt", "channel '-1' is neither"},
+      {"load 99999999999999999999 /f.txt", "is neither"},
+      {"load 0 relative.txt", "not an absolute path"},
+      {std::string("\x01\x02\xff garbage", 12), "unknown request"},
+  };
+  for (const auto& [request, expected] : cases) {
+    RawClient client(socket_);
+    client.send(request + "\n");
+    const std::string reply = client.read_line();
+    EXPECT_TRUE(is_error(reply)) << request << " -> " << reply;
+    EXPECT_NE(reply.find(expected), std::string::npos) << request << " -> " << reply;
+  }
+  {
+    RawClient client(socket_);
+    client.send("\n");
+    EXPECT_NE(client.read_line().find("empty request"), std::string::npos);
+  }
+  EXPECT_TRUE(loads_.empty()) << "a malformed load reached the handler";
+  EXPECT_TRUE(is_ok(control_request(socket_, "status")));
+}
+
+TEST_F(ControlSocketTest, AnOversizedRequestGetsAnErrorAndOnlyThatConnectionIsClosed) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  RawClient idle(socket_);  // another client stays connected throughout
+  {
+    RawClient client(socket_);
+    client.send(std::string(5000, 'a'));  // no newline at all
+    const std::string reply = client.read_all();
+    EXPECT_TRUE(is_error(reply)) << reply.substr(0, 200);
+    EXPECT_NE(reply.find("longer than 4096 bytes"), std::string::npos);
+  }
+  {
+    RawClient client(socket_);
+    client.send("load 0 /" + std::string(6000, 'x') + "\nstatus\n");
+    const std::string reply = client.read_all();
+    EXPECT_NE(reply.find("longer than 4096 bytes"), std::string::npos);
+    EXPECT_EQ(reply.find("\"ok\":true"), std::string::npos) << "answered after an oversized line";
+  }
+  {
+    // Just under the limit is an ordinary (here: unknown) request.
+    RawClient client(socket_);
+    client.send(std::string(4000, 'b') + "\n");
+    EXPECT_NE(client.read_line().find("unknown request"), std::string::npos);
+  }
+  idle.send("status\n");
+  EXPECT_TRUE(is_ok(idle.read_line()));
+  EXPECT_TRUE(loads_.empty());
+}
+
+TEST_F(ControlSocketTest, PipelinedRequestsOnOneConnectionGetOneReplyEach) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  RawClient client(socket_);
+  client.send("status\nbogus\r\nload 0 /a.txt\nstatus");  // the last one ends at EOF
+  client.shutdown_write();
+  const std::string all = client.read_all();
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (std::size_t end; (end = all.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(all.substr(start, end - start));
+  }
+  ASSERT_EQ(lines.size(), 4u) << all;
+  EXPECT_TRUE(is_ok(lines[0]));
+  EXPECT_TRUE(is_error(lines[1]));
+  EXPECT_EQ(lines[2], R"({"ok":true,"message":"queued a.txt"})");
+  EXPECT_TRUE(is_ok(lines[3]));
+}
+
+TEST_F(ControlSocketTest, SocketIsOwnerOnlyInAnOwnerOnlyDirectoryAndRemovedOnStop) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  struct stat info {};
+  ASSERT_EQ(::stat(socket_.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISSOCK(info.st_mode));
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(socket_.parent_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  server.stop();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(socket_)));
+  server.stop();  // twice is fine
+  EXPECT_THROW(control_request(socket_, "status"), ControlSocketError);
+}
+
+TEST_F(ControlSocketTest, RefusesADirectoryThatOthersCanWrite) {
+  fs::create_directories(socket_.parent_path());
+  ::chmod(socket_.parent_path().c_str(), 0777);
+  ControlServer server(socket_, handlers_);
+  try {
+    server.start();
+    FAIL() << "started in a world-writable directory";
+  } catch (const ControlSocketError& e) {
+    EXPECT_NE(std::string(e.what()).find("writable by group or others"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(socket_.parent_path().string()), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(socket_));
+}
+
+TEST_F(ControlSocketTest, RefusesToReplaceAFileThatIsNotASocket) {
+  fs::create_directories(socket_.parent_path());
+  fs::permissions(socket_.parent_path(), fs::perms::owner_all, fs::perm_options::replace);
+  std::ofstream(socket_) << "precious";
+  ControlServer server(socket_, handlers_);
+  EXPECT_THROW(server.start(), ControlSocketError);
+  std::ifstream in(socket_);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "precious");
+}
+
+TEST_F(ControlSocketTest, ReplacesAStaleSocketButNotALiveServer) {
+  {
+    ControlServer first(socket_, handlers_);
+    first.start();
+    ControlServer second(socket_, handlers_);
+    EXPECT_THROW(second.start(), ControlSocketError);
+    EXPECT_TRUE(is_ok(control_request(socket_, "status"))) << "the live server was disturbed";
+  }
+  // A socket file left behind by a crashed daemon.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, socket_.c_str(), sizeof(address.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ::close(fd);
+  ASSERT_TRUE(fs::is_socket(socket_));
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_TRUE(is_ok(control_request(socket_, "status")));
+}
+
+TEST_F(ControlSocketTest, TheClientNamesTheSocketWhenNoServerIsThere) {
+  try {
+    control_request(root_ / "nothing.sock", "status");
+    FAIL() << "no error";
+  } catch (const ControlSocketError& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing.sock"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tapstream run"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ControlSocketTest, AHandlerThatThrowsGetsAnErrorReplyAndTheServerSurvives) {
+  int calls = 0;
+  handlers_.status = [&calls]() -> DaemonStatus {
+    if (++calls == 1) throw std::runtime_error("engine not started");
+    return DaemonStatus{};
+  };
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_EQ(control_request(socket_, "status"), R"({"ok":false,"error":"engine not started"})");
+  EXPECT_TRUE(is_ok(control_request(socket_, "status")));
+}
+
+TEST_F(ControlSocketTest, ConcurrentClientsAllGetTheirAnswers) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  std::atomic<int> good{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const std::string reply =
+            (i % 2 == 0) ? control_request(socket_, "status")
+                         : control_request(socket_, "load " + std::to_string(t) + " /f/" +
+                                                        std::to_string(i) + ".txt");
+        if (is_ok(reply)) good.fetch_add(1);
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(good.load(), 8 * 40);
+  EXPECT_EQ(loads_.size(), 8u * 20u);
+}
+
+TEST_F(ControlSocketTest, StopReturnsPromptlyWithClientsConnected) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  RawClient idle(socket_);
+  RawClient half(socket_);
+  half.send("stat");
+  const auto start = std::chrono::steady_clock::now();
+  server.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(idle.read_all(), "");  // closed by the server
+}
+
+TEST_F(ControlSocketTest, CtlCommandPrintsTheReplyAndExitsNonZeroOnAnError) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  const fs::path output = root_ / "ctl.out";
+  const std::string ctl = std::string(TAPSTREAM_BINARY) + " ctl --socket " + socket_.string();
+  EXPECT_EQ(std::system((ctl + " status > " + output.string()).c_str()), 0);
+  std::string line;
+  std::getline(std::ifstream(output), line);
+  EXPECT_TRUE(is_ok(line)) << line;
+  EXPECT_NE(line.find("\"backend\":\"cpu\""), std::string::npos);
+
+  const int code = std::system(
+      (ctl + " load 0 " + (root_ / "bad.txt").string() + " > " + output.string()).c_str());
+  EXPECT_NE(code, 0);
+  std::getline(std::ifstream(output), line);
+  EXPECT_TRUE(is_error(line)) << line;
+  std::lock_guard lock(mutex_);
+  ASSERT_FALSE(loads_.empty());
+  EXPECT_EQ(loads_.back().second, root_ / "bad.txt");
+
+  EXPECT_NE(std::system((std::string(TAPSTREAM_BINARY) + " ctl --socket " +
+                         (root_ / "none.sock").string() + " status 2>/dev/null")
+                            .c_str()),
+            0);
+}
+
+}  // namespace
+}  // namespace tapstream
