@@ -1,0 +1,372 @@
+// End to end through a real audio server, without sound hardware: the test
+// starts JACK's dummy driver, runs `tapstream run` on the JACK device through
+// PortAudio, feeds a known signal into the daemon's input ports from one JACK
+// client and records its output ports with another, then compares the
+// recording with `tapstream process` of the same signal.
+//
+// SLOW: the dummy driver runs in real time, so this test takes as long as the
+// audio it streams: 60 s by default (TAPSTREAM_JACK_SECONDS overrides it).
+//
+// Sample alignment: JACK runs the graph feeder -> daemon -> recorder in that
+// order within every cycle, so the recorder's frame k is the daemon's output
+// frame k when both start in the same cycle; the daemon's added latency is
+// then exactly the lag between the fed and the recorded signal.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <jack/jack.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsp/coefficient_file.hpp"
+#include "dsp/sound_file.hpp"
+#include "tests/reference.hpp"
+
+extern char** environ;
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int rate = 48000;
+constexpr std::size_t channels = 2;
+constexpr std::size_t jack_period = 256;
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A child process with stdout/stderr in files; killed (SIGTERM, then
+// SIGKILL) by the destructor if still running.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Child() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    if (wait_for(std::chrono::seconds(5)) == -2) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  void signal(int sig) const { kill(pid_, sig); }
+  bool running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == 0) return true;
+    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pid_ = -1;
+    return false;
+  }
+  // The exit status, or -2 if still running after `timeout`.
+  int wait_for(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (running()) {
+      if (Clock::now() > deadline) return -2;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return exit_status_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int exit_status_ = -1;
+};
+
+// Shared by the two JACK process callbacks and the test thread.
+struct Stream {
+  std::vector<float> signal;  // interleaved, fed from frame 0
+  std::size_t signal_frames = 0;
+  std::vector<float> recording;  // interleaved, recorder's frame 0 = feeder's frame 0
+  std::size_t record_frames = 0;
+
+  jack_client_t* feeder = nullptr;
+  jack_client_t* recorder = nullptr;
+  jack_port_t* out_ports[channels] = {};
+  jack_port_t* in_ports[channels] = {};
+
+  std::atomic<bool> armed{false};
+  std::atomic<bool> fed_started{false};
+  jack_nframes_t start_time = 0;  // published by fed_started (release/acquire)
+  std::size_t fed = 0;            // feeder only
+  jack_nframes_t record_first_time = 0;
+  bool record_started = false;  // recorder only
+  std::atomic<std::size_t> recorded{0};
+  std::atomic<int> feeder_gaps{0};
+  std::atomic<int> recorder_gaps{0};
+  jack_nframes_t feeder_last = 0;
+  jack_nframes_t recorder_last = 0;
+};
+
+int feed(jack_nframes_t frames, void* arg) {
+  auto& s = *static_cast<Stream*>(arg);
+  float* out[channels];
+  for (std::size_t c = 0; c < channels; ++c) {
+    out[c] = static_cast<float*>(jack_port_get_buffer(s.out_ports[c], frames));
+  }
+  const jack_nframes_t now = jack_last_frame_time(s.feeder);
+  if (!s.armed.load(std::memory_order_acquire)) {
+    for (std::size_t c = 0; c < channels; ++c) std::fill(out[c], out[c] + frames, 0.0f);
+    return 0;
+  }
+  if (!s.fed_started.load(std::memory_order_relaxed)) {
+    s.start_time = now;
+    s.fed_started.store(true, std::memory_order_release);
+  } else if (now != s.feeder_last + frames) {
+    s.feeder_gaps.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.feeder_last = now;
+  for (jack_nframes_t i = 0; i < frames; ++i, ++s.fed) {
+    for (std::size_t c = 0; c < channels; ++c) {
+      out[c][i] = s.fed < s.signal_frames ? s.signal[s.fed * channels + c] : 0.0f;
+    }
+  }
+  return 0;
+}
+
+int record(jack_nframes_t frames, void* arg) {
+  auto& s = *static_cast<Stream*>(arg);
+  if (!s.fed_started.load(std::memory_order_acquire)) return 0;
+  const jack_nframes_t now = jack_last_frame_time(s.recorder);
+  if (!s.record_started) {
+    if (static_cast<std::int32_t>(now - s.start_time) < 0) return 0;
+    s.record_first_time = now;
+    s.record_started = true;
+  } else if (now != s.recorder_last + frames) {
+    s.recorder_gaps.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.recorder_last = now;
+  const std::size_t at = s.recorded.load(std::memory_order_relaxed);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto* in = static_cast<const float*>(jack_port_get_buffer(s.in_ports[c], frames));
+    for (jack_nframes_t i = 0; i < frames && at + i < s.record_frames; ++i) {
+      s.recording[(at + i) * channels + c] = in[i];
+    }
+  }
+  s.recorded.store(std::min(s.record_frames, at + frames), std::memory_order_release);
+  return 0;
+}
+
+jack_client_t* open_client(const char* name, const std::string& server) {
+  jack_status_t status{};
+  return jack_client_open(name, static_cast<jack_options_t>(JackNoStartServer | JackServerName),
+                          &status, server.c_str());
+}
+
+std::vector<std::string> find_ports(jack_client_t* client, const char* pattern,
+                                    unsigned long flags) {
+  std::vector<std::string> names;
+  const char** ports = jack_get_ports(client, pattern, JACK_DEFAULT_AUDIO_TYPE, flags);
+  if (ports == nullptr) return names;
+  for (const char** p = ports; *p != nullptr; ++p) names.emplace_back(*p);
+  jack_free(ports);
+  return names;
+}
+
+TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheReportedLatency) {
+  if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
+  const double seconds = std::getenv("TAPSTREAM_JACK_SECONDS") != nullptr
+                             ? std::atof(std::getenv("TAPSTREAM_JACK_SECONDS"))
+                             : 60.0;
+  std::printf("SLOW TEST: streams %.0f s of audio through JACK's dummy driver in real time\n",
+              seconds);
+  const std::uint64_t seed = 60606;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+
+  const fs::path dir = fs::temp_directory_path() / ("tapstream-jack-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{dir};
+
+  // A server of our own, whatever else runs on the machine.
+  const std::string server = "tapstream-test-" + std::to_string(getpid());
+  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
+  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
+  // -S: synchronous mode, the server waits for every client each cycle, so a
+  // late client on a loaded machine delays the cycle instead of losing it.
+  Child jackd({"jackd", "-S", "--no-realtime", "-t", "10000", "-d", "dummy", "-r",
+               std::to_string(rate), "-p", std::to_string(jack_period)},
+              dir / "jackd.out", dir / "jackd.err");
+  ASSERT_TRUE(jackd.started()) << "could not start jackd";
+
+  Stream s;
+  for (int i = 0; i < 100 && s.feeder == nullptr; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s.feeder = open_client("feeder", server);
+  }
+  ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
+  s.recorder = open_client("recorder", server);
+  ASSERT_NE(s.recorder, nullptr);
+  ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
+
+  // The signal, its filter, and the offline result from `tapstream process`.
+  s.signal_frames = static_cast<std::size_t>(seconds * rate);
+  s.signal = testing::random_signal(s.signal_frames * channels, seed);
+  const auto taps = testing::random_signal(1024, seed + 1);
+  save_text_taps(dir / "taps.txt", taps, "jack end-to-end test filter");
+  {
+    SoundFileWriter writer(dir / "in.wav", rate, channels, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    writer.write(s.signal);
+    writer.commit();
+  }
+  Child process(
+      {TAPSTREAM_BINARY, "process", (dir / "in.wav").string(), (dir / "offline.wav").string(),
+       "--taps", (dir / "taps.txt").string(), "--backend", "cpu"},
+      dir / "process.out", dir / "process.err");
+  ASSERT_EQ(process.wait_for(std::chrono::seconds(120)), 0)
+      << "tapstream process failed: " << read_text(dir / "process.err");
+  std::vector<float> offline(s.signal.size());
+  {
+    SoundFileReader reader(dir / "offline.wav");
+    ASSERT_EQ(reader.info().frames, static_cast<std::int64_t>(s.signal_frames));
+    std::size_t done = 0;
+    while (done < offline.size()) {
+      const std::size_t frames = reader.read(std::span<float>(offline).subspan(done));
+      ASSERT_GT(frames, 0u);
+      done += frames * channels;
+    }
+  }
+
+  // The daemon on JACK's "system" device, its own engine thread, CPU engine.
+  const std::size_t margin = 1024;  // generous: the CI machine is shared and loaded
+  {
+    std::ofstream config(dir / "live.toml");
+    config << "sample_rate = " << rate << "\nblock_frames = 256\nchannels = " << channels
+           << "\nring_margin_frames = " << margin << "\n[input]\ndevice = \"system\"\n"
+           << "[output]\ndevice = \"system\"\n[filter]\nfile = \"taps.txt\"\nwatch = false\n"
+           << "max_taps = 1024\n[engine]\nbackend = \"cpu\"\n[control]\nsocket = \"\"\n";
+  }
+  Child daemon({TAPSTREAM_BINARY, "run", "--config", (dir / "live.toml").string()},
+               dir / "daemon.out", dir / "daemon.err");
+  ASSERT_TRUE(daemon.started());
+
+  // Its ports appear once PortAudio has opened the stream.
+  std::vector<std::string> daemon_in, daemon_out;
+  for (int i = 0; i < 200 && (daemon_in.size() < channels || daemon_out.size() < channels); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
+    daemon_in = find_ports(s.feeder, "PortAudio.*:in_", JackPortIsInput);
+    daemon_out = find_ports(s.feeder, "PortAudio.*:out_", JackPortIsOutput);
+  }
+  ASSERT_EQ(daemon_in.size(), channels) << read_text(dir / "daemon.err");
+  ASSERT_EQ(daemon_out.size(), channels);
+
+  std::smatch match;
+  const std::string daemon_stdout = read_text(dir / "daemon.out");
+  ASSERT_TRUE(std::regex_search(daemon_stdout, match, std::regex(R"(latency: (\d+) frames)")))
+      << "the daemon did not print its latency: " << daemon_stdout;
+  const std::size_t reported = std::stoul(match[1]);
+  std::printf("reported latency %zu frames\n", reported);
+
+  s.record_frames = s.signal_frames + reported + 4096;
+  s.recording.assign(s.record_frames * channels, 0.0f);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const std::string n = std::to_string(c + 1);
+    s.out_ports[c] = jack_port_register(s.feeder, ("out_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
+                                        JackPortIsOutput, 0);
+    s.in_ports[c] = jack_port_register(s.recorder, ("in_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
+                                       JackPortIsInput, 0);
+    ASSERT_TRUE(s.out_ports[c] != nullptr && s.in_ports[c] != nullptr);
+  }
+  jack_set_process_callback(s.feeder, feed, &s);
+  jack_set_process_callback(s.recorder, record, &s);
+  ASSERT_EQ(jack_activate(s.feeder), 0);
+  ASSERT_EQ(jack_activate(s.recorder), 0);
+  for (std::size_t c = 0; c < channels; ++c) {
+    // PortAudio connected the daemon to the dummy capture ports: replace them.
+    for (const auto& source : find_ports(s.feeder, "system:capture_.*", JackPortIsOutput)) {
+      jack_disconnect(s.feeder, source.c_str(), daemon_in[c].c_str());
+    }
+    ASSERT_EQ(jack_connect(s.feeder, jack_port_name(s.out_ports[c]), daemon_in[c].c_str()), 0);
+    ASSERT_EQ(jack_connect(s.recorder, daemon_out[c].c_str(), jack_port_name(s.in_ports[c])), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
+  s.armed.store(true, std::memory_order_release);
+
+  const auto deadline = Clock::now() + std::chrono::duration<double>(2 * seconds + 60);
+  while (s.recorded.load(std::memory_order_acquire) < s.record_frames && Clock::now() < deadline) {
+    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  jack_deactivate(s.recorder);
+  jack_deactivate(s.feeder);
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 0) << read_text(dir / "daemon.err");
+  jack_client_close(s.recorder);
+  jack_client_close(s.feeder);
+  const std::string daemon_log = read_text(dir / "daemon.err");
+
+  ASSERT_EQ(s.recorded.load(), s.record_frames) << "recording incomplete";
+  EXPECT_EQ(s.record_first_time, s.start_time) << "feeder and recorder started in one cycle";
+  std::printf("JACK cycles skipped: feeder %d, recorder %d\n", s.feeder_gaps.load(),
+              s.recorder_gaps.load());
+
+  // Measured latency: the lag at which the recording matches the offline output.
+  const std::size_t window = 8192;
+  std::size_t measured = 0;
+  double best = -1.0;
+  for (std::size_t lag = 0; lag <= 8192; ++lag) {
+    double err = 0.0;
+    for (std::size_t i = 0; i < window; ++i) {
+      const double d = s.recording[(lag + i) * channels] - offline[i * channels];
+      err += d * d;
+    }
+    if (best < 0 || err < best) {
+      best = err;
+      measured = lag;
+    }
+  }
+  std::printf("measured latency %zu frames (%.3f ms), reported %zu\n", measured,
+              1000.0 * double(measured) / rate, reported);
+  EXPECT_EQ(measured, reported) << "the measured input-to-output latency is the reported one";
+
+  for (std::size_t i = 0; i < reported * channels; ++i) {
+    ASSERT_EQ(s.recording[i], 0.0f) << "silence before the latency, sample " << i;
+  }
+  for (std::size_t c = 0; c < channels; ++c) {
+    std::vector<float> got, want;
+    for (std::size_t f = 0; f < s.signal_frames; ++f) {
+      got.push_back(s.recording[(reported + f) * channels + c]);
+      want.push_back(offline[f * channels + c]);
+    }
+    const double error = testing::relative_error(got, want);
+    std::printf("channel %zu: relative error %.3g over %zu frames\n", c, error, s.signal_frames);
+    EXPECT_LT(error, 1e-5) << "channel " << c << " (a dropped or repeated sample shows here)";
+  }
+  EXPECT_NE(daemon_log.find("underruns 0, overruns 0"), std::string::npos)
+      << "the daemon counted xruns: " << daemon_log;
+}
+
+}  // namespace
+}  // namespace tapstream
