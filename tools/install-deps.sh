@@ -14,6 +14,7 @@ packages=(
   libtomlplusplus-dev    # configuration files
   libcli11-dev           # command line
   jackd2                 # JACK's dummy server for the live tests
+  libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
 )
