@@ -237,14 +237,15 @@ std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& ba
       const std::size_t p = partition_, n = 2 * p;
       const std::size_t k = div_up(taps.size(), p);
       AlignedFloats spectra(k * 2 * bins_);
-      AlignedFloats padded(n);
+      AlignedFloats padded(n), spectrum(2 * bins_);
       const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
       for (std::size_t j = 0; j < k; ++j) {
         padded.zero();
         const std::size_t count = std::min(p, taps.size() - j * p);
         for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[j * p + t] * scale;
         float* re = spectra.data() + j * 2 * bins_;
-        fft_->forward(padded.data(), re, re + bins_);
+        fft_->forward(padded.data(), spectrum.data());
+        simd::deinterleave(spectrum.data(), re, re + bins_, bins_);
       }
       f->partitions.push_back(k);
       f->spectra.push_back(std::move(spectra));
@@ -329,8 +330,7 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   const std::size_t p = partition_;
   float* window = windows_.data() + ch * 2 * p;
   float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
-  float* acc_re = spectrum_.data();
-  float* acc_im = acc_re + bins_;
+  float* spectrum = spectrum_.data();  // interleaved, for FFTW
   std::size_t q = position_, slot = slot_, done = 0;
 
   auto emit = [&](const Filters& f, const float* xr, const float* xi, float* dst, std::size_t q0,
@@ -338,8 +338,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
     const std::size_t fi = f.filter_of(ch);
     const float* h = f.spectra[fi].data();
     const float* tail = f.tails.data() + ch * 2 * bins_;
-    simd::multiply_add(xr, xi, h, h + bins_, tail, tail + bins_, acc_re, acc_im, bins_);
-    fft_->inverse(acc_re, acc_im, time_.data());
+    simd::multiply_add(xr, xi, h, h + bins_, tail, tail + bins_, spectrum, bins_);
+    fft_->inverse(spectrum, time_.data());
     std::memcpy(dst, time_.data() + p + q0, n * sizeof(float));
   };
 
@@ -348,7 +348,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
     std::memcpy(window + p + q, x + done, n * sizeof(float));
     float* xr = fdl + slot * 2 * bins_;
     float* xi = xr + bins_;
-    fft_->forward(window, xr, xi);
+    fft_->forward(window, spectrum);
+    simd::deinterleave(spectrum, xr, xi, bins_);
     emit(*active_, xr, xi, y + done, q, n);
     if (fade_from) emit(*fade_from, xr, xi, scratch_old_.data() + done, q, n);
     q += n;

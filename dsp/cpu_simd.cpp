@@ -71,46 +71,77 @@ __attribute__((target("default"))) void direct_fir_impl(const float* x, const fl
   }
 }
 
-// ---- out = x * h + add ----
+// ---- split <-> interleaved, and out = x * h + add written interleaved ----
+
+__attribute__((target("avx512f"))) void deinterleave_impl(const float* c, float* re, float* im,
+                                                          std::size_t bins) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (std::size_t k = 0; k < bins; k += 16) {
+    const __m512 c0 = _mm512_loadu_ps(c + 2 * k), c1 = _mm512_loadu_ps(c + 2 * k + 16);
+    _mm512_storeu_ps(re + k, _mm512_permutex2var_ps(c0, even, c1));
+    _mm512_storeu_ps(im + k, _mm512_permutex2var_ps(c0, odd, c1));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void deinterleave_impl(const float* c, float* re, float* im,
+                                                           std::size_t bins) {
+  for (std::size_t k = 0; k < bins; k += 8) {
+    const __m256 c0 = _mm256_loadu_ps(c + 2 * k), c1 = _mm256_loadu_ps(c + 2 * k + 8);
+    const __m256 r = _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0));  // r0 r1 r4 r5 r2 r3 r6 r7
+    const __m256 i = _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm256_storeu_ps(re + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8)));
+    _mm256_storeu_ps(im + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(i), 0xd8)));
+  }
+}
+
+__attribute__((target("default"))) void deinterleave_impl(const float* c, float* re, float* im,
+                                                          std::size_t bins) {
+  for (std::size_t k = 0; k < bins; ++k) {
+    re[k] = c[2 * k];
+    im[k] = c[2 * k + 1];
+  }
+}
 
 __attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const float* xi,
                                                           const float* hr, const float* hi,
                                                           const float* ar, const float* ai,
-                                                          float* orr, float* oi, std::size_t bins) {
+                                                          float* out, std::size_t bins) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (std::size_t k = 0; k < bins; k += 16) {
     const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xi + k);
     const __m512 c = _mm512_loadu_ps(hr + k), d = _mm512_loadu_ps(hi + k);
     const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(b, d, _mm512_loadu_ps(ar + k)));
     const __m512 im = _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(b, c, _mm512_loadu_ps(ai + k)));
-    _mm512_storeu_ps(orr + k, re);
-    _mm512_storeu_ps(oi + k, im);
+    _mm512_storeu_ps(out + 2 * k, _mm512_permutex2var_ps(re, lo, im));
+    _mm512_storeu_ps(out + 2 * k + 16, _mm512_permutex2var_ps(re, hi_idx, im));
   }
 }
 
 __attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, const float* xi,
                                                            const float* hr, const float* hi,
                                                            const float* ar, const float* ai,
-                                                           float* orr, float* oi,
-                                                           std::size_t bins) {
+                                                           float* out, std::size_t bins) {
   for (std::size_t k = 0; k < bins; k += 8) {
     const __m256 a = _mm256_loadu_ps(xr + k), b = _mm256_loadu_ps(xi + k);
     const __m256 c = _mm256_loadu_ps(hr + k), d = _mm256_loadu_ps(hi + k);
     const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(b, d, _mm256_loadu_ps(ar + k)));
     const __m256 im = _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(b, c, _mm256_loadu_ps(ai + k)));
-    _mm256_storeu_ps(orr + k, re);
-    _mm256_storeu_ps(oi + k, im);
+    const __m256 l = _mm256_unpacklo_ps(re, im), h = _mm256_unpackhi_ps(re, im);
+    _mm256_storeu_ps(out + 2 * k, _mm256_permute2f128_ps(l, h, 0x20));
+    _mm256_storeu_ps(out + 2 * k + 8, _mm256_permute2f128_ps(l, h, 0x31));
   }
 }
 
 __attribute__((target("default"))) void multiply_add_impl(const float* xr, const float* xi,
                                                           const float* hr, const float* hi,
                                                           const float* ar, const float* ai,
-                                                          float* orr, float* oi, std::size_t bins) {
+                                                          float* out, std::size_t bins) {
   for (std::size_t k = 0; k < bins; ++k) {
-    const float re = xr[k] * hr[k] - xi[k] * hi[k] + ar[k];
-    const float im = xr[k] * hi[k] + xi[k] * hr[k] + ai[k];
-    orr[k] = re;
-    oi[k] = im;
+    out[2 * k] = xr[k] * hr[k] - xi[k] * hi[k] + ar[k];
+    out[2 * k + 1] = xr[k] * hi[k] + xi[k] * hr[k] + ai[k];
   }
 }
 
@@ -198,10 +229,14 @@ void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, fl
   direct_fir_impl(x, reversed_taps, taps, y, frames);
 }
 
+void deinterleave(const float* interleaved, float* re, float* im, std::size_t bins) {
+  deinterleave_impl(interleaved, re, im, bins);
+}
+
 void multiply_add(const float* x_re, const float* x_im, const float* h_re, const float* h_im,
-                  const float* add_re, const float* add_im, float* out_re, float* out_im,
+                  const float* add_re, const float* add_im, float* out_interleaved,
                   std::size_t bins) {
-  multiply_add_impl(x_re, x_im, h_re, h_im, add_re, add_im, out_re, out_im, bins);
+  multiply_add_impl(x_re, x_im, h_re, h_im, add_re, add_im, out_interleaved, bins);
 }
 
 void sum_of_products(const float* const* x_re, const float* const* x_im, const float* const* h_re,

@@ -16,10 +16,15 @@ namespace tapstream::simd {
 void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, float* y,
                 std::size_t frames);
 
-// Spectral multiply-add in split format over `bins` bins (a multiple of 16):
+// Split (re[], im[]) from interleaved (re, im) pairs, `bins` (a multiple of
+// 16) of them: FFTW's r2c output into the engine's delay-line form.
+void deinterleave(const float* interleaved, float* re, float* im, std::size_t bins);
+
+// Spectral multiply-add over `bins` bins (a multiple of 16), inputs split,
+// output interleaved for FFTW's c2r:
 //   out = x * h + add   (complex, element-wise)
 void multiply_add(const float* x_re, const float* x_im, const float* h_re, const float* h_im,
-                  const float* add_re, const float* add_im, float* out_re, float* out_im,
+                  const float* add_re, const float* add_im, float* out_interleaved,
                   std::size_t bins);
 
 // Sum of `terms` complex element-wise products (terms may be 0: out = 0):

@@ -82,28 +82,19 @@ RealFftPair::RealFftPair(std::size_t n) : n_(n) {
   if (n < 16 || (n & (n - 1)) != 0) {
     throw std::invalid_argument("FFT size " + std::to_string(n) + " is not a power of two >= 16");
   }
-  // Plans are made on scratch arrays laid out as every caller's are: 64-byte
-  // aligned, imaginary parts padded_bins(n) floats after the real parts (FFTW's
-  // new-array execute requires the same im - re distance as at planning).
+  // Plans are made on scratch arrays with the alignment every caller's have.
   AlignedFloats time(n), spectrum(2 * padded_bins(n));
-  float* re = spectrum.data();
-  float* im = re + padded_bins(n);
-  fftw_iodim dim{static_cast<int>(n), 1, 1};
+  auto* complex = reinterpret_cast<fftwf_complex*>(spectrum.data());
+  const int size = static_cast<int>(n);
   const unsigned flags = (measuring() ? FFTW_MEASURE : FFTW_ESTIMATE);
   const std::lock_guard lock(planner_mutex());
   load_wisdom_once();
   // Wisdom only: if it knows both plans, no measuring (and no saving) happens.
-  fftwf_plan f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re, im,
-                                               FFTW_WISDOM_ONLY | flags);
-  fftwf_plan i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re, im, time.data(),
-                                               FFTW_WISDOM_ONLY | flags);
+  fftwf_plan f = fftwf_plan_dft_r2c_1d(size, time.data(), complex, FFTW_WISDOM_ONLY | flags);
+  fftwf_plan i = fftwf_plan_dft_c2r_1d(size, complex, time.data(), FFTW_WISDOM_ONLY | flags);
   const bool learned = !f || !i;
-  if (!f) {
-    f = fftwf_plan_guru_split_dft_r2c(1, &dim, 0, nullptr, time.data(), re, im, flags);
-  }
-  if (!i) {
-    i = fftwf_plan_guru_split_dft_c2r(1, &dim, 0, nullptr, re, im, time.data(), flags);
-  }
+  if (!f) f = fftwf_plan_dft_r2c_1d(size, time.data(), complex, flags);
+  if (!i) i = fftwf_plan_dft_c2r_1d(size, complex, time.data(), flags);
   if (!f || !i) {
     if (f) fftwf_destroy_plan(f);
     if (i) fftwf_destroy_plan(i);
@@ -133,13 +124,15 @@ std::shared_ptr<const RealFftPair> RealFftPair::get(std::size_t n) {
   return slot;
 }
 
-void RealFftPair::forward(const float* in, float* re, float* im) const {
+void RealFftPair::forward(const float* in, float* spectrum) const {
   // FFTW's new-array execute takes a non-const input; r2c does not write it.
-  fftwf_execute_split_dft_r2c(static_cast<fftwf_plan>(forward_), const_cast<float*>(in), re, im);
+  fftwf_execute_dft_r2c(static_cast<fftwf_plan>(forward_), const_cast<float*>(in),
+                        reinterpret_cast<fftwf_complex*>(spectrum));
 }
 
-void RealFftPair::inverse(float* re, float* im, float* out) const {
-  fftwf_execute_split_dft_c2r(static_cast<fftwf_plan>(inverse_), re, im, out);
+void RealFftPair::inverse(float* spectrum, float* out) const {
+  fftwf_execute_dft_c2r(static_cast<fftwf_plan>(inverse_),
+                        reinterpret_cast<fftwf_complex*>(spectrum), out);
 }
 
 }  // namespace tapstream::fftw

@@ -1,8 +1,6 @@
 #pragma once
 // RAII for FFTW3f (single precision) as the CPU engine uses it: aligned
-// buffers, and a pair of real-to-complex / complex-to-real plans in split
-// format (separate real and imaginary arrays, so the spectral multiply-add is
-// a plain vectorisable loop).
+// buffers, and a pair of real-to-complex / complex-to-real plans.
 //
 // Plans are made once per size per process with FFTW_MEASURE, cached, and
 // shared by every engine (executing a plan on new arrays is thread safe; the
@@ -49,9 +47,11 @@ constexpr std::size_t padded_bins(std::size_t n) {
   return (n / 2 + 1 + 15) / 16 * 16;
 }
 
-// Forward and inverse real FFT of one size, in split format. Immutable once
-// made; arrays passed to execute must be 64-byte aligned like AlignedFloats,
-// and im must always be re + padded_bins(n) (one [re | im] array).
+// Forward and inverse real FFT of one size, complex data interleaved (FFTW's
+// fastest form here: about a quarter faster than its split-array plans).
+// Immutable once made; arrays passed to execute must be 64-byte aligned like
+// AlignedFloats. The engine keeps its delay line in split form and converts
+// (dsp/cpu_simd), which costs less than the difference.
 class RealFftPair {
  public:
   // The cached pair for size n (a power of two >= 16). Thread safe.
@@ -61,10 +61,10 @@ class RealFftPair {
   RealFftPair& operator=(const RealFftPair&) = delete;
 
   std::size_t size() const { return n_; }
-  // in: n samples -> re, im: n/2 + 1 bins each (unnormalised).
-  void forward(const float* in, float* re, float* im) const;
-  // re, im (destroyed) -> out: n samples, scaled by n (FFTW is unnormalised).
-  void inverse(float* re, float* im, float* out) const;
+  // in: n samples -> spectrum: n/2 + 1 interleaved (re, im) pairs, unnormalised.
+  void forward(const float* in, float* spectrum) const;
+  // spectrum (destroyed) -> out: n samples, scaled by n (FFTW is unnormalised).
+  void inverse(float* spectrum, float* out) const;
 
   explicit RealFftPair(std::size_t n);  // use get()
 
