@@ -24,17 +24,26 @@
 // bank has its own tails) and blends the outputs:
 //   out[i] = old[i] + w_i * (new[i] - old[i]),  w_i = (i + 1) / frames,
 // so the last frame of the crossfade block is entirely the new filter's.
+//
+// Threads: channels are independent, so a call with enough work (see
+// kParallelNs) is split by channel over a WorkerPool (dsp/cpu_worker_pool.hpp)
+// of min(channels, cores) threads, the caller included; each thread has its own
+// scratch and touches only its channels' state. TAPSTREAM_CPU_THREADS=N caps the
+// thread count (1: single-threaded). Small calls (live audio) stay on the caller.
 
 #include "dsp/cpu_engine.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dsp/cpu_simd.hpp"
+#include "dsp/cpu_worker_pool.hpp"
 #include "dsp/fftw_plan.hpp"
 
 namespace tapstream {
@@ -58,7 +67,7 @@ std::size_t div_up(std::size_t n, std::size_t m) {
 // a complex bin multiply-add of the delay line kNsPerSpectralBin; one tap of one
 // direct-form output kNsPerDirectTap (computed 16 outputs at a time).
 constexpr double kNsPerFft = 300.0;
-constexpr double kNsPerFftPoint = 0.27;
+constexpr double kNsPerFftPoint = 0.21;
 constexpr double kNsPerSpectralBin = 0.2;
 constexpr double kNsPerDirectTap = 0.03;
 constexpr double kNsPerCallOverhead = 40.0;
@@ -74,6 +83,18 @@ double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
   const double per_call = kNsPerCallOverhead + chunks * (fft_pair + kNsPerSpectralBin * bins) +
                           double(block) / double(p) * (partitions - 1.0) * kNsPerSpectralBin * bins;
   return per_call / double(block);
+}
+
+// Below this much estimated work per call, waking other threads costs more
+// than it saves (a futex wake-up is a few microseconds).
+constexpr double kParallelNs = 100000.0;
+
+std::size_t thread_limit() {
+  if (const char* v = std::getenv("TAPSTREAM_CPU_THREADS"); v && *v) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n >= 1) return std::size_t(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 double direct_cost_per_sample(std::size_t block, std::size_t taps) {
@@ -125,14 +146,27 @@ class CpuEngine final : public Engine {
     std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
   };
 
-  std::unique_ptr<Filters> make_filters(const FilterBank& bank) const;
-  void check_bank(const FilterBank& bank, const char* what) const;
-  void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
+  // Per-thread working memory.
+  struct Scratch {
+    AlignedFloats spectrum;           // interleaved (re, im), padded bins, for FFTW
+    AlignedFloats time;               // 2P samples
+    AlignedFloats y;                  // one channel's output (direct form pads to 64)
+    AlignedFloats old;                // one channel's output of the old bank during a crossfade
+    std::vector<const float*> terms;  // operand pointers for sum_of_products
+  };
 
+  std::unique_ptr<Filters> make_filters(const FilterBank& bank);
+  void check_bank(const FilterBank& bank, const char* what) const;
+  void update_tails(Filters& f, std::size_t channel, std::size_t slot, Scratch& scratch) const;
+
+  // Filters channels first, first + step, ... of one call.
+  void process_channels(std::size_t first, std::size_t step, std::span<const float> in,
+                        std::size_t frames, Layout layout, std::span<float> out, Filters* fade_from,
+                        Scratch& scratch);
   void direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
-                      const Filters* fade_from);
-  void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
-                   const Filters* fade_from);
+                      const Filters* fade_from, Scratch& scratch);
+  void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y, Filters* fade_from,
+                   Scratch& scratch);
   // y = fade_from's output + w * (y - fade_from's output), old output in `old`.
   static void blend(const float* old, float* y, std::size_t frames);
 
@@ -159,15 +193,14 @@ class CpuEngine final : public Engine {
   AlignedFloats fdl_;         // per channel: K slots x [re | im]
   std::size_t position_ = 0;  // frames already in the current segment
   std::size_t slot_ = 0;      // FDL slot of the current segment
-  AlignedFloats spectrum_;    // scratch [re | im]
-  AlignedFloats time_;        // scratch, 2P samples
-  mutable std::vector<const float*> term_ptrs_;  // scratch for sum_of_products
 
   // staging
-  AlignedFloats stage_in_;     // per channel, for interleaved input
-  AlignedFloats stage_out_;    // per channel, for interleaved output
-  AlignedFloats scratch_y_;    // one channel's output (direct form pads to 64)
-  AlignedFloats scratch_old_;  // one channel's output of the old bank during a crossfade
+  AlignedFloats stage_in_;   // per channel, for interleaved input
+  AlignedFloats stage_out_;  // per channel, for interleaved output
+
+  double ns_per_sample_ = 0.0;    // cost model's estimate, to decide on threads
+  std::vector<Scratch> scratch_;  // one per thread
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
@@ -181,32 +214,42 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
                                 std::to_string(bank.max_taps()) + " taps, more than max_taps " +
                                 std::to_string(max_taps_));
   }
+  const std::size_t best_p = best_partition(max_block_, max_taps_);
+  const double direct_ns = direct_cost_per_sample(max_block_, max_taps_);
+  const double fft_ns = fft_cost_per_sample(max_block_, max_taps_, best_p);
   if (algorithm_ == Algorithm::automatic) {
-    const std::size_t p = best_partition(max_block_, max_taps_);
-    algorithm_ = direct_cost_per_sample(max_block_, max_taps_) <=
-                         fft_cost_per_sample(max_block_, max_taps_, p)
-                     ? Algorithm::direct
-                     : Algorithm::fft;
+    algorithm_ = direct_ns <= fft_ns ? Algorithm::direct : Algorithm::fft;
   }
+  ns_per_sample_ = algorithm_ == Algorithm::direct ? direct_ns : fft_ns;
   if (algorithm_ == Algorithm::direct) {
     history_stride_ = round_up(max_taps_ - 1 + round_up(max_block_, kDirectPad), 16);
     history_ = AlignedFloats(channels_ * history_stride_);
   } else {
-    partition_ = best_partition(max_block_, max_taps_);
+    partition_ = best_p;
     fft_ = fftw::RealFftPair::get(2 * partition_);
     bins_ = fftw::padded_bins(2 * partition_);
     fdl_slots_ = div_up(max_taps_, partition_);
     windows_ = AlignedFloats(channels_ * 2 * partition_);
     fdl_ = AlignedFloats(channels_ * fdl_slots_ * 2 * bins_);
-    spectrum_ = AlignedFloats(2 * bins_);
-    time_ = AlignedFloats(2 * partition_);
-    term_ptrs_.resize(4 * fdl_slots_);
   }
   stage_in_ = AlignedFloats(channels_ * max_block_);
   stage_out_ = AlignedFloats(channels_ * max_block_);
-  scratch_y_ = AlignedFloats(round_up(max_block_, kDirectPad));
-  scratch_old_ = AlignedFloats(round_up(max_block_, kDirectPad));
+
+  // Threads only where a full block is worth splitting.
+  std::size_t threads = std::min(channels_, thread_limit());
+  if (ns_per_sample_ * double(max_block_ * channels_) < kParallelNs) threads = 1;
+  scratch_.resize(threads);
+  for (Scratch& sc : scratch_) {
+    sc.y = AlignedFloats(round_up(max_block_, kDirectPad));
+    sc.old = AlignedFloats(round_up(max_block_, kDirectPad));
+    if (algorithm_ == Algorithm::fft) {
+      sc.spectrum = AlignedFloats(2 * bins_);
+      sc.time = AlignedFloats(2 * partition_);
+      sc.terms.resize(4 * fdl_slots_);
+    }
+  }
   active_ = make_filters(bank);
+  if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads - 1);
 }
 
 void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
@@ -222,7 +265,7 @@ void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
   }
 }
 
-std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank) const {
+std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank) {
   auto f = std::make_unique<Filters>();
   f->shared = bank.is_shared();
   const std::size_t stored = f->shared ? 1 : channels_;
@@ -253,18 +296,18 @@ std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& ba
   }
   if (algorithm_ == Algorithm::fft) {
     f->tails = AlignedFloats(channels_ * 2 * bins_);
-    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
+    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_, scratch_[0]);
   }
   return f;
 }
 
 // tail for the segment in `slot`: sum_{j=1}^{K_f-1} X_{slot-j} H_j.
-void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot) const {
+void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot, Scratch& scratch) const {
   const std::size_t fi = f.filter_of(ch);
   const std::size_t k = f.partitions[fi];
   const float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
   const float* h = f.spectra[fi].data();
-  const float** ptrs = term_ptrs_.data();
+  const float** ptrs = scratch.terms.data();
   const float** xr = ptrs;
   const float** xi = ptrs + fdl_slots_;
   const float** hr = ptrs + 2 * fdl_slots_;
@@ -307,7 +350,7 @@ void CpuEngine::blend(const float* old, float* y, std::size_t frames) {
 }
 
 void CpuEngine::direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
-                               const Filters* fade_from) {
+                               const Filters* fade_from, Scratch& scratch) {
   float* h = history_.data() + ch * history_stride_;
   const std::size_t keep = max_taps_ - 1;
   std::memcpy(h + keep, x, frames * sizeof(float));
@@ -316,21 +359,22 @@ void CpuEngine::direct_channel(std::size_t ch, const float* x, std::size_t frame
     const std::size_t m = f.taps[fi];
     simd::direct_fir(h + (max_taps_ - m), f.reversed[fi].data(), m, dst, frames);
   };
-  run(*active_, scratch_y_.data());
+  run(*active_, scratch.y.data());
   if (fade_from) {
-    run(*fade_from, scratch_old_.data());
-    blend(scratch_old_.data(), scratch_y_.data(), frames);
+    run(*fade_from, scratch.old.data());
+    blend(scratch.old.data(), scratch.y.data(), frames);
   }
-  std::memcpy(y, scratch_y_.data(), frames * sizeof(float));
+  std::memcpy(y, scratch.y.data(), frames * sizeof(float));
   std::memmove(h, h + frames, keep * sizeof(float));
 }
 
 void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
-                            const Filters* fade_from) {
+                            Filters* fade_from, Scratch& scratch) {
   const std::size_t p = partition_;
   float* window = windows_.data() + ch * 2 * p;
   float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
-  float* spectrum = spectrum_.data();  // interleaved, for FFTW
+  float* spectrum = scratch.spectrum.data();
+  float* time = scratch.time.data();
   std::size_t q = position_, slot = slot_, done = 0;
 
   auto emit = [&](const Filters& f, const float* xr, const float* xi, float* dst, std::size_t q0,
@@ -339,8 +383,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
     const float* h = f.spectra[fi].data();
     const float* tail = f.tails.data() + ch * 2 * bins_;
     simd::multiply_add(xr, xi, h, h + bins_, tail, tail + bins_, spectrum, bins_);
-    fft_->inverse(spectrum, time_.data());
-    std::memcpy(dst, time_.data() + p + q0, n * sizeof(float));
+    fft_->inverse(spectrum, time);
+    std::memcpy(dst, time + p + q0, n * sizeof(float));
   };
 
   while (done < frames) {
@@ -351,7 +395,7 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
     fft_->forward(window, spectrum);
     simd::deinterleave(spectrum, xr, xi, bins_);
     emit(*active_, xr, xi, y + done, q, n);
-    if (fade_from) emit(*fade_from, xr, xi, scratch_old_.data() + done, q, n);
+    if (fade_from) emit(*fade_from, xr, xi, scratch.old.data() + done, q, n);
     q += n;
     done += n;
     if (q == p) {  // segment complete: X_s stays in the FDL, the next segment starts
@@ -359,11 +403,34 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
       std::memset(window + p, 0, p * sizeof(float));
       slot = (slot + 1) % fdl_slots_;
       q = 0;
-      update_tails(*active_, ch, slot);
-      if (fade_from) update_tails(const_cast<Filters&>(*fade_from), ch, slot);
+      update_tails(*active_, ch, slot, scratch);
+      if (fade_from) update_tails(*fade_from, ch, slot, scratch);
     }
   }
-  if (fade_from) blend(scratch_old_.data(), y, frames);
+  if (fade_from) blend(scratch.old.data(), y, frames);
+}
+
+void CpuEngine::process_channels(std::size_t first, std::size_t step, std::span<const float> in,
+                                 std::size_t frames, Layout layout, std::span<float> out,
+                                 Filters* fade_from, Scratch& scratch) {
+  for (std::size_t ch = first; ch < channels_; ch += step) {
+    const float* x;
+    float* y;
+    if (layout == Layout::planar) {
+      x = in.data() + ch * frames;
+      y = out.data() + ch * frames;
+    } else {
+      float* staged = stage_in_.data() + ch * max_block_;
+      for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
+      x = staged;
+      y = stage_out_.data() + ch * max_block_;  // interleaved by the caller afterwards
+    }
+    if (algorithm_ == Algorithm::direct) {
+      direct_channel(ch, x, frames, y, fade_from, scratch);
+    } else {
+      fft_channel(ch, x, frames, y, fade_from, scratch);
+    }
+  }
 }
 
 void CpuEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
@@ -381,30 +448,25 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
   std::unique_ptr<Filters> fade_from;
   if (pending_) {
     if (algorithm_ == Algorithm::fft) {
-      for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*pending_, ch, slot_);
+      for (std::size_t ch = 0; ch < channels_; ++ch) {
+        update_tails(*pending_, ch, slot_, scratch_[0]);
+      }
     }
     if (pending_crossfade_) fade_from = std::move(active_);
     retired_ = std::move(active_);
     active_ = std::move(pending_);
   }
 
-  for (std::size_t ch = 0; ch < channels_; ++ch) {
-    const float* x;
-    float* y;
-    if (layout == Layout::planar) {
-      x = in.data() + ch * frames;
-      y = out.data() + ch * frames;
-    } else {
-      float* staged = stage_in_.data() + ch * max_block_;
-      for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
-      x = staged;
-      y = stage_out_.data() + ch * max_block_;
-    }
-    if (algorithm_ == Algorithm::direct) {
-      direct_channel(ch, x, frames, y, fade_from.get());
-    } else {
-      fft_channel(ch, x, frames, y, fade_from.get());
-    }
+  const bool parallel =
+      pool_ && ns_per_sample_ * double(frames * channels_) * (fade_from ? 2.0 : 1.0) >= kParallelNs;
+  if (parallel) {
+    const std::size_t step = pool_->threads();
+    auto job = [&](std::size_t t) {
+      process_channels(t, step, in, frames, layout, out, fade_from.get(), scratch_[t]);
+    };
+    pool_->run(job);
+  } else {
+    process_channels(0, 1, in, frames, layout, out, fade_from.get(), scratch_[0]);
   }
   if (layout == Layout::interleaved) {
     for (std::size_t ch = 0; ch < channels_; ++ch) {
@@ -422,11 +484,14 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
 
 std::string CpuEngine::description() const {
   if (algorithm_ == Algorithm::direct) {
-    return "cpu: direct form, up to " + std::to_string(max_taps_) + " taps";
+    return "cpu: direct form, up to " + std::to_string(max_taps_) + " taps" +
+           (pool_ ? ", " + std::to_string(pool_->threads()) + " threads for large blocks" : "");
   }
+  const std::string threads =
+      pool_ ? ", " + std::to_string(pool_->threads()) + " threads for large blocks" : "";
   return "cpu: partitioned FFT, " + std::to_string(partition_) + "-frame partitions (" +
          std::to_string(2 * partition_) + "-point FFT), " + std::to_string(fdl_slots_) +
-         " partitions";
+         " partitions" + threads;
 }
 
 }  // namespace

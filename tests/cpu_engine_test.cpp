@@ -476,6 +476,54 @@ TEST(CpuEngine, MeasuredFftPlansMatchEstimatedOnes) {
   std::filesystem::remove(wisdom);
 }
 
+TEST(CpuEngine, ThreadsDoNotChangeTheOutput) {
+  // Large blocks are split by channel over threads; each channel's arithmetic is
+  // the same, so the output must be identical to a single-threaded run.
+  const auto seed = announce("threads", 1100);
+  const std::size_t frames = 60000, channels = 3;
+  const auto signals = signals_for(channels, frames, seed);
+  const FilterBank bank =
+      FilterBank::per_channel({random_signal(9000, seed + 1), random_signal(4000, seed + 2),
+                               random_signal(9000, seed + 3)});
+  const FilterBank next = FilterBank::shared(random_signal(5000, seed + 4), channels);
+  std::vector<std::vector<std::vector<float>>> results;
+  for (const char* threads : {"1", "3"}) {
+    setenv("TAPSTREAM_CPU_THREADS", threads, 1);
+    for (Algorithm algorithm : {Algorithm::fft, Algorithm::direct}) {
+      EngineOptions options;
+      options.max_block_frames = 16384;
+      options.algorithm = algorithm;
+      auto engine = make_cpu_engine(bank, options);
+      std::printf("[ engine   ] %s\n", engine->description().c_str());
+      if (std::string(threads) == "3") {
+        EXPECT_NE(engine->description().find("3 threads"), std::string::npos);
+      }
+      const std::size_t cut = frames / 2;
+      const auto sizes = block_sizes(frames, 16384, true, seed + 5);
+      std::vector<std::vector<float>> head(channels), tail(channels);
+      std::vector<std::size_t> before, after;
+      std::size_t done = 0;
+      for (auto n : sizes) (done < cut ? before : after).push_back(n), done += n;
+      std::size_t split = 0;
+      for (auto n : before) split += n;
+      for (std::size_t c = 0; c < channels; ++c) {
+        head[c].assign(signals[c].begin(), signals[c].begin() + split);
+        tail[c].assign(signals[c].begin() + split, signals[c].end());
+      }
+      auto out = run(*engine, head, before, Layout::interleaved);
+      engine->set_filters(next, true);  // a crossfade on threads too
+      const auto rest = run(*engine, tail, after, Layout::interleaved);
+      for (std::size_t c = 0; c < channels; ++c) {
+        out[c].insert(out[c].end(), rest[c].begin(), rest[c].end());
+      }
+      results.push_back(out);
+    }
+  }
+  unsetenv("TAPSTREAM_CPU_THREADS");
+  EXPECT_EQ(results[0], results[2]) << "fft";
+  EXPECT_EQ(results[1], results[3]) << "direct";
+}
+
 TEST(CpuEngine, DescriptionNamesTheAlgorithm) {
   const FilterBank short_bank = FilterBank::shared(random_signal(16, 1), 2);
   const FilterBank long_bank = FilterBank::shared(random_signal(65536, 2), 2);
