@@ -118,6 +118,9 @@ std::string plural(std::uint64_t n, const char* word) {
 
 int run_process(const ProcessArgs& args) {
   const auto start = std::chrono::steady_clock::now();
+  // From here on a signal only sets the flag; the pipeline then stops and the
+  // writer's destructor removes its temporary file.
+  const InterruptGuard interrupt_guard;
   if (!std::isfinite(args.gain_db) || std::abs(args.gain_db) > kMaxGainDb) {
     throw std::invalid_argument("--gain: " + std::to_string(args.gain_db) +
                                 " dB is not a finite gain between -200 and 200 dB");
@@ -159,7 +162,6 @@ int run_process(const ProcessArgs& args) {
       info.frames > 0 ? std::uint64_t(info.frames) + options.tail_frames : 0;
   ProgressBar progress(expected_frames, ProgressBar::stderr_is_terminal());
   options.on_progress = [&progress](std::uint64_t done) { progress.update(done); };
-  InterruptGuard interrupt_guard;
   options.cancel = &interrupted;
 
   const OfflineResult result = run_offline(*engine, reader, writer, options);
