@@ -10,11 +10,13 @@
 // 3. Overlap: the copies and kernels of one multi-chunk Engine::process call,
 //    recorded by CUPTI's activity API (timestamps on the GPU), printed as a
 //    timeline with the time copies and kernels ran concurrently.
-// 4. The device's ceilings: device-to-device copy bandwidth and fp32 FMA rate,
+// 4. Where a streaming block's time goes: CUPTI records of 4 consecutive calls
+//    against the host's call boundaries.
+// 5. The device's ceilings: device-to-device copy bandwidth and fp32 FMA rate,
 //    from which the floors of each size follow.
 //
 // usage: cuda_engine_bench [--json FILE] [--quick] [--blocks N] [--commit SHA] [--taps 32,256,...]
-//                          [--only ceilings,offline,streaming,overlap]
+//                          [--only ceilings,offline,streaming,overlap,timeline]
 
 #include <cupti.h>
 
@@ -533,6 +535,111 @@ double busy_time(const std::vector<Activity>& acts,
   return total * 1e-9;
 }
 
+// Runs fn with CUPTI recording copies, memsets and kernels; returns the
+// records sorted by start. host_marks, if given, receives CUPTI timestamps (the
+// GPU records' clock) taken on the host before and after fn.
+std::vector<Activity> record_activities(const std::function<void()>& fn,
+                                        std::vector<std::uint64_t>* host_marks) {
+  static bool registered = false;
+  if (!registered) {
+    TAPSTREAM_CUPTI_CHECK(
+        cuptiActivityRegisterCallbacks(cupti_buffer_requested, cupti_buffer_completed));
+    registered = true;
+  }
+  activities.clear();
+  TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+  TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+  std::uint64_t mark = 0;
+  if (host_marks) cuptiGetTimestamp(&mark), host_marks->push_back(mark);
+  fn();
+  if (host_marks) cuptiGetTimestamp(&mark), host_marks->push_back(mark);
+  TAPSTREAM_CUDA_CHECK(cudaDeviceSynchronize());
+  TAPSTREAM_CUPTI_CHECK(cuptiActivityFlushAll(1));
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+  std::vector<Activity> out = std::move(activities);
+  activities.clear();
+  std::sort(out.begin(), out.end(),
+            [](const Activity& a, const Activity& b) { return a.start < b.start; });
+  return out;
+}
+
+// Where the time of a small streaming block goes: GPU records of a few
+// consecutive Engine::process calls, against the host's call boundaries.
+std::string streaming_timeline() {
+  struct Config {
+    std::size_t channels, frames, taps;
+  };
+  std::vector<std::string> entries;
+  std::printf(
+      "\n== streaming timeline: 4 consecutive Engine::process calls (engine staging), "
+      "GPU records from CUPTI, times from the first call's start on the host\n");
+  for (const Config cfg : {Config{2, 256, 2048}, Config{32, 1024, 4096}}) {
+    JsonObject json;
+    json.num("channels", double(cfg.channels))
+        .num("frames", double(cfg.frames))
+        .num("taps", double(cfg.taps));
+    try {
+      std::mt19937 rng(seed + 3);
+      const FilterBank bank = random_bank(cfg.channels, cfg.taps, rng);
+      EngineOptions options;
+      options.max_block_frames = cfg.frames;
+      std::unique_ptr<CudaEngine> engine = make_cuda_device_engine(bank, options);
+      const std::size_t n = cfg.channels * cfg.frames;
+      const std::vector<float> block = random_normal(n, rng);
+      std::copy(block.begin(), block.end(), engine->pinned_input().begin());
+      const auto call = [&] {
+        engine->process(engine->pinned_input().first(n), engine->pinned_output().first(n),
+                        cfg.frames, Layout::interleaved);
+      };
+      for (int i = 0; i < 200; ++i) call();
+      std::vector<std::uint64_t> marks;
+      const std::vector<Activity> acts = record_activities(
+          [&] {
+            for (int i = 0; i < 4; ++i) {
+              std::uint64_t t = 0;
+              cuptiGetTimestamp(&t);
+              marks.push_back(t);
+              call();
+            }
+          },
+          &marks);
+      // marks: [before all, call 0 start, ..., call 3 start, after all]
+      const std::uint64_t t0 = marks[1];
+      std::printf("  (%zu ch, %zu frames, %zu taps): %s\n", cfg.channels, cfg.frames, cfg.taps,
+                  engine->description().c_str());
+      std::printf("    host call starts (us):");
+      for (std::size_t i = 1; i + 1 < marks.size(); ++i)
+        std::printf(" %.1f", double(marks[i] - t0) / 1e3);
+      std::printf("; last call returned at %.1f us\n", double(marks.back() - t0) / 1e3);
+      std::vector<std::string> records;
+      for (const Activity& a : acts) {
+        const double start = (double(a.start) - double(t0)) / 1e3,
+                     end = (double(a.end) - double(t0)) / 1e3;
+        std::printf("    %-7s stream %3u %9.1f %9.1f  (%6.1f us) %.50s\n", a.kind.c_str(), a.stream,
+                    start, end, end - start, a.name.c_str());
+        JsonObject r;
+        r.str("kind", a.kind).num("stream", a.stream).num("start_us", start).num("end_us", end);
+        if (!a.name.empty()) r.str("name", a.name);
+        records.push_back(r.text());
+      }
+      std::vector<std::string> starts;
+      for (std::size_t i = 1; i + 1 < marks.size(); ++i)
+        starts.push_back(json_number(double(marks[i] - t0) / 1e3));
+      json.add("host_call_start_us", json_array(starts))
+          .num("host_last_return_us", double(marks.back() - t0) / 1e3);
+      json.str("description", engine->description()).add("timeline", json_array(records));
+    } catch (const std::exception& e) {
+      std::printf("  streaming timeline failed: %s\n", e.what());
+      json.str("skipped", std::string("failed: ") + e.what());
+    }
+    entries.push_back(json.text());
+  }
+  return json_array(entries);
+}
+
 std::string overlap() {
   const std::size_t channels = 8, frames = std::size_t(1) << 20, taps = 2048;
   std::printf(
@@ -602,24 +709,12 @@ std::string overlap() {
   json.str("description", engine->description());
 
   try {
-    TAPSTREAM_CUPTI_CHECK(
-        cuptiActivityRegisterCallbacks(cupti_buffer_requested, cupti_buffer_completed));
-    TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
-    TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    TAPSTREAM_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
-    call_staged();
-    TAPSTREAM_CUDA_CHECK(cudaDeviceSynchronize());
-    TAPSTREAM_CUPTI_CHECK(cuptiActivityFlushAll(1));
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+    activities = record_activities(call_staged, nullptr);
   } catch (const std::exception& e) {
     std::printf("  CUPTI timeline unavailable: %s\n", e.what());
     json.str("timeline_skipped", e.what());
     return json.text();
   }
-  std::sort(activities.begin(), activities.end(),
-            [](const Activity& a, const Activity& b) { return a.start < b.start; });
   if (activities.empty()) {
     json.str("timeline_skipped", "CUPTI recorded no activity");
     return json.text();
@@ -675,7 +770,7 @@ std::string utc_now() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, commit, only = "ceilings,offline,streaming,overlap";
+  std::string json_path, commit, only = "ceilings,offline,streaming,overlap,timeline";
   bool quick = false;
   std::size_t blocks = 10000;
   std::vector<std::size_t> tap_counts{32, 256, 2048, 16384, 131072};
@@ -764,6 +859,7 @@ int main(int argc, char** argv) {
           [&] { report.add("offline", json_array(offline(ceil, tap_counts, summary))); });
   section("streaming", [&] { report.add("streaming", json_array(streaming(blocks))); });
   section("overlap", [&] { report.add("overlap", overlap()); });
+  section("timeline", [&] { report.add("streaming_timeline", streaming_timeline()); });
 
   if (!json_path.empty()) {
     std::ofstream f(json_path);

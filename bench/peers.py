@@ -332,15 +332,18 @@ def compare(peers_report, engine_report):
         log(f"  {r['taps']:7d} taps: best tapstream variant {r['tapstream_best']}, best peer {r['best_peer']}")
     peer_stream = {(s["channels"], s["frames"], s["taps"]): s for s in peers_report.get("streaming", [])}
     log("\n== streaming round trip per block (us): tapstream vs the PyTorch pipeline")
-    log(f"{'config':>18} {'buffers':>22} {'ts p50':>8} {'ts p99':>8} {'ts max':>8} {'torch p50':>10} "
+    log(f"{'config':>18} {'buffers':>29} {'ts p50':>8} {'ts p99':>8} {'ts max':>8} {'torch p50':>10} "
         f"{'torch p99':>10} {'torch max':>10}")
-    for s in engine_report.get("streaming", []):
+    engine_streaming = [dict(s) for s in engine_report.get("streaming", [])]
+    for s in engine_report.get("streaming_copy_path", []):  # zero-copy path off
+        engine_streaming.append(dict(s, buffers=s.get("buffers", "") + " (copy)"))
+    for s in engine_streaming:
         key = (s["channels"], s["frames"], s["taps"])
         p = peer_stream.get(key, {})
         if "p50_s" not in s:
-            log(f"{str(key):>18} {s.get('buffers', ''):>22} skipped: {s.get('skipped', '?')}")
+            log(f"{str(key):>18} {s.get('buffers', ''):>29} skipped: {s.get('skipped', '?')}")
             continue
-        log(f"{str(key):>18} {s.get('buffers', ''):>22} {s['p50_s'] * 1e6:8.1f} {s['p99_s'] * 1e6:8.1f} "
+        log(f"{str(key):>18} {s.get('buffers', ''):>29} {s['p50_s'] * 1e6:8.1f} {s['p99_s'] * 1e6:8.1f} "
             f"{s['max_s'] * 1e6:8.1f} "
             f"{p.get('p50_s', float('nan')) * 1e6:10.1f} {p.get('p99_s', float('nan')) * 1e6:10.1f} "
             f"{p.get('max_s', float('nan')) * 1e6:10.1f}")

@@ -66,13 +66,19 @@ if [ "$peers_only" = 0 ]; then
       echo "cuda_engine_bench offline $taps taps: exit status $?"
       parts+=("$out/engine-offline-$taps.json")
     done
-    run_bench --only streaming,overlap --json "$out/engine-stream.json" "${quick[@]}"
-    echo "cuda_engine_bench streaming/overlap: exit status $?"
+    run_bench --only streaming,overlap,timeline --json "$out/engine-stream.json" "${quick[@]}"
+    echo "cuda_engine_bench streaming/overlap/timeline: exit status $?"
     parts+=("$out/engine-stream.json")
+    # The same blocks with the engine's zero-copy path off (always copy in, filter, copy out).
+    echo "== streaming again with TAPSTREAM_CUDA_ZERO_COPY_SAMPLES=0 (copy path)" | tee -a "$out/engine.log"
+    TAPSTREAM_CUDA_ZERO_COPY_SAMPLES=0 run_bench --only streaming --json "$out/engine-stream-copy.json" "${quick[@]}"
+    echo "cuda_engine_bench streaming (copy path): exit status $?"
+    parts+=("copy_path=$out/engine-stream-copy.json")
     python3 - "$out/engine.json" "${parts[@]}" <<'PY'
 import json, sys
 merged = {"offline": []}
-for path in sys.argv[2:]:
+for arg in sys.argv[2:]:
+    prefix, _, path = arg.rpartition("=")
     try:
         with open(path) as f:
             part = json.load(f)
@@ -80,7 +86,10 @@ for path in sys.argv[2:]:
         merged.setdefault("missing_parts", []).append(f"{path}: {e}")
         continue
     for key, value in part.items():
-        if key == "offline":
+        if prefix:
+            if key not in ("info", "device"):
+                merged[f"{key}_{prefix}"] = value
+        elif key == "offline":
             merged["offline"] += value
         elif key not in merged:
             merged[key] = value
@@ -88,7 +97,7 @@ with open(sys.argv[1], "w") as f:
     json.dump(merged, f, indent=1)
 print("merged", len(sys.argv) - 2, "parts into", sys.argv[1], "missing:", merged.get("missing_parts", "none"))
 PY
-    rm -f "$out"/engine-offline-*.json "$out/engine-stream.json"
+    rm -f "$out"/engine-offline-*.json "$out"/engine-stream*.json
     [ -s "$out/engine.json" ] && engine_args=(--engine "$out/engine.json")
   else
     echo "no $bench: build it first (see the head of this script); running the peers only"
