@@ -463,16 +463,19 @@ TEST(ProcessCommand, AFailingRunLeavesNoOutputNoTemporaryFileAndNamesTheCulprit)
 
 TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputAndNoTemporaryFile) {
   TempDir dir;
-  // Direct form with a long filter: slow enough (seconds) to be interrupted.
-  write_sound(dir / "in.wav", scaled(random_signal(48000 * 30, 16), 0.5f), 1, 48000, kFloatWav);
-  write_text_taps(dir / "taps.txt", scaled(random_signal(20000, 17), 0.01f));
+  // Direct form with a long filter: many seconds of work, so the signal
+  // surely lands while the output is being written.
+  write_sound(dir / "in.wav", scaled(random_signal(48000 * 60, 16), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", scaled(random_signal(65536, 17), 0.01f));
   const auto listing = entries(dir.path());
   const fs::path err_file = dir.path().string() + ".interrupt.err";
+  // Start it, wait until its temporary output exists, then send SIGTERM.
   const std::string script =
       quote(TAPSTREAM_BINARY) + " process " + quote((dir / "in.wav").string()) + " " +
       quote((dir / "out.wav").string()) + " --taps " + quote((dir / "taps.txt").string()) +
       " --algorithm direct --backend cpu --block 4096 2>" + quote(err_file.string()) +
-      " & pid=$!; sleep 0.5; kill -TERM $pid; wait $pid";
+      " & pid=$!; for i in $(seq 400); do ls " + quote(dir.path().string()) +
+      " | grep -q '^out.wav.tmp' && break; sleep 0.05; done; kill -TERM $pid; wait $pid";
   const int status = std::system(("bash -c " + quote(script)).c_str());
   const std::string err = read_text(err_file);
   fs::remove(err_file);
