@@ -237,6 +237,7 @@ void LivePipeline::engine_loop() {
       continue;
     }
     input_ring_.read(std::span<float>(engine_in_));
+    const auto started = std::chrono::steady_clock::now();
     const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
     try {
       if (mailbox_.poll(
@@ -256,6 +257,7 @@ void LivePipeline::engine_loop() {
         spdlog::error("engine failed on block {} (played as silence): {}", block, e.what());
       }
     }
+    processing_times_.record(std::chrono::steady_clock::now() - started);
     output_ring_.write(std::span<const float>(engine_out_));
     blocks_.store(block + 1, std::memory_order_relaxed);
   }

@@ -40,6 +40,7 @@
 
 #include "dsp/engine.hpp"
 #include "dsp/filter_mailbox.hpp"
+#include "dsp/latency_stats.hpp"
 #include "dsp/spsc_ring.hpp"
 
 namespace tapstream {
@@ -118,6 +119,8 @@ class LivePipeline {
   bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
 
   LiveStats stats() const;
+  // Engine time per block, swap included (recorded by the engine thread).
+  const LatencyStats& processing_times() const { return processing_times_; }
 
  private:
   void engine_loop();
@@ -134,6 +137,7 @@ class LivePipeline {
   SpscRing<float> input_ring_;
   SpscRing<float> output_ring_;
   FilterMailbox mailbox_;
+  LatencyStats processing_times_;
   sem_t data_ready_;
 
   // Input side only.

@@ -34,8 +34,10 @@
 #include "daemon/audio_device.hpp"
 #include "daemon/command.hpp"
 #include "daemon/config.hpp"
+#include "daemon/control_socket.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/file_endpoints.hpp"
+#include "daemon/file_watcher.hpp"
 #include "daemon/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 
@@ -202,12 +204,14 @@ class FilterSwapper {
         fmt::format("filter {} for channel {}", file.string(), index));
   }
 
+  // config_ is written under both mutexes and read under either, so that
+  // status (current_mutex_ only) never waits for a swap in progress.
   void set_config(const LiveConfig& config) {
-    std::lock_guard lock(mutex_);
+    std::scoped_lock lock(mutex_, current_mutex_);
     config_ = config;
   }
   LiveConfig config() const {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(current_mutex_);
     return config_;
   }
   std::shared_ptr<const FilterBank> current() const {
@@ -387,7 +391,52 @@ void log_xruns(const LiveStats& now, LiveStats& reported) {
   reported = now;
 }
 
-int run_daemon(const RunArgs& args) {
+DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swapper,
+                         const LiveConfig& config, const std::string& input_name,
+                         const std::string& output_name, Clock::time_point started) {
+  DaemonStatus status;
+  status.backend = pipeline.engine_name();
+  status.engine = pipeline.engine_description();
+  status.input_device = input_name.empty() ? config.input.describe() : input_name;
+  status.output_device = output_name.empty() ? config.output.describe() : output_name;
+  status.sample_rate = config.sample_rate;
+  status.block_frames = config.block_frames;
+  status.channels = config.channels;
+  status.latency_frames = pipeline.latency_frames();
+  const auto bank = swapper.current();
+  for (std::size_t c = 0; c < bank->channels(); ++c) {
+    status.filters.push_back({bank->tap_count(c), bank->source(c)});
+  }
+  const LiveStats stats = pipeline.stats();
+  status.blocks = stats.blocks;
+  status.underruns = stats.underruns;
+  status.overruns = stats.overruns;
+  status.swaps = stats.swaps;
+  status.rejected_swaps = stats.rejected_swaps;
+  status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
+  status.processing = pipeline.processing_times().summary();
+  return status;
+}
+
+// Reloads the configured filters when one of their files is rewritten (the
+// watcher reports a file only once it is completely written).
+std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwapper& swapper,
+                                          const LivePipeline& pipeline) {
+  if (!config.watch_filters) return nullptr;
+  auto watcher = std::make_unique<FileWatcher>(
+      config.filter_files, [&swapper, &pipeline](const fs::path& file) {
+        const LiveConfig current = swapper.config();
+        swapper.install([&] { return load_configured_bank(current, pipeline.engine_max_taps()); },
+                        fmt::format("filter file {} (changed on disk)", file.string()));
+      });
+  watcher->start();
+  spdlog::info("watching {} filter file(s) for changes", config.filter_files.size());
+  return watcher;
+}
+
+int run_daemon(RunArgs args) {
+  // SIGHUP reads it again: keep its absolute name.
+  args.config = fs::absolute(args.config).string();
   LiveConfig config = load_live_config(args.config);
   apply_overrides(config, args);
   spdlog::set_level(std::min(spdlog::get_level(), config.log_level));
@@ -432,6 +481,27 @@ int run_daemon(const RunArgs& args) {
   pipeline.start();
   if (devices.needed()) devices.open();
   if (files) files->start();
+  const auto started = Clock::now();
+  std::unique_ptr<ControlServer> control;
+  if (!config.control_socket.empty()) {
+    ControlHandlers handlers;
+    handlers.status = [&] {
+      return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
+                         devices.output_name(), started);
+    };
+    handlers.load = [&](std::optional<std::size_t> channel, const fs::path& file) {
+      const std::string which = channel ? std::to_string(*channel) : "all";
+      const std::string error = swapper.load(which, file);
+      if (!error.empty()) throw std::runtime_error(error);
+      return fmt::format("{} installed for {} at block {}", file.string(),
+                         channel ? "channel " + which : "all channels",
+                         pipeline.stats().last_swap_block);
+    };
+    control = std::make_unique<ControlServer>(config.control_socket, std::move(handlers));
+    control->start();
+    spdlog::info("control socket {}", config.control_socket.string());
+  }
+  std::unique_ptr<FileWatcher> watcher = make_watcher(config, swapper, pipeline);
   spdlog::info("running: {} -> {} -> {}; {} ch, {} Hz, block {}", config.input.describe(),
                pipeline.engine_name(), config.output.describe(), config.channels,
                config.sample_rate, config.block_frames);
@@ -462,7 +532,18 @@ int run_daemon(const RunArgs& args) {
         const std::string error = swapper.install(
             [&] { return load_configured_bank(reloaded, pipeline.engine_max_taps()); },
             "configuration filters");
-        if (error.empty()) swapper.set_config(reloaded);
+        if (error.empty()) {
+          const bool rewatch = reloaded.filter_files != config.filter_files ||
+                               reloaded.watch_filters != config.watch_filters;
+          swapper.set_config(reloaded);
+          if (rewatch) {
+            watcher.reset();
+            watcher = make_watcher(reloaded, swapper, pipeline);
+          }
+          config.filter_files = reloaded.filter_files;
+          config.watch_filters = reloaded.watch_filters;
+          config.gain_db = reloaded.gain_db;
+        }
       } catch (const std::exception& e) {
         spdlog::error("SIGHUP: {} rejected, the running configuration stays: {}", args.config,
                       e.what());
@@ -485,6 +566,8 @@ int run_daemon(const RunArgs& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  watcher.reset();
+  if (control) control->stop();  // removes the socket file
   devices.close();
   if (files) files->stop();
   pipeline.stop();
