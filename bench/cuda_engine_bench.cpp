@@ -16,6 +16,7 @@
 //    from which the floors of each size follow.
 //
 // usage: cuda_engine_bench [--json FILE] [--quick] [--blocks N] [--commit SHA] [--taps 32,256,...]
+//                          [--skip direct:naive,... [--skip-reason TEXT]]
 //                          [--only ceilings,offline,streaming,overlap,timeline]
 
 #include <cupti.h>
@@ -274,6 +275,10 @@ struct Variant {
   std::string kernel;
 };
 
+// Variant labels left out by --skip, and why (printed and recorded).
+std::vector<std::string> skip_variants;
+std::string skip_reason = "excluded by --skip";
+
 std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::size_t>& tap_counts,
                                  std::vector<std::string>& summary) {
   const std::size_t channels = 8, frames = std::size_t(1) << 22;
@@ -311,8 +316,10 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
       JsonObject run;
       run.str("variant", v.label);
       std::string skipped;
+      if (std::find(skip_variants.begin(), skip_variants.end(), v.label) != skip_variants.end())
+        skipped = skip_reason;
       const auto prev = last.find(v.label);
-      if (v.algorithm == Algorithm::direct && prev != last.end()) {
+      if (skipped.empty() && v.algorithm == Algorithm::direct && prev != last.end()) {
         const double predicted = prev->second.second * double(taps) / double(prev->second.first);
         if (predicted > max_run_s) {
           char buf[200];
@@ -793,6 +800,11 @@ int main(int argc, char** argv) {
       blocks = std::stoul(value());
     else if (arg == "--quick")
       quick = true;
+    else if (arg == "--skip") {
+      std::stringstream list(value());
+      for (std::string item; std::getline(list, item, ',');) skip_variants.push_back(item);
+    } else if (arg == "--skip-reason")
+      skip_reason = value();
     else if (arg == "--taps") {
       tap_counts.clear();
       std::stringstream list(value());
