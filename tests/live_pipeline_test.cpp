@@ -4,21 +4,31 @@
 
 #include "daemon/live_pipeline.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "daemon/audio_device.hpp"
 #include "daemon/file_endpoints.hpp"
+#include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/reference.hpp"
+
+extern char** environ;
 
 namespace tapstream {
 namespace {
@@ -401,6 +411,220 @@ TEST(LivePipeline, OverrunsAreCountedAndLaterInputKeepsItsPlace) {
     ASSERT_EQ(all[L + capacity + lost + i], tail[i]) << "tail frame " << i;
   }
   EXPECT_EQ(pipeline.stats().overruns, 1u + 1u);
+}
+
+// --- swaps through the daemon: `tapstream run` on files, paced ----------
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs a command to completion (or `timeout`), stdout and stderr to files.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void signal(int sig) const { kill(pid_, sig); }
+  // The exit status, or -1 after `timeout`.
+  int wait(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+void write_taps(const fs::path& file, const std::vector<float>& taps) {
+  save_text_taps(file, taps, "live swap test");
+}
+
+// A daemon run on files in real time, with a control socket and a watched
+// filter file, long enough to swap filters while it runs.
+class DaemonRun {
+ public:
+  static constexpr std::size_t channels = 2, block = 256, margin = 2048;
+  static constexpr int rate = 48000;
+
+  explicit DaemonRun(std::uint64_t seed, double seconds = 2.0)
+      : frames(static_cast<std::size_t>(seconds * rate)),
+        input(random_signal(frames * channels, seed)),
+        old_taps(random_signal(200, seed + 1)),
+        new_taps(random_signal(700, seed + 2)) {
+    std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+    write_wav(dir.path() / "in.wav", input, rate, channels);
+    write_taps(dir.path() / "filter.txt", old_taps);
+    write_config("filter.txt");
+  }
+
+  void write_config(const std::string& filter) {
+    std::ofstream config(dir.path() / "live.toml.tmp");
+    config << "sample_rate = " << rate << "\nblock_frames = " << block
+           << "\nchannels = " << channels << "\nring_margin_frames = " << margin
+           << "\n[input]\nfile = \"in.wav\"\nrealtime = true\n[output]\nfile = \"out.wav\"\n"
+           << "[filter]\nfile = \"" << filter << "\"\nwatch = true\nmax_taps = 1000\n"
+           << "[engine]\nbackend = \"cpu\"\n[control]\nsocket = \"" << socket().string() << "\"\n";
+    config.close();
+    fs::rename(dir.path() / "live.toml.tmp", dir.path() / "live.toml");
+  }
+
+  fs::path socket() const { return dir.path() / "ctl" / "control.sock"; }
+
+  void start() {
+    daemon =
+        std::make_unique<Process>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
+                                                           (dir.path() / "live.toml").string()},
+                                  dir.path() / "daemon.out", dir.path() / "daemon.err");
+    // Up once the control socket answers.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!fs::exists(socket()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(fs::exists(socket())) << read_text(dir.path() / "daemon.err");
+  }
+
+  // `tapstream ctl ARGS...`: its stdout.
+  std::string ctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{TAPSTREAM_BINARY, "ctl", "--socket", socket().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process ctl(argv, dir.path() / "ctl.out", dir.path() / "ctl.err");
+    ctl.wait(std::chrono::seconds(20));
+    return read_text(dir.path() / "ctl.out");
+  }
+
+  // Waits for the daemon to finish the input file; returns its log.
+  std::string finish() {
+    EXPECT_EQ(daemon->wait(std::chrono::seconds(30)), 0) << read_text(dir.path() / "daemon.err");
+    const std::string log = read_text(dir.path() / "daemon.err");
+    EXPECT_NE(log.find("underruns 0, overruns 0"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(socket())) << "the control socket is removed at the end";
+    return log;
+  }
+
+  // Channel c of the output file after the reported latency.
+  std::vector<float> output_channel(std::size_t c) {
+    int file_channels = 0;
+    const auto output = read_wav(dir.path() / "out.wav", &file_channels);
+    EXPECT_EQ(output.size(), (frames + block + margin) * channels) << "every frame came out";
+    return channel_of(output, channels, c, block + margin);
+  }
+
+  std::vector<float> input_channel(std::size_t c) const { return channel_of(input, channels, c); }
+
+  TempDir dir;
+  std::size_t frames;
+  std::vector<float> input;
+  std::vector<float> old_taps;
+  std::vector<float> new_taps;
+  std::unique_ptr<Process> daemon;
+};
+
+std::vector<std::uint64_t> swap_blocks(const std::string& log) {
+  std::vector<std::uint64_t> blocks;
+  const std::regex installed(R"(installed at block (\d+))");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), installed);
+       it != std::sregex_iterator(); ++it) {
+    blocks.push_back(std::stoull((*it)[1]));
+  }
+  return blocks;
+}
+
+TEST(LiveDaemonSwaps, CtlLoadRejectsABadFileThenSwapsOneChannelAtABlockBoundary) {
+  DaemonRun run(314);
+  run.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ofstream(run.dir.path() / "bad.txt") << "0.5\nnot-a-number\n";
+  const std::string bad = run.ctl({"load", "all", (run.dir.path() / "bad.txt").string()});
+  EXPECT_NE(bad.find("\"ok\":false"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("bad.txt:2"), std::string::npos) << "the reply names file and line: " << bad;
+  write_taps(run.dir.path() / "new.txt", run.new_taps);
+  const std::string good = run.ctl({"load", "1", (run.dir.path() / "new.txt").string()});
+  EXPECT_NE(good.find("\"ok\":true"), std::string::npos) << good;
+  const std::string log = run.finish();
+  const auto blocks = swap_blocks(log);
+  ASSERT_EQ(blocks.size(), 1u) << log;
+  std::printf("ctl swap at block %llu\n", static_cast<unsigned long long>(blocks[0]));
+  // Channel 0 kept the old filter throughout; channel 1 switched.
+  const auto ch0 = run.output_channel(0);
+  EXPECT_LT(relative_error(ch0, reference_convolution(run.input_channel(0), run.old_taps)), 1e-5);
+  expect_swap_at_block(run.output_channel(1), run.input_channel(1), run.old_taps, run.new_taps,
+                       blocks[0], DaemonRun::block);
+}
+
+TEST(LiveDaemonSwaps, TheWatcherLoadsARewrittenFileOnlyOnceItIsComplete) {
+  DaemonRun run(2718);
+  run.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  {
+    // Written in place, slowly: half the taps and a partial line, a pause
+    // longer than the watcher's debounce, then the rest.
+    std::ofstream file(run.dir.path() / "filter.txt", std::ios::trunc);
+    file.precision(9);
+    const std::size_t half = run.new_taps.size() / 2;
+    for (std::size_t i = 0; i < half; ++i) file << run.new_taps[i] << "\n";
+    file << "0.";
+    file.flush();
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    file << "5\n";
+    for (std::size_t i = half + 1; i < run.new_taps.size(); ++i) file << run.new_taps[i] << "\n";
+  }
+  auto expected_new = run.new_taps;
+  expected_new[run.new_taps.size() / 2] = 0.5f;
+  // Then a bad rewrite (complete, but not numbers): rejected, the new filter stays.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ofstream(run.dir.path() / "filter.txt", std::ios::trunc) << "garbage\n";
+  const std::string log = run.finish();
+  EXPECT_NE(log.find("rejected"), std::string::npos) << log;
+  const auto blocks = swap_blocks(log);
+  ASSERT_EQ(blocks.size(), 1u) << "one swap, after the close; never the half file: " << log;
+  std::printf("watcher swap at block %llu\n", static_cast<unsigned long long>(blocks[0]));
+  for (std::size_t c = 0; c < DaemonRun::channels; ++c) {
+    expect_swap_at_block(run.output_channel(c), run.input_channel(c), run.old_taps, expected_new,
+                         blocks[0], DaemonRun::block);
+  }
+}
+
+TEST(LiveDaemonSwaps, SighupReloadsTheConfigurationsFilterAtABlockBoundary) {
+  DaemonRun run(1618);
+  write_taps(run.dir.path() / "other.txt", run.new_taps);
+  run.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  run.write_config("other.txt");
+  run.daemon->signal(SIGHUP);
+  const std::string log = run.finish();
+  const auto blocks = swap_blocks(log);
+  ASSERT_EQ(blocks.size(), 1u) << log;
+  std::printf("SIGHUP swap at block %llu\n", static_cast<unsigned long long>(blocks[0]));
+  for (std::size_t c = 0; c < DaemonRun::channels; ++c) {
+    expect_swap_at_block(run.output_channel(c), run.input_channel(c), run.old_taps, run.new_taps,
+                         blocks[0], DaemonRun::block);
+  }
 }
 
 TEST(AudioDevices, ChoosingAMissingDeviceNamesTheValue) {
