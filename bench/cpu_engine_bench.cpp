@@ -43,9 +43,15 @@ std::vector<float> noise(std::size_t n, std::uint64_t seed, float scale = 1.0f) 
   return v;
 }
 
-std::string shell_line(const char* command) {
+// The source tree: this file's directory's parent (CMake compiles with absolute
+// paths), for `git rev-parse` and the default results folder.
+std::filesystem::path source_dir() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path();
+}
+
+std::string shell_line(const std::string& command) {
   std::string out;
-  if (FILE* p = popen(command, "r")) {
+  if (FILE* p = popen(command.c_str(), "r")) {
     char buf[512];
     while (fgets(buf, sizeof buf, p)) out += buf;
     pclose(p);
@@ -152,12 +158,11 @@ int run_table(const std::string& json_path, std::string commit, double seconds) 
     }
   }
   if (commit.empty()) {
-    commit = shell_line("git -C '" TAPSTREAM_BENCH_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
+    commit = shell_line("git -C '" + source_dir().string() + "' rev-parse HEAD 2>/dev/null");
   }
   std::filesystem::path path = json_path;
   if (path.empty()) {
-    path = std::filesystem::path(TAPSTREAM_BENCH_SOURCE_DIR) / "bench" / "results" /
-           ("cpu-" + utc_now("%Y-%m-%d") + ".json");
+    path = source_dir() / "bench" / "results" / ("cpu-" + utc_now("%Y-%m-%d") + ".json");
   }
   std::filesystem::create_directories(path.parent_path());
   std::ostringstream json;
