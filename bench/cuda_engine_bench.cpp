@@ -16,7 +16,7 @@
 //    from which the floors of each size follow.
 //
 // usage: cuda_engine_bench [--json FILE] [--quick] [--blocks N] [--commit SHA] [--taps 32,256,...]
-//                          [--skip direct:naive,... [--skip-reason TEXT]]
+//                          [--skip direct:naive,... [--skip-reason TEXT]] [--shared]
 //                          [--only ceilings,offline,streaming,overlap,timeline]
 
 #include <cupti.h>
@@ -275,6 +275,9 @@ struct Variant {
   std::string kernel;
 };
 
+// --shared: one filter for every channel instead of one per channel.
+bool shared_filter = false;
+
 // Variant labels left out by --skip, and why (printed and recorded).
 std::vector<std::string> skip_variants;
 std::string skip_reason = "excluded by --skip";
@@ -284,10 +287,9 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
   const std::size_t channels = 8, frames = std::size_t(1) << 22;
   std::mt19937 rng(seed);
   std::printf(
-      "\n== offline throughput: %zu channels x %zu samples, one filter per channel, "
-      "device-resident "
-      "(seed %u)\n",
-      channels, frames, seed);
+      "\n== offline throughput: %zu channels x %zu samples, %s, device-resident (seed %u)\n",
+      channels, frames,
+      shared_filter ? "one filter shared by all channels" : "one filter per channel", seed);
   const std::vector<float> input = random_normal(channels * frames, rng);
   DeviceBuffer<float> d_in(channels * frames), d_out(channels * frames);
   TAPSTREAM_CUDA_CHECK(cudaMemcpy(d_in.get(), input.data(), d_in.bytes(), cudaMemcpyHostToDevice));
@@ -302,7 +304,11 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
   std::vector<std::string> entries;
   for (std::size_t taps : tap_counts) {
     std::mt19937 filter_rng(seed + std::uint32_t(taps));  // the same filters in any --taps subset
-    const FilterBank bank = random_bank(channels, taps, filter_rng);
+    const FilterBank bank =
+        shared_filter
+            ? FilterBank::shared(random_normal(taps, filter_rng, 1.0f / std::sqrt(float(taps))),
+                                 channels)
+            : random_bank(channels, taps, filter_rng);
     const std::vector<Window> windows = reference_windows(input, channels, frames, bank);
     const double outputs = double(channels * frames);
     const double floor_mem = 2.0 * outputs * 4 / ceil.copy_bytes_per_s;
@@ -386,6 +392,7 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
       runs.push_back(run.text());
     }
     JsonObject entry;
+    entry.str("filters", shared_filter ? "shared" : "per-channel");
     entry.num("taps", double(taps))
         .num("channels", double(channels))
         .num("samples", double(frames));
@@ -805,6 +812,8 @@ int main(int argc, char** argv) {
       for (std::string item; std::getline(list, item, ',');) skip_variants.push_back(item);
     } else if (arg == "--skip-reason")
       skip_reason = value();
+    else if (arg == "--shared")
+      shared_filter = true;
     else if (arg == "--taps") {
       tap_counts.clear();
       std::stringstream list(value());

@@ -294,9 +294,15 @@ def compare(peers_report, engine_report):
     each peer, the ratio tapstream / best peer in throughput, the floors and
     the targets of issue 3. Returns the rows as a list of dicts."""
     rows = []
-    engine_offline = {e["taps"]: e for e in engine_report.get("offline", [])}
+    engine_offline = {e["taps"]: e for e in engine_report.get("offline", [])
+                      if e.get("filters", "per-channel") == "per-channel"}
+
     log("\n== side by side: 8 ch x 2^22 samples, times in ms (lower is better); "
         "ratio = tapstream throughput / best peer throughput")
+    device = engine_report.get("device", {})
+    if device.get("copy_bytes_per_s") and device.get("fma_per_s"):
+        log(f"floors from cuda_engine_bench's ceilings: copy {device['copy_bytes_per_s'] / 1e12:.3f} TB/s, "
+            f"FMA {device['fma_per_s'] / 1e12:.2f} TFMA/s")
     names = []
     for e in peers_report["offline"]:
         for n in e["peers"]:
@@ -308,6 +314,9 @@ def compare(peers_report, engine_report):
     for e in peers_report["offline"]:
         taps = e["taps"]
         eng = engine_offline.get(taps, {})
+        if device.get("copy_bytes_per_s") and device.get("fma_per_s"):
+            e = dict(e, floor_memory_s=e["bytes_min"] / device["copy_bytes_per_s"],
+                     floor_direct_fma_s=e["fma_direct"] / device["fma_per_s"])
         timed = [r for r in eng.get("runs", []) if "median_s" in r and r.get("ok", True)]
         best = min(timed, key=lambda r: r["median_s"]) if timed else None
         auto = next((r for r in timed if r["variant"] == "auto"), None)

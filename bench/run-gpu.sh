@@ -71,6 +71,12 @@ if [ "$peers_only" = 0 ]; then
       echo "cuda_engine_bench offline $taps taps: exit status $?"
       parts+=("$out/engine-offline-$taps.json")
     done
+    # One filter shared by all channels (taps fit in a constant bank up to 8192 taps).
+    run_bench --only ceilings,offline --shared --taps 256,2048 --json "$out/engine-offline-shared.json" \
+      --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile \
+      --skip-reason "not run with a shared filter (teaching variants: see the per-channel runs)"
+    echo "cuda_engine_bench offline shared filter: exit status $?"
+    parts+=("$out/engine-offline-shared.json")
     run_bench --only streaming,overlap,timeline --json "$out/engine-stream.json" "${quick[@]}"
     echo "cuda_engine_bench streaming/overlap/timeline: exit status $?"
     parts+=("$out/engine-stream.json")
