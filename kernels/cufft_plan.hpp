@@ -5,13 +5,23 @@
 // convolver sizes it once, from work_bytes(), before the first transform.
 
 #include <cufft.h>
+#include <cufftXt.h>
 
 #include <cstddef>
+#include <span>
+#include <vector>
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 
 namespace tapstream::cuda {
+
+// A load or store callback (JIT LTO) linked into a plan's kernels: the symbol's
+// name in `ltoir` (see kernels/fft_callbacks.hpp) and where it applies.
+struct FftCallback {
+  const char* symbol;
+  cufftXtCallbackType type;
+};
 
 // A plan for `batch` transforms of `size` points, contiguous in both domains
 // (real: `size` floats apart; complex: size / 2 + 1 bins apart), with no work
@@ -19,9 +29,16 @@ namespace tapstream::cuda {
 class RealFftPlan {
  public:
   RealFftPlan() = default;
-  // type is CUFFT_R2C (forward) or CUFFT_C2R (inverse, unnormalised).
-  RealFftPlan(std::size_t size, std::size_t batch, cufftType type) {
+  // type is CUFFT_R2C (forward) or CUFFT_C2R (inverse, unnormalised). With
+  // callbacks, `caller_info` points to the device pointer they receive.
+  RealFftPlan(std::size_t size, std::size_t batch, cufftType type,
+              std::span<const FftCallback> callbacks = {}, const std::vector<char>* ltoir = nullptr,
+              void** caller_info = nullptr) {
     long long n = static_cast<long long>(size);
+    for (const FftCallback& callback : callbacks) {
+      TAPSTREAM_CUFFT_CHECK(cufftXtSetJITCallback(plan_.get(), callback.symbol, ltoir->data(),
+                                                  ltoir->size(), callback.type, caller_info));
+    }
     TAPSTREAM_CUFFT_CHECK(cufftSetAutoAllocation(plan_.get(), 0));
     TAPSTREAM_CUFFT_CHECK(cufftMakePlanMany64(plan_.get(), 1, &n, nullptr, 1, 0, nullptr, 1, 0,
                                               type, static_cast<long long>(batch), &work_bytes_));

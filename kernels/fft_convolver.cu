@@ -28,6 +28,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
+#include "kernels/fft_callbacks.hpp"
 #include "kernels/fft_convolver.hpp"
 #include "kernels/overlap_save_windows.hpp"
 #include "kernels/spectral_mac.hpp"
@@ -58,8 +59,16 @@ struct FftConvolver::State {
   std::size_t partitions = 0;        // K
   std::size_t max_segments = 0;      // whole segments one call can hold (at least 1)
   std::size_t ring_slots = 0;        // K - 1 + max_segments: see spectral_mac.hpp
-  std::vector<RealFftPlan> forward;  // [i]: batch channels << i
+  std::vector<RealFftPlan> forward;  // [i]: batch channels << i (with callbacks when fused)
   std::vector<RealFftPlan> inverse;
+  // Plain plans of batch `channels` for single segments when forward/inverse are
+  // fused (otherwise forward[0] and inverse[0] serve).
+  RealFftPlan single_forward;
+  RealFftPlan single_inverse;
+  bool fused = false;
+  std::string fused_failure;  // why the fused path is off, when it was asked for
+  DeviceBuffer<FusedParams> fused_params;
+  void* fused_params_pointer = nullptr;  // the plans' caller info
   DeviceBuffer<unsigned char> work;
   DeviceBuffer<float> stage;          // [C][2P]
   DeviceBuffer<float> windows;        // [S][C][2P]; then the inverse FFTs' output
@@ -124,7 +133,7 @@ struct FftConvolver::State {
                        std::size_t frames, std::size_t call_offset, std::size_t call_frames,
                        bool fading, cudaStream_t stream) {
     launch_write_stage(stage.get(), in, in_stride, channels, partition, offset, frames, stream);
-    run_forward(stage.get(), new_spectra.get(), 1, stream);
+    (fused ? single_forward : forward[0]).forward(stage.get(), new_spectra.get(), stream);
     const bool completes = offset + frames == partition;
 
     SpectralMacArgs mac = mac_args(current, 1, products.get());
@@ -148,8 +157,9 @@ struct FftConvolver::State {
     }
 
     float* filtered_old = reinterpret_cast<float*>(new_spectra.get());
-    run_inverse(products.get(), windows.get(), 1, stream);
-    if (fading) run_inverse(products_old.get(), filtered_old, 1, stream);
+    const RealFftPlan& inverse_single = fused ? single_inverse : inverse[0];
+    inverse_single.inverse(products.get(), windows.get(), stream);
+    if (fading) inverse_single.inverse(products_old.get(), filtered_old, stream);
 
     EmitArgs emit;
     emit.filtered = windows.get();
@@ -173,6 +183,43 @@ struct FftConvolver::State {
     } else {
       offset += frames;
     }
+  }
+
+  // `segments` whole segments from a segment boundary, current filters only,
+  // through the fused plans: the windows, the multiply-accumulate and the
+  // output copy happen inside cuFFT's loads and stores.
+  void process_segments_fused(const float* in, std::size_t in_stride, float* out,
+                              std::size_t out_stride, std::size_t segments, cudaStream_t stream) {
+    FusedParams p{};
+    p.in = in;
+    p.in_stride = in_stride;
+    p.stage = stage.get();
+    p.window_base = windows.get();
+    p.product_base = products.get();
+    p.time_base = windows.get();
+    p.out = out;
+    p.out_stride = out_stride;
+    p.new_spectra = new_spectra.get();
+    p.ring = ring.get();
+    p.ring_slots = ring_slots;
+    p.filter = filters[current].get();
+    p.filter_channel_stride = filter_shared[current] ? 0 : bins;
+    p.filter_partition_stride = (filter_shared[current] ? 1 : channels) * bins;
+    p.first_segment = segment;
+    p.store_from = segments > partitions - 1 ? segments - (partitions - 1) : 0;
+    p.partitions = partitions;
+    p.channels = channels;
+    p.partition = partition;
+    p.bins = bins;
+    launch_set_fused_params(fused_params.get(), p, stream);
+    // Inputs and outputs named here are never touched: the callbacks read and
+    // write the real data; the pointers only tell them the batch.
+    run_forward(windows.get(), new_spectra.get(), segments, stream);
+    run_inverse(products.get(), windows.get(), segments, stream);
+    // After the forward FFTs have read the stage's previous segment.
+    launch_keep_last_segment(stage.get(), in, in_stride, channels, partition, segments, stream);
+    segment += std::int64_t(segments);
+    tail_valid = false;
   }
 
   // `segments` whole segments starting at a segment boundary.
@@ -214,7 +261,8 @@ struct FftConvolver::State {
 };
 
 FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
-                           std::size_t max_block_frames, std::size_t partition_frames)
+                           std::size_t max_block_frames, std::size_t partition_frames,
+                           bool fused_callbacks)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   if (max_taps == 0) max_taps = bank.max_taps();
@@ -241,16 +289,51 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
   s.ring_slots = s.partitions - 1 + s.max_segments;
 
   const std::size_t window = 2 * s.partition;
+  if (fused_callbacks) {
+    // Any failure (no NVRTC, no JIT linker, a plan the library cannot make
+    // with callbacks) leaves the plain path, and says why.
+    try {
+      s.fused_params = DeviceBuffer<FusedParams>(1);
+      s.fused_params_pointer = s.fused_params.get();
+      const std::vector<char>& ltoir = fused_callbacks_ltoir();
+      const FftCallback load_window[] = {{kLoadWindowSymbol, CUFFT_CB_LD_REAL}};
+      const FftCallback product_to_output[] = {{kLoadProductSymbol, CUFFT_CB_LD_COMPLEX},
+                                               {kStoreOutputSymbol, CUFFT_CB_ST_REAL}};
+      for (std::size_t batch = 1; batch <= s.max_segments; batch *= 2) {
+        s.forward.emplace_back(window, batch * s.channels, CUFFT_R2C, load_window, &ltoir,
+                               &s.fused_params_pointer);
+        s.inverse.emplace_back(window, batch * s.channels, CUFFT_C2R, product_to_output, &ltoir,
+                               &s.fused_params_pointer);
+      }
+      s.single_forward = RealFftPlan(window, s.channels, CUFFT_R2C);
+      s.single_inverse = RealFftPlan(window, s.channels, CUFFT_C2R);
+      s.fused = true;
+    } catch (const std::exception& error) {
+      s.fused_failure = error.what();
+      s.forward.clear();
+      s.inverse.clear();
+    }
+  }
+  if (!s.fused) {
+    for (std::size_t batch = 1; batch <= s.max_segments; batch *= 2) {
+      s.forward.emplace_back(window, batch * s.channels, CUFFT_R2C);
+      s.inverse.emplace_back(window, batch * s.channels, CUFFT_C2R);
+    }
+  }
   std::size_t work_bytes = 0;
-  for (std::size_t batch = 1; batch <= s.max_segments; batch *= 2) {
-    s.forward.emplace_back(window, batch * s.channels, CUFFT_R2C);
-    s.inverse.emplace_back(window, batch * s.channels, CUFFT_C2R);
+  for (const auto& plan : s.forward) work_bytes = std::max(work_bytes, plan.work_bytes());
+  for (const auto& plan : s.inverse) work_bytes = std::max(work_bytes, plan.work_bytes());
+  if (s.fused) {
     work_bytes =
-        std::max({work_bytes, s.forward.back().work_bytes(), s.inverse.back().work_bytes()});
+        std::max({work_bytes, s.single_forward.work_bytes(), s.single_inverse.work_bytes()});
   }
   s.work = DeviceBuffer<unsigned char>(std::max<std::size_t>(work_bytes, 1));
   for (auto& plan : s.forward) plan.attach_work_area(s.work.get());
   for (auto& plan : s.inverse) plan.attach_work_area(s.work.get());
+  if (s.fused) {
+    s.single_forward.attach_work_area(s.work.get());
+    s.single_inverse.attach_work_area(s.work.get());
+  }
 
   const std::size_t spectra = s.max_segments * s.channels * s.bins;
   s.stage = DeviceBuffer<float>(s.channels * window);
@@ -290,10 +373,19 @@ void FftConvolver::process(const float* in, std::size_t in_stride, float* out,
       s.process_partial(in + done, in_stride, out + done, out_stride, piece, done, frames, fading,
                         stream);
       done += piece;
+    } else if (s.fused && fading) {
+      // A crossfade needs both filters' outputs: the plain single-segment path.
+      s.process_partial(in + done, in_stride, out + done, out_stride, s.partition, done, frames,
+                        fading, stream);
+      done += s.partition;
     } else {
       const std::size_t segments = std::min(left / s.partition, s.max_segments);
-      s.process_segments(in + done, in_stride, out + done, out_stride, segments, done, frames,
-                         fading, stream);
+      if (s.fused) {
+        s.process_segments_fused(in + done, in_stride, out + done, out_stride, segments, stream);
+      } else {
+        s.process_segments(in + done, in_stride, out + done, out_stride, segments, done, frames,
+                           fading, stream);
+      }
       done += segments * s.partition;
     }
   }
@@ -361,13 +453,19 @@ std::size_t FftConvolver::partitions() const {
   return state_->partitions;
 }
 
+bool FftConvolver::fused() const {
+  return state_->fused;
+}
+
 std::string FftConvolver::description() const {
   const State& s = *state_;
   std::ostringstream text;
   text << "partitioned FFT (cuFFT), " << 2 * s.partition << "-point, " << s.partitions
        << (s.partitions == 1 ? " partition" : " partitions") << " of " << s.partition << " frames, "
        << s.channels << (s.channels == 1 ? " channel" : " channels")
-       << (s.filter_shared[s.current] ? ", shared filter" : ", per-channel filters");
+       << (s.filter_shared[s.current] ? ", shared filter" : ", per-channel filters")
+       << (s.fused ? ", fused cuFFT callbacks" : ", separate kernels");
+  if (!s.fused_failure.empty()) text << " (fused path unavailable: " << s.fused_failure << ")";
   return text.str();
 }
 

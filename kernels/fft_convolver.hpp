@@ -24,9 +24,12 @@ class FftConvolver {
  public:
   // Holds filters of up to max_taps taps (bank.max_taps() <= max_taps) for
   // bank.channels() channels; partition_frames is a power of two (0: choose
-  // from max_block_frames and max_taps).
+  // from max_block_frames and max_taps). With fused_callbacks, runs of whole
+  // segments go through cuFFT callbacks (kernels/fft_callbacks.hpp) where the
+  // device and the library allow it, else through separate kernels (fused()
+  // and description() say which).
   FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
-               std::size_t partition_frames = 0);
+               std::size_t partition_frames = 0, bool fused_callbacks = true);
   ~FftConvolver();
   FftConvolver(const FftConvolver&) = delete;
   FftConvolver& operator=(const FftConvolver&) = delete;
@@ -47,6 +50,8 @@ class FftConvolver {
   std::size_t partition_frames() const;
   // Filter partitions of partition_frames() taps (the delay line's length).
   std::size_t partitions() const;
+  // True when whole segments use the fused cuFFT-callback path.
+  bool fused() const;
   std::string description() const;
 
  private:

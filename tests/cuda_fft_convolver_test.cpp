@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
@@ -213,17 +215,21 @@ void PrintTo(const Shape& s, std::ostream* os) {
       << s.partition;
 }
 
-class FftConvolverShapes : public ::testing::TestWithParam<Shape> {};
+// Each shape with the fused cuFFT-callback path for whole segments and without.
+class FftConvolverShapes : public ::testing::TestWithParam<std::tuple<Shape, bool>> {};
 
 TEST_P(FftConvolverShapes, MatchesFloat64ReferenceWithVaryingBlockSizes) {
   SKIP_WITHOUT_DEVICE();
-  const Shape s = GetParam();
+  const auto [s, fused] = GetParam();
   const std::uint64_t seed = 1000 + s.channels * 7 + s.taps * 13 + s.max_block;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const FilterBank bank = random_bank(s.channels, s.taps, s.shared, seed);
-  FftConvolver convolver(bank, s.taps, s.max_block, s.partition);
+  FftConvolver convolver(bank, s.taps, s.max_block, s.partition, fused);
   std::printf("%s\n", convolver.description().c_str());
+  if (fused) {
+    EXPECT_TRUE(convolver.fused()) << convolver.description();
+  }
   const Signal x = random_planar(s.channels, s.frames, seed + 1);
   std::mt19937_64 rng(seed + 2);
   const auto calls = random_calls(s.frames, s.max_block, rng);
@@ -234,13 +240,14 @@ TEST_P(FftConvolverShapes, MatchesFloat64ReferenceWithVaryingBlockSizes) {
 
 INSTANTIATE_TEST_SUITE_P(
     RandomShapes, FftConvolverShapes,
-    ::testing::Values(Shape{1, 1, 1, true, 300, 0}, Shape{3, 100, 37, false, 4000, 0},
-                      Shape{64, 2048, 256, true, 20000, 0}, Shape{2, 5000, 4096, false, 40000, 64},
-                      Shape{5, 131072, 1024, false, 330000, 0},
-                      Shape{8, 131072, 65536, true, 400000, 0},
-                      Shape{64, 16384, 65536, false, 200000, 0},
-                      Shape{17, 777, 3000, false, 50000, 0}, Shape{1, 65536, 1, true, 2000, 0},
-                      Shape{7, 300, 65536, true, 300000, 0}));
+    ::testing::Combine(
+        ::testing::Values(
+            Shape{1, 1, 1, true, 300, 0}, Shape{3, 100, 37, false, 4000, 0},
+            Shape{64, 2048, 256, true, 20000, 0}, Shape{2, 5000, 4096, false, 40000, 64},
+            Shape{5, 131072, 1024, false, 330000, 0}, Shape{8, 131072, 65536, true, 400000, 0},
+            Shape{64, 16384, 65536, false, 200000, 0}, Shape{17, 777, 3000, false, 50000, 0},
+            Shape{1, 65536, 1, true, 2000, 0}, Shape{7, 300, 65536, true, 300000, 0}),
+        ::testing::Bool()));
 
 // Shapes drawn at random (fixed seeds), within the engine's limits.
 TEST(FftConvolver, MatchesFloat64ReferenceForRandomShapes) {
@@ -260,7 +267,7 @@ TEST(FftConvolver, MatchesFloat64ReferenceForRandomShapes) {
                  (shared ? ", shared" : ", per-channel") + ", " + std::to_string(frames) +
                  " frames");
     const FilterBank bank = random_bank(channels, taps, shared, seed);
-    FftConvolver convolver(bank, taps, max_block);
+    FftConvolver convolver(bank, taps, max_block, 0, seed % 2 == 0);
     const Signal x = random_planar(channels, frames, seed + 1);
     const auto calls = random_calls(frames, max_block, rng);
     const Signal y = run_stream(convolver, x, calls, max_block);
@@ -286,7 +293,7 @@ TEST(FftConvolver, OutputDoesNotDependOnBlockSize) {
 // output to the new's (weight (i + 1) / frames on the new at frame i); calls
 // before use the old filters, calls after the new, over the whole history.
 void check_swap(bool crossfade, std::size_t swap_call_frames, std::size_t partition,
-                std::uint64_t seed) {
+                std::uint64_t seed, bool fused = true) {
   SCOPED_TRACE("seed " + std::to_string(seed) + (crossfade ? ", crossfade" : ", no crossfade") +
                ", swap call of " + std::to_string(swap_call_frames) + " frames");
   const std::size_t channels = 3, max_block = 4096, frames = 30000;
@@ -302,7 +309,7 @@ void check_swap(bool crossfade, std::size_t swap_call_frames, std::size_t partit
   for (const auto c : random_calls(frames - swap_at - swap_call_frames, 1000, rng))
     calls.push_back(c);
 
-  FftConvolver convolver(old_bank, 2500, max_block, partition);
+  FftConvolver convolver(old_bank, 2500, max_block, partition, fused);
   const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
     if (k == swap_call) convolver.set_filters(new_bank, crossfade);
   });
@@ -333,12 +340,14 @@ TEST(FftConvolver, CrossfadeCallBlendsOldAndNewFilterOutputs) {
   check_swap(true, 3000, 256, 6);  // partial head, whole segments, partial tail
   check_swap(true, 1, 0, 7);       // a one-frame fade ends fully new
   check_swap(true, 100, 256, 8);
+  check_swap(true, 3000, 256, 11, false);  // whole segments through separate kernels
 }
 
 TEST(FftConvolver, SetFiltersWithoutCrossfadeFiltersTheWholeHistoryWithTheNewFilters) {
   SKIP_WITHOUT_DEVICE();
   check_swap(false, 4096, 0, 9);
   check_swap(false, 2000, 128, 10);
+  check_swap(false, 2000, 128, 12, false);
 }
 
 TEST(FftConvolver, TwoSwapsBeforeACallFadeFromTheFiltersLastUsed) {
@@ -410,12 +419,10 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
     std::size_t taps, block, partition;
   };
   std::vector<TimingShape> shapes = {
-      {2048, 65536, 0},         {2048, 65536, 4096},      {2048, 65536, 8192},
-      {2048, 1 << 22, 0},       {2048, 1 << 22, 4096},    {2048, 1 << 22, 8192},
-      {16384, 65536, 0},        {16384, 65536, 8192},     {16384, 1 << 22, 0},
-      {16384, 1 << 22, 8192},   {16384, 1 << 22, 32768},  {131072, 65536, 0},
-      {131072, 65536, 16384},   {131072, 65536, 32768},   {131072, 1 << 22, 0},
-      {131072, 1 << 22, 16384}, {131072, 1 << 22, 32768},
+      {2048, 65536, 0},       {2048, 1 << 22, 0},       {2048, 1 << 22, 4096},
+      {16384, 65536, 0},      {16384, 65536, 8192},     {16384, 1 << 22, 0},
+      {16384, 1 << 22, 8192}, {131072, 65536, 0},       {131072, 65536, 32768},
+      {131072, 1 << 22, 0},   {131072, 1 << 22, 16384}, {131072, 1 << 22, 32768},
   };
   int passes = 5;
   if (const char* only = std::getenv("TAPSTREAM_FFT_TIMING_ONLY")) {
@@ -431,40 +438,46 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
   TAPSTREAM_CUDA_CHECK(cudaMemcpy(in.get(), x.samples.data(), in.bytes(), cudaMemcpyHostToDevice));
   Stream stream;
   cuda::Event start(true), stop(true);
-  std::printf("%8s %8s %9s %6s %10s %12s %9s\n", "taps", "block", "partition", "parts", "ms",
-              "Msamples/s", "rel.err");
-  for (const auto& s : shapes) {
-    const FilterBank bank = random_bank(channels, s.taps, true, s.taps);
-    FftConvolver convolver(bank, s.taps, s.block, s.partition);
-    auto pass = [&] {
-      for (std::size_t at = 0; at < frames; at += s.block) {
-        convolver.process(in.get() + at, frames, out.get() + at, frames,
-                          std::min(s.block, frames - at), stream.get());
+  std::printf("%8s %8s %9s %6s %6s %10s %12s %9s %9s\n", "taps", "block", "partition", "parts",
+              "fused", "ms", "Msamples/s", "rel.err", "setup_s");
+  for (const auto& s : shapes)
+    for (const bool fused : {true, false}) {
+      const FilterBank bank = random_bank(channels, s.taps, true, s.taps);
+      const auto setup_start = std::chrono::steady_clock::now();
+      FftConvolver convolver(bank, s.taps, s.block, s.partition, fused);
+      const double setup_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
+      if (fused && !convolver.fused()) std::printf("%s\n", convolver.description().c_str());
+      auto pass = [&] {
+        for (std::size_t at = 0; at < frames; at += s.block) {
+          convolver.process(in.get() + at, frames, out.get() + at, frames,
+                            std::min(s.block, frames - at), stream.get());
+        }
+      };
+      pass();  // warm-up (and module load)
+      std::vector<float> ms;
+      for (int p = 0; p < passes; ++p) {
+        convolver.reset(stream.get());
+        start.record(stream.get());
+        pass();
+        stop.record(stream.get());
+        stop.synchronize();
+        float elapsed = 0;
+        TAPSTREAM_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.get(), stop.get()));
+        ms.push_back(elapsed);
       }
-    };
-    pass();  // warm-up (and module load)
-    std::vector<float> ms;
-    for (int p = 0; p < passes; ++p) {
-      convolver.reset(stream.get());
-      start.record(stream.get());
-      pass();
-      stop.record(stream.get());
-      stop.synchronize();
-      float elapsed = 0;
-      TAPSTREAM_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start.get(), stop.get()));
-      ms.push_back(elapsed);
+      std::sort(ms.begin(), ms.end());
+      const float median = ms[ms.size() / 2];
+      Signal y{channels, frames, std::vector<float>(channels * frames)};
+      TAPSTREAM_CUDA_CHECK(
+          cudaMemcpy(y.samples.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
+      const double error = error_against_reference(x, bank, y, 0, frames, 99, 2e8);
+      std::printf("%8zu %8zu %9zu %6zu %6d %10.3f %12.1f %9.2e %9.2f\n", s.taps, s.block,
+                  convolver.partition_frames(), convolver.partitions(), int(convolver.fused()),
+                  median, double(channels * frames) / (median * 1e3), error, setup_s);
+      std::fflush(stdout);
+      EXPECT_LE(error, kTolerance);
     }
-    std::sort(ms.begin(), ms.end());
-    const float median = ms[ms.size() / 2];
-    Signal y{channels, frames, std::vector<float>(channels * frames)};
-    TAPSTREAM_CUDA_CHECK(
-        cudaMemcpy(y.samples.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost));
-    const double error = error_against_reference(x, bank, y, 0, frames, 99, 2e8);
-    std::printf("%8zu %8zu %9zu %6zu %10.3f %12.1f %9.2e\n", s.taps, s.block,
-                convolver.partition_frames(), convolver.partitions(), median,
-                double(channels * frames) / (median * 1e3), error);
-    EXPECT_LE(error, kTolerance);
-  }
 }
 
 }  // namespace
