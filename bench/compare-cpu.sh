@@ -73,8 +73,12 @@ measure() {
 
 # Minimum wall and CPU time over $runs runs, after one warm-up.
 best_of() {
-  local best_wall=1e9 best_cpu=1e9 wall cpu
-  "$@" >/dev/null 2>&1 || { echo "compare-cpu: failed: $*" >&2; cat "$work/stderr.txt" >&2; exit 1; }
+  local best_wall=999999 best_cpu=999999 wall cpu
+  "$@" >/dev/null 2>"$work/stderr.txt" || {
+    echo "compare-cpu: failed: $*" >&2
+    cat "$work/stderr.txt" >&2
+    exit 1
+  }
   for ((i = 0; i < runs; i++)); do
     read -r wall cpu < <(measure "$@")
     best_wall=$(echo "if ($wall < $best_wall) $wall else $best_wall" | bc -l)
@@ -92,6 +96,7 @@ filter_length: $p,$k;
 overflow_warnings: false;
 show_progress: false;
 lock_memory: false;
+modules_path: "/usr/lib/brutefir";
 convolver_config: "$work/brutefir-wisdom";
 coeff 0 { filename: "$work/h$m.f32"; format: "FLOAT_LE"; };
 input "l", "r" { device: "file" { path: "$work/noise.f32"; }; sample: "FLOAT_LE"; channels: 2; };
@@ -114,8 +119,8 @@ status=0
 for m in $taps_list; do
   samples=$((frames * 2))
   # tapstream, the user's command.
-  read -r ts_wall ts_cpu < <(best_of "$tapstream" process "$work/noise.wav" "$work/tapstream-$m.wav" \
-    --taps "$work/h$m.f32" --backend cpu -q)
+  read -r ts_wall ts_cpu < <(best_of "$tapstream" -q process "$work/noise.wav" \
+    "$work/tapstream-$m.wav" --taps "$work/h$m.f32" --backend cpu)
   ts_desc=$("$tapstream" process "$work/noise.wav" "$work/tapstream-$m.wav" --taps "$work/h$m.f32" \
     --backend cpu 2>&1 | sed -n 's/.*through \(.*\) in [0-9.]* s.*/\1/p' | head -1)
   printf '%-7s %-34s %9s %9s %14.4g\n' $m "tapstream process --backend cpu" $ts_wall $ts_cpu \
@@ -127,7 +132,7 @@ for m in $taps_list; do
       "$(echo "$samples / $dr_wall" | bc -l)"
   fi
   # BruteFIR: several partitionings, keep the fastest.
-  bf_wall=1e9 bf_cpu=0 bf_p=0
+  bf_wall=999999 bf_cpu=0 bf_p=0
   for p in 1024 4096 8192 16384 65536; do
     ((p >= m / 64 && p <= m * 2)) || continue
     k=$(((m + p - 1) / p))
@@ -150,15 +155,31 @@ for m in $taps_list; do
   printf '        throughput tapstream / BruteFIR: %.2fx wall (target 1.5x), %.2fx CPU time\n' $ratio $cpu_ratio
 
   # Exactness against BruteFIR, after its partition delay.
-  sox "$work/tapstream-$m.wav" -t f32 "$work/tapstream-$m.f32"
-  check=$(python3 - "$work/tapstream-$m.f32" "$work/brutefir-$m.f32" $bf_p <<'PY'
-import array, math, sys
-def load(path):
+  check=$(python3 - "$work/tapstream-$m.wav" "$work/brutefir-$m.f32" $bf_p <<'PY'
+import array, math, struct, sys
+def load_raw(path):
     a = array.array("f")
     with open(path, "rb") as f:
         a.frombytes(f.read())
     return a
-ts, bf, p = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
+def load_wav_float(path):
+    # The samples of a float32 WAV, read directly (sox would clip them to +-1).
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"RIFF" and data[8:12] == b"WAVE", path + ": not a WAV file"
+    pos = 12
+    while pos + 8 <= len(data):
+        tag, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        if tag == b"fmt ":
+            fmt, bits = struct.unpack("<H", data[pos + 8:pos + 10])[0], struct.unpack("<H", data[pos + 22:pos + 24])[0]
+            assert bits == 32 and fmt in (3, 0xFFFE), path + ": not float32"
+        if tag == b"data":
+            a = array.array("f")
+            a.frombytes(data[pos + 8:pos + 8 + size])
+            return a
+        pos += 8 + size + (size & 1)
+    raise SystemExit(path + ": no data chunk")
+ts, bf, p = load_wav_float(sys.argv[1]), load_raw(sys.argv[2]), int(sys.argv[3])
 def error(delay, limit=None):
     # BruteFIR's output is tapstream's delayed by `delay` frames (2 samples each).
     d = 2 * delay
