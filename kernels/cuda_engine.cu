@@ -299,7 +299,7 @@ class CudaEngineImpl final : public CudaEngine {
     std::ostringstream d;
     d << "cuda (" << device_name_ << "): ";
     if (algorithm_ == Algorithm::fft) {
-      d << "partitioned FFT, " << fft_->description();
+      d << fft_->description();
     } else {
       d << "direct form, kernel " << kernel() << ", taps in " << taps_memory() << " memory";
       if (taps_memory() == "global" && kernel_ != DirectKernel::naive)
@@ -485,24 +485,20 @@ class CudaEngineImpl final : public CudaEngine {
     } else {
       const bool fading = pending_ && crossfade_;
       const int bank = pending_ ? *pending_ : active_;
+      float* carry_to = history_len_ > 0 ? history_[1 - history_index_].get() : nullptr;
       if (fading) {
         cuda::launch_direct(
             kernel_, direct_args(x, y, y_channel_stride, y_frame_stride, frames, active_), stream);
-        DirectArgs a = direct_args(x, y, y_channel_stride, y_frame_stride, frames, bank);
+      }
+      DirectArgs a = direct_args(x, y, y_channel_stride, y_frame_stride, frames, bank);
+      if (fading) {
         a.blend = true;
         a.blend_offset = (long long)offset;
         a.blend_frames = (long long)call_frames;
-        cuda::launch_direct(kernel_, a, stream);
-      } else {
-        cuda::launch_direct(
-            kernel_, direct_args(x, y, y_channel_stride, y_frame_stride, frames, bank), stream);
       }
-      if (history_len_ > 0) {
-        cuda::launch_carry_history(x, history_[history_index_].get(),
-                                   history_[1 - history_index_].get(), history_end_, history_end_,
-                                   history_len_, int(channels_), int(frames), stream);
-        history_index_ = 1 - history_index_;
-      }
+      a.carry_to = carry_to;  // fused into the (last) filter launch
+      cuda::launch_direct(kernel_, a, stream);
+      if (carry_to) history_index_ = 1 - history_index_;
     }
     chain_.record(stream);
     chain_stream_ = s;

@@ -3,6 +3,7 @@
 // then added to the total, which keeps float32 rounding of 131072-tap filters well
 // inside the 1e-5 relative error bound.
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -139,12 +140,30 @@ __global__ void __launch_bounds__(kThreads) cached_tile_kernel(DirectArgs a) {
   if (n0 + t < a.frames) store_y(a, c, n0 + t, total);
 }
 
+// The carry (see launch_carry_history) for history samples [begin, end) of channel c.
+__device__ __forceinline__ void carry_range(const DirectArgs& a, int c, int begin, int end,
+                                            int thread, int threads) {
+  const float* in_c = a.in.data + c * a.in.channel_stride;
+  const float* old_c = a.history + c * a.history_stride + a.history_end;
+  float* new_c = a.carry_to + c * a.history_stride + a.history_end;
+  for (int i = begin + thread; i < end; i += threads) {
+    const long long p = (long long)i - a.history_len;  // -history_len .. -1
+    const long long j = a.frames + p;
+    new_c[p] = j >= 0 ? in_c[j * a.in.frame_stride] : old_c[j];
+  }
+}
+
 // tuned: the block's kThreads threads form G = kThreads / P groups of P threads.
 // All groups work on the same T = P * 8 consecutive outputs of one channel, each
 // on its own chunks of K taps (tap split, so that short blocks still spread over
 // many threads); the partial sums are added in shared memory at the end. Within a
 // group each thread keeps 8 consecutive outputs in registers and slides a register
 // window over the shared-memory samples, two float4 loads per 8 taps (64 FMAs).
+// Taps come from the constant bank (large blocks: every tap serves many blocks
+// and stays in the constant cache) or are staged per chunk in shared memory with
+// float4 loads (short blocks, where constant-cache misses in series would
+// dominate, and taps that live in global memory). The carry to the next block's
+// history can be fused in (a.carry_to), saving a launch per block.
 template <bool kConstant>
 __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, int K) {
   extern __shared__ float4 shared_storage[];
@@ -156,13 +175,21 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
   const int t = threadIdx.x % P;
   const int c = blockIdx.y;
   const long long n0 = (long long)blockIdx.x * T;
-  float* w = shared + g * W;
+  float* w = shared + g * (W + (kConstant ? 0 : K));
+  float* staged_taps = w + W;
   const ChannelPointers p = channel_pointers(a, c);
   const bool vector_in =
       a.in.frame_stride == 1 && (reinterpret_cast<std::uintptr_t>(p.in) & 15) == 0;
   const bool vector_history =
       p.history != nullptr && (reinterpret_cast<std::uintptr_t>(p.history) & 15) == 0;
   const int chunks = (a.taps_padded + K - 1) / K;
+
+  // The carry first: it reads only the input and the old history.
+  if (a.carry_to != nullptr) {
+    const int span = (a.history_len + int(gridDim.x) - 1) / int(gridDim.x);
+    const int begin = min(a.history_len, int(blockIdx.x) * span);
+    carry_range(a, c, begin, min(a.history_len, begin + span), threadIdx.x, kThreads);
+  }
 
   float total[kOutputsPerThread];
 #pragma unroll
@@ -172,28 +199,43 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
     const int chunk = round + g;
     const bool active = chunk < chunks;
     const int k0 = chunk * K;
+    const int kc = active ? min(K, a.taps_padded - k0) : 0;
     if (round > 0) __syncthreads();  // everyone is done reading the previous windows
     if (active) {
       const long long j0 = n0 - k0 - K;  // a multiple of 4: quads never straddle j = 0
-      for (int q = t; q < W / 4; q += P) {
-        const long long j = j0 + 4 * q;
-        float4 v;
-        if (vector_in && j >= 0 && j + 4 <= a.frames) {
-          v = *reinterpret_cast<const float4*>(p.in + j);
-        } else if (vector_history && j + 4 <= 0 && j >= -a.history_len) {
-          v = *reinterpret_cast<const float4*>(p.history + j);
-        } else {
-          v.x = load_x(a, p.in, p.history, j);
-          v.y = load_x(a, p.in, p.history, j + 1);
-          v.z = load_x(a, p.in, p.history, j + 2);
-          v.w = load_x(a, p.in, p.history, j + 3);
+      // Loads first, stores after, four quads at a time: several loads in flight
+      // per thread (the input may be mapped host memory, far away).
+      for (int q0 = t; q0 < W / 4; q0 += 4 * P) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int q = q0 + u * P;
+          const long long j = j0 + 4 * q;
+          if (q >= W / 4) {
+            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          } else if (vector_in && j >= 0 && j + 4 <= a.frames) {
+            v[u] = *reinterpret_cast<const float4*>(p.in + j);
+          } else if (vector_history && j + 4 <= 0 && j >= -a.history_len) {
+            v[u] = *reinterpret_cast<const float4*>(p.history + j);
+          } else {
+            v[u].x = load_x(a, p.in, p.history, j);
+            v[u].y = load_x(a, p.in, p.history, j + 1);
+            v[u].z = load_x(a, p.in, p.history, j + 2);
+            v[u].w = load_x(a, p.in, p.history, j + 3);
+          }
         }
-        reinterpret_cast<float4*>(w)[q] = v;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          if (q0 + u * P < W / 4) reinterpret_cast<float4*>(w)[q0 + u * P] = v[u];
+      }
+      if constexpr (!kConstant) {
+        const float4* src = reinterpret_cast<const float4*>(a.global_taps + p.taps + k0);
+        for (int q = t; q < kc / 4; q += P)
+          reinterpret_cast<float4*>(staged_taps)[q] = __ldg(src + q);
       }
     }
     __syncthreads();
     if (active) {
-      const int kc = min(K, a.taps_padded - k0);
       const int base = t * kOutputsPerThread;
       float acc[kOutputsPerThread];
       float lo[8], hi[8];
@@ -214,8 +256,15 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
         lo[0] = l0.x, lo[1] = l0.y, lo[2] = l0.z, lo[3] = l0.w;
         lo[4] = l1.x, lo[5] = l1.y, lo[6] = l1.z, lo[7] = l1.w;
         float h[8];
+        if constexpr (kConstant) {
 #pragma unroll
-        for (int u = 0; u < 8; ++u) h[u] = load_tap<kConstant>(a, tap_base + kk + u);
+          for (int u = 0; u < 8; ++u) h[u] = c_taps[a.constant_bank][tap_base + kk + u];
+        } else {
+          const float4* th = reinterpret_cast<const float4*>(staged_taps + kk);
+          const float4 t0 = th[0], t1 = th[1];
+          h[0] = t0.x, h[1] = t0.y, h[2] = t0.z, h[3] = t0.w;
+          h[4] = t1.x, h[5] = t1.y, h[6] = t1.z, h[7] = t1.w;
+        }
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
 #pragma unroll
@@ -230,6 +279,23 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
 #pragma unroll
       for (int r = 0; r < kOutputsPerThread; ++r) total[r] += acc[r];
     }
+  }
+
+  if (G == 1) {
+    // One group: each thread stores its own 8 outputs, two float4 stores when
+    // the output is planar, aligned and not blended.
+    const long long f0 = n0 + t * kOutputsPerThread;
+    float* dst = a.out + c * a.out_channel_stride + f0 * a.out_frame_stride;
+    if (!a.blend && a.out_frame_stride == 1 && f0 + kOutputsPerThread <= a.frames &&
+        (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(total[0], total[1], total[2], total[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(total[4], total[5], total[6], total[7]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kOutputsPerThread; ++r)
+        if (f0 + r < a.frames) store_y(a, c, f0 + r, total[r]);
+    }
+    return;
   }
 
   // Add the groups' partial sums (in a fixed order: deterministic) and store.
@@ -277,60 +343,76 @@ unsigned blocks_for(long long n, int per_block) {
   return unsigned((n + per_block - 1) / per_block);
 }
 
-// Picks P (threads per group) for the tuned kernel: the widest groups that still
-// give every multiprocessor two blocks; for short blocks, narrower groups so that
-// the tap split keeps more threads busy.
+// Shared memory of the tuned kernel: G windows of T + K floats, plus G tap
+// chunks of K floats when the taps are staged.
+std::size_t tuned_shared_bytes(int P, int K, bool constant_taps) {
+  const int G = kThreads / P;
+  return std::size_t(G) * (P * kOutputsPerThread + K + (constant_taps ? 0 : K)) * sizeof(float);
+}
+
+// Picks P (threads per group) and K (taps per chunk) for the tuned kernel: the
+// widest groups that still give every multiprocessor two blocks; for short
+// blocks, narrower groups and chunks of about taps / G so that every group has
+// taps to work on (the tap split keeps more threads busy).
 void tuned_shape(const DirectArgs& a, int* P_out, int* K_out) {
-  const int K = a.taps_padded < 256 ? a.taps_padded : 256;
-  const long long chunks = (a.taps_padded + K - 1) / K;
   const long long target = 2LL * a.multiprocessors;
-  int best_P = kThreads;
+  int best_P = kThreads, best_K = std::min(256, a.taps_padded);
   long long best_work = -1;
   for (int P = kThreads; P >= 8; P /= 2) {
+    const int G = kThreads / P;
+    const int K_max = std::min(256, 5120 / G / 8 * 8);  // keeps shared memory under 48 KiB
+    int K = (a.taps_padded + G - 1) / G;
+    K = std::clamp((K + 7) / 8 * 8, 8, K_max);
+    const long long chunks = (a.taps_padded + K - 1) / K;
     const long long T = (long long)P * kOutputsPerThread;
     const long long blocks = (long long)a.channels * ((a.frames + T - 1) / T);
     if (blocks >= target) {
       best_P = P;
+      best_K = P == kThreads ? std::min(256, a.taps_padded) : K;
       break;
     }
-    const long long G = kThreads / P;
-    const long long work = blocks * (G < chunks ? G : chunks);
-    if (work > best_work) best_work = work, best_P = P;
+    const long long work = blocks * std::min<long long>(G, chunks);
+    if (work > best_work) best_work = work, best_P = P, best_K = K;
   }
   *P_out = best_P;
-  *K_out = K;
+  *K_out = best_K;
 }
 
 template <bool kConstant>
 void launch_with_taps(DirectKernel kernel, const DirectArgs& a, cudaStream_t stream) {
+  const dim3 grid(blocks_for(a.frames, kThreads), a.channels);
   switch (kernel) {
     case DirectKernel::naive:
     case DirectKernel::constant:
-      simple_kernel<kConstant>
-          <<<dim3(blocks_for(a.frames, kThreads), a.channels), kThreads, 0, stream>>>(a);
+      simple_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
       TAPSTREAM_CUDA_CHECK_LAUNCH("simple_kernel");
-      return;
+      break;
     case DirectKernel::shared_tile:
-      shared_tile_kernel<kConstant>
-          <<<dim3(blocks_for(a.frames, kThreads), a.channels), kThreads, 0, stream>>>(a);
+      shared_tile_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
       TAPSTREAM_CUDA_CHECK_LAUNCH("shared_tile_kernel");
-      return;
+      break;
     case DirectKernel::cached_tile:
-      cached_tile_kernel<kConstant>
-          <<<dim3(blocks_for(a.frames, kThreads), a.channels), kThreads, 0, stream>>>(a);
+      cached_tile_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
       TAPSTREAM_CUDA_CHECK_LAUNCH("cached_tile_kernel");
-      return;
-    case DirectKernel::tuned: {
-      int P = 0, K = 0;
-      tuned_shape(a, &P, &K);
-      const int T = P * kOutputsPerThread;
-      const std::size_t shared_bytes = std::size_t(kThreads / P) * (T + K) * sizeof(float);
-      tuned_kernel<kConstant>
-          <<<dim3(blocks_for(a.frames, T), a.channels), kThreads, shared_bytes, stream>>>(a, P, K);
-      TAPSTREAM_CUDA_CHECK_LAUNCH("tuned_kernel");
-      return;
-    }
+      break;
+    case DirectKernel::tuned:
+      break;  // launch_tuned
   }
+}
+
+void launch_tuned(const DirectArgs& a, cudaStream_t stream) {
+  int P = 0, K = 0;
+  tuned_shape(a, &P, &K);
+  const int T = P * kOutputsPerThread;
+  const dim3 grid(blocks_for(a.frames, T), a.channels);
+  // Constant taps only where every tap serves many blocks (one group per
+  // block); otherwise staged through shared memory.
+  if (a.constant_bank >= 0 && P == kThreads) {
+    tuned_kernel<true><<<grid, kThreads, tuned_shared_bytes(P, K, true), stream>>>(a, P, K);
+  } else {
+    tuned_kernel<false><<<grid, kThreads, tuned_shared_bytes(P, K, false), stream>>>(a, P, K);
+  }
+  TAPSTREAM_CUDA_CHECK_LAUNCH("tuned_kernel");
 }
 
 }  // namespace
@@ -368,12 +450,21 @@ std::vector<std::string> direct_kernel_names() {
 
 void launch_direct(DirectKernel kernel, const DirectArgs& args, cudaStream_t stream) {
   if (args.frames <= 0 || args.channels <= 0) return;
-  // naive always reads its taps from global memory; the others use the constant
-  // bank when the taps are there.
-  if (kernel != DirectKernel::naive && args.constant_bank >= 0)
-    launch_with_taps<true>(kernel, args, stream);
+  DirectArgs a = args;
+  if (a.history_len <= 0) a.carry_to = nullptr;
+  if (kernel == DirectKernel::tuned) {
+    launch_tuned(a, stream);  // carry fused
+    return;
+  }
+  // naive always reads its taps from global memory; the others use the
+  // constant bank when the taps are there.
+  if (kernel != DirectKernel::naive && a.constant_bank >= 0)
+    launch_with_taps<true>(kernel, a, stream);
   else
-    launch_with_taps<false>(kernel, args, stream);
+    launch_with_taps<false>(kernel, a, stream);
+  if (a.carry_to)
+    launch_carry_history(a.in, a.history, a.carry_to, a.history_stride, a.history_end,
+                         a.history_len, a.channels, a.frames, stream);
 }
 
 void launch_carry_history(const SampleView& in, const float* old_history, float* new_history,

@@ -75,6 +75,10 @@ struct DirectArgs {
   long long blend_offset = 0;
   long long blend_frames = 1;
   int multiprocessors = 1;  // used to size the tuned kernel's grid
+  // When set, the history that follows this block is written there too (the
+  // carry; see launch_carry_history): fused into the tuned kernel's launch (one
+  // launch less per block), a separate launch after the other variants.
+  float* carry_to = nullptr;
 };
 
 void launch_direct(DirectKernel kernel, const DirectArgs& args, cudaStream_t stream);
