@@ -303,8 +303,12 @@ void read_engine(const Reader& reader, const toml::table& root, LiveConfig& conf
   const toml::table* table = reader.table(root, "engine");
   if (table == nullptr) return;
   reader.check_known(*table, "engine", {"backend", "algorithm", "streams", "kernel", "device"});
-  config.backend =
-      parse_backend(reader.one_of(*table, "engine", "backend", {"auto", "cpu", "cuda"}, "auto"));
+  // Not parse_backend(): that would link the engines into everything that reads a config.
+  const std::string backend =
+      reader.one_of(*table, "engine", "backend", {"auto", "cpu", "cuda"}, "auto");
+  config.backend = backend == "cpu"    ? Backend::cpu
+                   : backend == "cuda" ? Backend::cuda
+                                       : Backend::automatic;
   const std::string algorithm =
       reader.one_of(*table, "engine", "algorithm", {"auto", "direct", "fft"}, "auto");
   config.engine.algorithm = algorithm == "direct" ? Algorithm::direct

@@ -115,7 +115,7 @@ TEST_F(FileWatcherTest, ABurstOfRewritesIsReportedOnce) {
   watcher.start();
   for (int i = 0; i < 5; ++i) {
     write(dir_ / "left.txt", std::to_string(i) + "\n");
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(1ms);
   }
   std::unique_lock lock(mutex_);
   changed_.wait_for(lock, 5s, [&] { return !reports_.empty(); });
