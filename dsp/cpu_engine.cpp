@@ -86,8 +86,8 @@ double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
 }
 
 // Below this much estimated work per call, waking other threads costs more
-// than it saves (a futex wake-up is a few microseconds).
-constexpr double kParallelNs = 100000.0;
+// than it saves (a futex wake-up and join cost several microseconds).
+constexpr double kParallelNs = 30000.0;
 
 std::size_t thread_limit() {
   if (const char* v = std::getenv("TAPSTREAM_CPU_THREADS"); v && *v) {
