@@ -14,6 +14,8 @@ namespace {
 // Device source of the callbacks (see fft_callbacks.hpp). Batch b of a
 // transform is segment t = b / C, channel c = b % C; the callbacks recover b
 // from the buffer pointer cuFFT passes (the run's sub-batch base) plus offset.
+// C++ linkage on purpose: cuFFT finds each callback by its name with the C++
+// signature of its callback type (an extern "C" symbol fails the JIT link).
 constexpr const char* kSource = R"(
 struct FusedParams {
   const float* in;
@@ -38,7 +40,7 @@ struct FusedParams {
   unsigned long long bins;
 };
 
-extern "C" __device__ float tapstream_load_window(void* data, unsigned long long offset,
+__device__ float tapstream_load_window(void* data, unsigned long long offset,
                                                   void* info, void*) {
   const FusedParams& p = *static_cast<const FusedParams*>(info);
   const unsigned long long window = 2 * p.partition;
@@ -52,7 +54,7 @@ extern "C" __device__ float tapstream_load_window(void* data, unsigned long long
                                 : p.in[c * p.in_stride + position - p.partition];
 }
 
-extern "C" __device__ float2 tapstream_load_product(void* data, unsigned long long offset,
+__device__ float2 tapstream_load_product(void* data, unsigned long long offset,
                                                     void* info, void*) {
   const FusedParams& p = *static_cast<const FusedParams*>(info);
   const unsigned long long index = (static_cast<const float2*>(data) - p.product_base) + offset;
@@ -83,7 +85,7 @@ extern "C" __device__ float2 tapstream_load_product(void* data, unsigned long lo
   return acc;
 }
 
-extern "C" __device__ void tapstream_store_output(void* data, unsigned long long offset,
+__device__ void tapstream_store_output(void* data, unsigned long long offset,
                                                   float value, void* info, void*) {
   const FusedParams& p = *static_cast<const FusedParams*>(info);
   const unsigned long long window = 2 * p.partition;

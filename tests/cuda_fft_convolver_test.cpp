@@ -227,9 +227,6 @@ TEST_P(FftConvolverShapes, MatchesFloat64ReferenceWithVaryingBlockSizes) {
   const FilterBank bank = random_bank(s.channels, s.taps, s.shared, seed);
   FftConvolver convolver(bank, s.taps, s.max_block, s.partition, fused);
   std::printf("%s\n", convolver.description().c_str());
-  if (fused) {
-    EXPECT_TRUE(convolver.fused()) << convolver.description();
-  }
   const Signal x = random_planar(s.channels, s.frames, seed + 1);
   std::mt19937_64 rng(seed + 2);
   const auto calls = random_calls(s.frames, s.max_block, rng);
@@ -273,6 +270,13 @@ TEST(FftConvolver, MatchesFloat64ReferenceForRandomShapes) {
     const Signal y = run_stream(convolver, x, calls, max_block);
     EXPECT_LE(error_against_reference(x, bank, y, 0, frames, seed), kTolerance);
   }
+}
+
+TEST(FftConvolver, FusedCallbackPathIsAvailableOnThisDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const FilterBank bank = random_bank(2, 1000, true, 3);
+  FftConvolver convolver(bank, 1000, 4096);
+  EXPECT_TRUE(convolver.fused()) << convolver.description();
 }
 
 TEST(FftConvolver, OutputDoesNotDependOnBlockSize) {
