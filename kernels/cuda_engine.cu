@@ -49,11 +49,14 @@ std::size_t round_up(std::size_t n, std::size_t m) {
 }
 
 // Calls of at most this many samples (channels x frames) skip the copies: the
-// kernels read the pinned input and write the pinned output directly through
-// mapped memory (one launch or two, then one event wait). Measured on an H100
-// (see the report in docs/): lower latency than copy-kernel-copy for small blocks.
+// kernel reads the pinned input and writes the pinned output directly through
+// mapped memory (one launch, then one event wait). Measured on an H100 (p50 per
+// block, engine pinned staging, interleaved; zero-copy vs copy-kernel-copy):
+// 2 ch x 64 frames 14.4 vs 24.5 us, 2 x 256 15.8 vs 24.7 us, 8 x 256 33.7 vs
+// 22.4 us, 32 x 1024 599 vs 39 us: past ~1000 samples the kernel's reads over
+// the bus cost more than the two copies save.
 // TAPSTREAM_CUDA_ZERO_COPY_SAMPLES overrides it (for measurements).
-constexpr std::size_t kDefaultZeroCopySamples = 32768;
+constexpr std::size_t kDefaultZeroCopySamples = 1024;
 // Larger calls are cut into chunks of at least this many samples, pipelined over
 // the streams.
 constexpr std::size_t kMinChunkSamples = 65536;
@@ -65,8 +68,12 @@ constexpr std::size_t kMaxSlotFrames = 131072;
 //   fft    = C F (16 M / P + kFftBytesPerSample) / kBytesPerUs + kFftLaunches kLaunchUs
 // (M taps, P the FFT partition). The FFT term is its memory traffic: the
 // frequency-domain delay line and the filter spectra (8 bytes per bin each, M/P
-// partitions) plus the transforms. Constants from H100 measurements (report).
-constexpr double kDirectMacsPerUs = 2.0e7;
+// partitions) plus the transforms. Calibrated on an H100 (8 ch x 2^21 frames,
+// one call, device events): tuned direct 0.252 ms at 256 taps and 1.84 ms at
+// 2048 (model: 0.22 and 1.72), FFT 0.53 to 0.61 ms from 256 to 16384 taps
+// (model: 0.68); the crossover falls between 256 and 2048 taps at large blocks,
+// and further out for short blocks, where launches dominate.
+constexpr double kDirectMacsPerUs = 1.9e7;
 constexpr double kGlobalTapsPenalty = 1.2;
 constexpr double kBytesPerUs = 2.0e6;
 constexpr double kFftBytesPerSample = 64.0;
@@ -306,7 +313,8 @@ class CudaEngineImpl final : public CudaEngine {
         d << " (" << channels_ << " ch x " << max_taps_ << " taps exceed a constant bank of "
           << cuda::kConstantBankFloats << " floats)";
     }
-    d << ", " << streams_.size() << " streams";
+    d << ", " << streams_.size() << " streams, zero-copy up to " << zero_copy_samples_
+      << " samples per call";
     if (!choice_note_.empty()) d << "; " << choice_note_;
     return d.str();
   }

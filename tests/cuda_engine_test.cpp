@@ -164,7 +164,7 @@ struct StreamCase {
 };
 
 // Runs `c` through every listed variant (alternating layouts) and checks each
-// channel against the float64 reference.
+// channel against the float64 reference and the CPU engine.
 void check_stream(const StreamCase& c, const std::vector<std::string>& variants,
                   Algorithm algorithm = Algorithm::direct) {
   announce(c.describe(), c.seed);
@@ -172,6 +172,11 @@ void check_stream(const StreamCase& c, const std::vector<std::string>& variants,
   const Signals x = signals_for(c.channels, c.frames, c.seed + 2);
   std::vector<std::vector<double>> want;
   for (std::size_t ch = 0; ch < c.channels; ++ch) want.push_back(reference(x[ch], bank.taps(ch)));
+  // The CPU engine on the same stream, in other blocks: the two engines agree.
+  EngineOptions cpu_options;
+  cpu_options.max_block_frames = c.max_block;
+  const Signals cpu = run(*make_cpu_engine(bank, cpu_options), x,
+                          block_sizes(c.frames, c.max_block, c.seed + 99), Layout::planar);
   for (std::size_t v = 0; v < variants.size(); ++v) {
     EngineOptions options;
     options.max_block_frames = c.max_block;
@@ -185,6 +190,8 @@ void check_stream(const StreamCase& c, const std::vector<std::string>& variants,
       ASSERT_LE(err, kTolerance) << c.describe() << ", kernel " << variants[v] << ", "
                                  << layout_name(layout) << ", channel " << ch << " ("
                                  << engine->description() << ")";
+      ASSERT_LE(relative_error(y[ch], cpu[ch]), kTolerance)
+          << c.describe() << ", kernel " << variants[v] << " vs the CPU engine, channel " << ch;
     }
   }
 }
