@@ -61,27 +61,38 @@ std::size_t div_up(std::size_t n, std::size_t m) {
 }
 
 // ---- cost model (nanoseconds per sample of one channel) ----
-// Constants measured with `cpu_engine_bench --calibrate` (thread CPU time) on
-// the development machine (Xeon, AVX-512, 2 cores; docs/cpu-engine.md): an FFT
-// pair (forward + inverse) costs about kNsPerFft + kNsPerFftPoint * N log2 N;
-// a complex bin multiply-add of the delay line kNsPerSpectralBin; one tap of one
-// direct-form output kNsPerDirectTap (computed 16 outputs at a time).
-constexpr double kNsPerFft = 300.0;
-constexpr double kNsPerFftPoint = 0.21;
+// Measured with `cpu_engine_bench --calibrate` (CPU time) on the development
+// machine (Xeon, AVX-512, 2 cores; docs/cpu-engine.md). FFT pairs (forward +
+// inverse, measured FFTW plans) by size, since FFTW's speed per point is far
+// from a smooth N log N (8192 points is its sweet spot here); a complex bin
+// multiply-add of the delay line, in and out of L2; one tap of one
+// direct-form output (computed 16 outputs at a time).
+constexpr double kNsPerFftPair[] = {
+    // N = 32, 64, ..., 131072
+    350, 434, 539, 755, 1252, 2363, 4857, 10549, 20015, 49340, 101263, 226961, 521670};
 constexpr double kNsPerSpectralBin = 0.2;
+constexpr double kNsPerSpectralBinOutOfCache = 0.5;
+constexpr double kCacheBytes = 1 << 20;  // delay line + spectra of one channel
 constexpr double kNsPerDirectTap = 0.03;
 constexpr double kNsPerCallOverhead = 40.0;
 
+double fft_pair_ns(std::size_t n) {
+  std::size_t i = 0;
+  for (std::size_t size = 32; size < n && i + 1 < std::size(kNsPerFftPair); size *= 2) ++i;
+  return kNsPerFftPair[i];
+}
+
 double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
-  const double n = 2.0 * double(p);
   const double partitions = double(div_up(taps, p));
-  const double fft_pair = kNsPerFft + kNsPerFftPoint * n * std::log2(n);
+  const double fft_pair = fft_pair_ns(2 * p);
   const double bins = double(p + 1);
+  const double mac = 2.0 * partitions * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
+                                                                  : kNsPerSpectralBinOutOfCache;
   // Each call costs one FFT pair and one multiply-add per chunk (a call is cut
   // at segment boundaries); each completed segment adds the tail's products.
   const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
-  const double per_call = kNsPerCallOverhead + chunks * (fft_pair + kNsPerSpectralBin * bins) +
-                          double(block) / double(p) * (partitions - 1.0) * kNsPerSpectralBin * bins;
+  const double per_call = kNsPerCallOverhead + chunks * (fft_pair + mac * bins) +
+                          double(block) / double(p) * (partitions - 1.0) * mac * bins;
   return per_call / double(block);
 }
 
