@@ -4,6 +4,7 @@
 //
 //   cpu_engine_bench [OUT.json] [--commit SHA] [--seconds S]
 //   cpu_engine_bench --calibrate        cost-model constants for dsp/cpu_engine.cpp
+//   cpu_engine_bench --crossover        direct vs FFT by taps and block size
 //   cpu_engine_bench --raw IN.f32 OUT.f32 TAPS.f32 [--channels C] [--block N]
 //       filters a raw interleaved float32 file (the form BruteFIR reads), timing
 //       only the engine, for bench/compare-cpu.sh
@@ -189,6 +190,29 @@ int run_table(const std::string& json_path, std::string commit, double seconds) 
   return 0;
 }
 
+// Where direct form stops being faster than the FFT path, by block size, and
+// whether the automatic choice agrees.
+int run_crossover(double seconds) {
+  std::printf("%-6s %-6s %14s %14s %-7s %-7s\n", "block", "taps", "direct/cpu-s", "fft/cpu-s",
+              "faster", "auto");
+  int disagreements = 0;
+  for (std::size_t block : {64, 256, 1024, 8192}) {
+    for (std::size_t taps : {16, 32, 64, 96, 128, 192, 256, 384, 512, 1024}) {
+      const Row d = measure(taps, block, Algorithm::direct, seconds);
+      const Row f = measure(taps, block, Algorithm::fft, seconds);
+      const Row a = measure(taps, block, Algorithm::automatic, 0.0);
+      const bool direct_faster = d.samples_per_second >= f.samples_per_second;
+      const bool auto_direct = a.description.find("direct") != std::string::npos;
+      disagreements += direct_faster != auto_direct;
+      std::printf("%-6zu %-6zu %14.4g %14.4g %-7s %-7s\n", block, taps, d.samples_per_second,
+                  f.samples_per_second, direct_faster ? "direct" : "fft",
+                  auto_direct ? "direct" : "fft");
+    }
+  }
+  std::printf("automatic choice differs from the faster one in %d cases\n", disagreements);
+  return 0;
+}
+
 // Constants of the cost model in dsp/cpu_engine.cpp, in nanoseconds.
 int run_calibrate() {
   std::printf("FFT pair (forward + inverse), ns per N log2 N:\n");
@@ -291,6 +315,7 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "--calibrate") return run_calibrate();
+    if (!args.empty() && args[0] == "--crossover") return run_crossover(0.1);
     if (!args.empty() && args[0] == "--raw") {
       if (args.size() < 4)
         throw std::invalid_argument("--raw IN OUT TAPS [--channels C] [--block N]");
