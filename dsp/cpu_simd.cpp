@@ -1,16 +1,24 @@
 #include "dsp/cpu_simd.hpp"
 
-#include <immintrin.h>
-
 // Each kernel has three versions of one static function; GCC builds an ifunc
 // that picks the best for the CPU at load time. The public functions are thin
-// wrappers so that other translation units see ordinary symbols.
+// wrappers so that other translation units see ordinary symbols. Elsewhere
+// than x86-64 only the portable versions are built.
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define TAPSTREAM_X86_SIMD 1
+#define TAPSTREAM_PORTABLE __attribute__((target("default")))
+#else
+#define TAPSTREAM_X86_SIMD 0
+#define TAPSTREAM_PORTABLE
+#endif
 
 namespace tapstream::simd {
 namespace {
 
 // ---- direct FIR: 64 outputs per pass, accumulators held in registers ----
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx512f"))) void direct_fir_impl(const float* x, const float* r,
                                                         std::size_t taps, float* y,
                                                         std::size_t frames) {
@@ -41,7 +49,9 @@ __attribute__((target("avx512f"))) void direct_fir_impl(const float* x, const fl
     _mm512_storeu_ps(y + n, a0);
   }
 }
+#endif
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx2,fma"))) void direct_fir_impl(const float* x, const float* r,
                                                          std::size_t taps, float* y,
                                                          std::size_t frames) {
@@ -56,10 +66,10 @@ __attribute__((target("avx2,fma"))) void direct_fir_impl(const float* x, const f
     for (int k = 0; k < 8; ++k) _mm256_storeu_ps(y + n + 8 * k, a[k]);
   }
 }
+#endif
 
-__attribute__((target("default"))) void direct_fir_impl(const float* x, const float* r,
-                                                        std::size_t taps, float* y,
-                                                        std::size_t frames) {
+TAPSTREAM_PORTABLE void direct_fir_impl(const float* x, const float* r, std::size_t taps, float* y,
+                                        std::size_t frames) {
   for (std::size_t n = 0; n < frames; n += 64) {
     float a[64] = {};
     const float* xn = x + n;
@@ -73,6 +83,7 @@ __attribute__((target("default"))) void direct_fir_impl(const float* x, const fl
 
 // ---- split <-> interleaved, and out = x * h + add written interleaved ----
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx512f"))) void deinterleave_impl(const float* c, float* re, float* im,
                                                           std::size_t bins) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -83,7 +94,9 @@ __attribute__((target("avx512f"))) void deinterleave_impl(const float* c, float*
     _mm512_storeu_ps(im + k, _mm512_permutex2var_ps(c0, odd, c1));
   }
 }
+#endif
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx2,fma"))) void deinterleave_impl(const float* c, float* re, float* im,
                                                            std::size_t bins) {
   for (std::size_t k = 0; k < bins; k += 8) {
@@ -94,15 +107,16 @@ __attribute__((target("avx2,fma"))) void deinterleave_impl(const float* c, float
     _mm256_storeu_ps(im + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(i), 0xd8)));
   }
 }
+#endif
 
-__attribute__((target("default"))) void deinterleave_impl(const float* c, float* re, float* im,
-                                                          std::size_t bins) {
+TAPSTREAM_PORTABLE void deinterleave_impl(const float* c, float* re, float* im, std::size_t bins) {
   for (std::size_t k = 0; k < bins; ++k) {
     re[k] = c[2 * k];
     im[k] = c[2 * k + 1];
   }
 }
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const float* xi,
                                                           const float* hr, const float* hi,
                                                           const float* ar, const float* ai,
@@ -119,7 +133,9 @@ __attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const
     _mm512_storeu_ps(out + 2 * k + 16, _mm512_permutex2var_ps(re, hi_idx, im));
   }
 }
+#endif
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, const float* xi,
                                                            const float* hr, const float* hi,
                                                            const float* ar, const float* ai,
@@ -134,11 +150,11 @@ __attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, cons
     _mm256_storeu_ps(out + 2 * k + 8, _mm256_permute2f128_ps(l, h, 0x31));
   }
 }
+#endif
 
-__attribute__((target("default"))) void multiply_add_impl(const float* xr, const float* xi,
-                                                          const float* hr, const float* hi,
-                                                          const float* ar, const float* ai,
-                                                          float* out, std::size_t bins) {
+TAPSTREAM_PORTABLE void multiply_add_impl(const float* xr, const float* xi, const float* hr,
+                                          const float* hi, const float* ar, const float* ai,
+                                          float* out, std::size_t bins) {
   for (std::size_t k = 0; k < bins; ++k) {
     out[2 * k] = xr[k] * hr[k] - xi[k] * hi[k] + ar[k];
     out[2 * k + 1] = xr[k] * hi[k] + xi[k] * hr[k] + ai[k];
@@ -147,6 +163,7 @@ __attribute__((target("default"))) void multiply_add_impl(const float* xr, const
 
 // ---- out = sum_t x[t] * h[t], 32 bins per pass held in registers ----
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx512f"))) void sum_of_products_impl(
     const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
     std::size_t terms, float* orr, float* oi, std::size_t bins) {
@@ -182,7 +199,9 @@ __attribute__((target("avx512f"))) void sum_of_products_impl(
     _mm512_storeu_ps(oi + k, i0);
   }
 }
+#endif
 
+#if TAPSTREAM_X86_SIMD
 __attribute__((target("avx2,fma"))) void sum_of_products_impl(
     const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
     std::size_t terms, float* orr, float* oi, std::size_t bins) {
@@ -206,10 +225,12 @@ __attribute__((target("avx2,fma"))) void sum_of_products_impl(
     _mm256_storeu_ps(oi + k + 8, i1);
   }
 }
+#endif
 
-__attribute__((target("default"))) void sum_of_products_impl(
-    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
-    std::size_t terms, float* orr, float* oi, std::size_t bins) {
+TAPSTREAM_PORTABLE void sum_of_products_impl(const float* const* xr, const float* const* xi,
+                                             const float* const* hr, const float* const* hi,
+                                             std::size_t terms, float* orr, float* oi,
+                                             std::size_t bins) {
   for (std::size_t k = 0; k < bins; ++k) {
     orr[k] = 0.0f;
     oi[k] = 0.0f;

@@ -40,8 +40,13 @@ const bool kEstimatePlans = [] { return setenv("TAPSTREAM_FFTW_PLANNER", "estima
 
 // Same values as reference_convolution (float64), summed tap-major so that the
 // inner loop runs across outputs and vectorises; blocks of outputs stay in L1.
-__attribute__((target_clones("avx512f", "avx2", "default"))) std::vector<double> fast_reference(
-    std::span<const float> x, std::span<const float> h) {
+#if defined(__x86_64__)
+#define TAPSTREAM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TAPSTREAM_VECTOR_CLONES
+#endif
+TAPSTREAM_VECTOR_CLONES std::vector<double> fast_reference(std::span<const float> x,
+                                                           std::span<const float> h) {
   const std::size_t n = x.size(), m = h.size();
   std::vector<double> xd(x.begin(), x.end()), y(n, 0.0);
   constexpr std::size_t kBlock = 2048;
