@@ -231,29 +231,22 @@ int run_calibrate() {
     std::printf("  N %7zu: %10.1f ns  %.4f ns/(N log2 N)\n", n, sec.cpu * 1e9,
                 sec.cpu * 1e9 / (double(n) * std::log2(double(n))));
   }
-  std::printf("spectral multiply-add (8 terms), ns per bin per term:\n");
-  for (std::size_t bins : {528, 4112, 32784}) {
-    const std::size_t terms = 8;
-    std::vector<fftw::AlignedFloats> x, h;
-    std::vector<const float*> xr, xi, hr, hi;
-    for (std::size_t t = 0; t < terms; ++t) {
-      x.emplace_back(2 * bins);
-      h.emplace_back(2 * bins);
+  std::printf("delay-line products, ns per bin per term:\n");
+  for (std::size_t slots : {8, 64}) {
+    for (std::size_t bins : {544, 4128, 32800}) {
+      const std::size_t blocks = bins / simd::kBlockBins;
+      fftw::AlignedFloats x(blocks * slots * simd::kBlockFloats),
+          h(blocks * slots * simd::kBlockFloats), out(blocks * simd::kBlockFloats);
+      const CallTime sec = time_per_call(
+          [&] {
+            simd::delay_line_products(x.data(), slots * simd::kBlockFloats, slots, 3, h.data(),
+                                      slots * simd::kBlockFloats, slots - 1, out.data(), blocks);
+          },
+          0.1);
+      std::printf("  %3zu slots x %6zu bins (%6.2f MiB): %.4f ns\n", slots, bins,
+                  double(2 * x.size() * sizeof(float)) / (1 << 20),
+                  sec.cpu * 1e9 / double(bins * (slots - 1)));
     }
-    for (std::size_t t = 0; t < terms; ++t) {
-      xr.push_back(x[t].data());
-      xi.push_back(x[t].data() + bins);
-      hr.push_back(h[t].data());
-      hi.push_back(h[t].data() + bins);
-    }
-    fftw::AlignedFloats out(2 * bins);
-    const CallTime sec = time_per_call(
-        [&] {
-          simd::sum_of_products(xr.data(), xi.data(), hr.data(), hi.data(), terms, out.data(),
-                                out.data() + bins, bins);
-        },
-        0.1);
-    std::printf("  %6zu bins: %.4f ns\n", bins, sec.cpu * 1e9 / double(bins * terms));
   }
   std::printf("direct form, ns per tap per output:\n");
   for (std::size_t taps : {16, 64, 256}) {

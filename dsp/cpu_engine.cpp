@@ -149,26 +149,27 @@ class CpuEngine final : public Engine {
     bool shared = false;
     // direct form: taps back to front, padded
     std::vector<AlignedFloats> reversed;
-    // FFT: per stored filter, partitions x [re bins | im bins], scaled by 1/N
+    // FFT: per stored filter, spectra of its partitions, scaled by 1/N, block
+    // by block: block b of partition j at b * partitions * 64 + j * 64
     std::vector<std::size_t> partitions;
     std::vector<AlignedFloats> spectra;
     // FFT: per channel, tail_s = sum_{j>=1} X_{s-j} H_j for the current segment
+    // (contiguous blocks)
     AlignedFloats tails;
     std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
   };
 
   // Per-thread working memory.
   struct Scratch {
-    AlignedFloats spectrum;           // interleaved (re, im), padded bins, for FFTW
-    AlignedFloats time;               // 2P samples
-    AlignedFloats y;                  // one channel's output (direct form pads to 64)
-    AlignedFloats old;                // one channel's output of the old bank during a crossfade
-    std::vector<const float*> terms;  // operand pointers for sum_of_products
+    AlignedFloats spectrum;  // interleaved (re, im), padded bins, for FFTW
+    AlignedFloats time;      // 2P samples
+    AlignedFloats y;         // one channel's output (direct form pads to 64)
+    AlignedFloats old;       // one channel's output of the old bank during a crossfade
   };
 
   std::unique_ptr<Filters> make_filters(const FilterBank& bank);
   void check_bank(const FilterBank& bank, const char* what) const;
-  void update_tails(Filters& f, std::size_t channel, std::size_t slot, Scratch& scratch) const;
+  void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
 
   // Filters channels first, first + step, ... of one call.
   void process_channels(std::size_t first, std::size_t step, std::span<const float> in,
@@ -197,11 +198,11 @@ class CpuEngine final : public Engine {
 
   // FFT
   std::size_t partition_ = 0;  // P
-  std::size_t bins_ = 0;       // padded half-spectrum length
+  std::size_t blocks_ = 0;     // 32-bin blocks of a half spectrum (P + 1 bins)
   std::size_t fdl_slots_ = 0;  // K, partitions of the longest filter
   std::shared_ptr<const fftw::RealFftPair> fft_;
   AlignedFloats windows_;     // per channel: 2P samples, previous and current segment
-  AlignedFloats fdl_;         // per channel: K slots x [re | im]
+  AlignedFloats fdl_;         // per channel, block b of slot s at b * K * 64 + s * 64
   std::size_t position_ = 0;  // frames already in the current segment
   std::size_t slot_ = 0;      // FDL slot of the current segment
 
@@ -238,10 +239,10 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
   } else {
     partition_ = best_p;
     fft_ = fftw::RealFftPair::get(2 * partition_);
-    bins_ = fftw::padded_bins(2 * partition_);
+    blocks_ = div_up(partition_ + 1, simd::kBlockBins);
     fdl_slots_ = div_up(max_taps_, partition_);
     windows_ = AlignedFloats(channels_ * 2 * partition_);
-    fdl_ = AlignedFloats(channels_ * fdl_slots_ * 2 * bins_);
+    fdl_ = AlignedFloats(channels_ * blocks_ * fdl_slots_ * simd::kBlockFloats);
   }
   stage_in_ = AlignedFloats(channels_ * max_block_);
   stage_out_ = AlignedFloats(channels_ * max_block_);
@@ -254,9 +255,8 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
     sc.y = AlignedFloats(round_up(max_block_, kDirectPad));
     sc.old = AlignedFloats(round_up(max_block_, kDirectPad));
     if (algorithm_ == Algorithm::fft) {
-      sc.spectrum = AlignedFloats(2 * bins_);
+      sc.spectrum = AlignedFloats(blocks_ * simd::kBlockFloats);
       sc.time = AlignedFloats(2 * partition_);
-      sc.terms.resize(4 * fdl_slots_);
     }
   }
   active_ = make_filters(bank);
@@ -290,50 +290,38 @@ std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& ba
     } else {
       const std::size_t p = partition_, n = 2 * p;
       const std::size_t k = div_up(taps.size(), p);
-      AlignedFloats spectra(k * 2 * bins_);
-      AlignedFloats padded(n), spectrum(2 * bins_);
+      AlignedFloats spectra(blocks_ * k * simd::kBlockFloats);
+      AlignedFloats padded(n), spectrum(blocks_ * simd::kBlockFloats);
       const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
       for (std::size_t j = 0; j < k; ++j) {
         padded.zero();
         const std::size_t count = std::min(p, taps.size() - j * p);
         for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[j * p + t] * scale;
-        float* re = spectra.data() + j * 2 * bins_;
         fft_->forward(padded.data(), spectrum.data());
-        simd::deinterleave(spectrum.data(), re, re + bins_, bins_);
+        simd::to_blocks(spectrum.data(), spectra.data() + j * simd::kBlockFloats,
+                        k * simd::kBlockFloats, blocks_);
       }
       f->partitions.push_back(k);
       f->spectra.push_back(std::move(spectra));
     }
   }
   if (algorithm_ == Algorithm::fft) {
-    f->tails = AlignedFloats(channels_ * 2 * bins_);
-    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_, scratch_[0]);
+    f->tails = AlignedFloats(channels_ * blocks_ * simd::kBlockFloats);
+    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
   }
   return f;
 }
 
 // tail for the segment in `slot`: sum_{j=1}^{K_f-1} X_{slot-j} H_j.
-void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot, Scratch& scratch) const {
+void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot) const {
   const std::size_t fi = f.filter_of(ch);
   const std::size_t k = f.partitions[fi];
-  const float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
-  const float* h = f.spectra[fi].data();
-  const float** ptrs = scratch.terms.data();
-  const float** xr = ptrs;
-  const float** xi = ptrs + fdl_slots_;
-  const float** hr = ptrs + 2 * fdl_slots_;
-  const float** hi = ptrs + 3 * fdl_slots_;
-  std::size_t terms = 0;
-  for (std::size_t j = 1; j < k; ++j) {
-    const std::size_t s = (slot + fdl_slots_ - j) % fdl_slots_;
-    xr[terms] = fdl + s * 2 * bins_;
-    xi[terms] = xr[terms] + bins_;
-    hr[terms] = h + j * 2 * bins_;
-    hi[terms] = hr[terms] + bins_;
-    ++terms;
-  }
-  float* tail = f.tails.data() + ch * 2 * bins_;
-  simd::sum_of_products(xr, xi, hr, hi, terms, tail, tail + bins_, bins_);
+  const float* fdl = fdl_.data() + ch * blocks_ * fdl_slots_ * simd::kBlockFloats;
+  float* tail = f.tails.data() + ch * blocks_ * simd::kBlockFloats;
+  // Terms j = 1 .. k-1: slots slot-1, slot-2, ... against partitions 1, 2, ...
+  simd::delay_line_products(
+      fdl, fdl_slots_ * simd::kBlockFloats, fdl_slots_, (slot + fdl_slots_ - 1) % fdl_slots_,
+      f.spectra[fi].data() + simd::kBlockFloats, k * simd::kBlockFloats, k - 1, tail, blocks_);
 }
 
 void CpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
@@ -383,17 +371,18 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
                             Filters* fade_from, Scratch& scratch) {
   const std::size_t p = partition_;
   float* window = windows_.data() + ch * 2 * p;
-  float* fdl = fdl_.data() + ch * fdl_slots_ * 2 * bins_;
+  float* fdl = fdl_.data() + ch * blocks_ * fdl_slots_ * simd::kBlockFloats;
+  const std::size_t fdl_stride = fdl_slots_ * simd::kBlockFloats;
   float* spectrum = scratch.spectrum.data();
   float* time = scratch.time.data();
   std::size_t q = position_, slot = slot_, done = 0;
 
-  auto emit = [&](const Filters& f, const float* xr, const float* xi, float* dst, std::size_t q0,
+  auto emit = [&](const Filters& f, const float* x_slot, float* dst, std::size_t q0,
                   std::size_t n) {
     const std::size_t fi = f.filter_of(ch);
-    const float* h = f.spectra[fi].data();
-    const float* tail = f.tails.data() + ch * 2 * bins_;
-    simd::multiply_add(xr, xi, h, h + bins_, tail, tail + bins_, spectrum, bins_);
+    const float* tail = f.tails.data() + ch * blocks_ * simd::kBlockFloats;
+    simd::multiply_add(x_slot, fdl_stride, f.spectra[fi].data(),
+                       f.partitions[fi] * simd::kBlockFloats, tail, spectrum, blocks_);
     fft_->inverse(spectrum, time);
     std::memcpy(dst, time + p + q0, n * sizeof(float));
   };
@@ -401,12 +390,11 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   while (done < frames) {
     const std::size_t n = std::min(frames - done, p - q);
     std::memcpy(window + p + q, x + done, n * sizeof(float));
-    float* xr = fdl + slot * 2 * bins_;
-    float* xi = xr + bins_;
+    float* x_slot = fdl + slot * simd::kBlockFloats;
     fft_->forward(window, spectrum);
-    simd::deinterleave(spectrum, xr, xi, bins_);
-    emit(*active_, xr, xi, y + done, q, n);
-    if (fade_from) emit(*fade_from, xr, xi, scratch.old.data() + done, q, n);
+    simd::to_blocks(spectrum, x_slot, fdl_stride, blocks_);
+    emit(*active_, x_slot, y + done, q, n);
+    if (fade_from) emit(*fade_from, x_slot, scratch.old.data() + done, q, n);
     q += n;
     done += n;
     if (q == p) {  // segment complete: X_s stays in the FDL, the next segment starts
@@ -414,8 +402,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
       std::memset(window + p, 0, p * sizeof(float));
       slot = (slot + 1) % fdl_slots_;
       q = 0;
-      update_tails(*active_, ch, slot, scratch);
-      if (fade_from) update_tails(*fade_from, ch, slot, scratch);
+      update_tails(*active_, ch, slot);
+      if (fade_from) update_tails(*fade_from, ch, slot);
     }
   }
   if (fade_from) blend(scratch.old.data(), y, frames);
@@ -460,7 +448,7 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
   if (pending_) {
     if (algorithm_ == Algorithm::fft) {
       for (std::size_t ch = 0; ch < channels_; ++ch) {
-        update_tails(*pending_, ch, slot_, scratch_[0]);
+        update_tails(*pending_, ch, slot_);
       }
     }
     if (pending_crossfade_) fade_from = std::move(active_);

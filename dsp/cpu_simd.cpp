@@ -81,165 +81,174 @@ TAPSTREAM_PORTABLE void direct_fir_impl(const float* x, const float* r, std::siz
   }
 }
 
-// ---- split <-> interleaved, and out = x * h + add written interleaved ----
+// ---- spectra in blocks of 32 bins: [32 re | 32 im] ----
 
 #if TAPSTREAM_X86_SIMD
-__attribute__((target("avx512f"))) void deinterleave_impl(const float* c, float* re, float* im,
-                                                          std::size_t bins) {
+__attribute__((target("avx512f"))) void to_blocks_impl(const float* c, float* dst,
+                                                       std::size_t stride, std::size_t blocks) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (std::size_t k = 0; k < bins; k += 16) {
-    const __m512 c0 = _mm512_loadu_ps(c + 2 * k), c1 = _mm512_loadu_ps(c + 2 * k + 16);
-    _mm512_storeu_ps(re + k, _mm512_permutex2var_ps(c0, even, c1));
-    _mm512_storeu_ps(im + k, _mm512_permutex2var_ps(c0, odd, c1));
+  for (std::size_t b = 0; b < blocks; ++b, c += 64, dst += stride) {
+    const __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + 16);
+    const __m512 c2 = _mm512_loadu_ps(c + 32), c3 = _mm512_loadu_ps(c + 48);
+    _mm512_storeu_ps(dst, _mm512_permutex2var_ps(c0, even, c1));
+    _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(c2, even, c3));
+    _mm512_storeu_ps(dst + 32, _mm512_permutex2var_ps(c0, odd, c1));
+    _mm512_storeu_ps(dst + 48, _mm512_permutex2var_ps(c2, odd, c3));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void to_blocks_impl(const float* c, float* dst,
+                                                        std::size_t stride, std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, c += 64, dst += stride) {
+    for (std::size_t k = 0; k < 32; k += 8) {
+      const __m256 c0 = _mm256_loadu_ps(c + 2 * k), c1 = _mm256_loadu_ps(c + 2 * k + 8);
+      const __m256 r =
+          _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0));  // r0 r1 r4 r5 r2 r3 r6 r7
+      const __m256 i = _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1));
+      _mm256_storeu_ps(dst + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8)));
+      _mm256_storeu_ps(dst + 32 + k,
+                       _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(i), 0xd8)));
+    }
   }
 }
 #endif
 
-#if TAPSTREAM_X86_SIMD
-__attribute__((target("avx2,fma"))) void deinterleave_impl(const float* c, float* re, float* im,
-                                                           std::size_t bins) {
-  for (std::size_t k = 0; k < bins; k += 8) {
-    const __m256 c0 = _mm256_loadu_ps(c + 2 * k), c1 = _mm256_loadu_ps(c + 2 * k + 8);
-    const __m256 r = _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0));  // r0 r1 r4 r5 r2 r3 r6 r7
-    const __m256 i = _mm256_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1));
-    _mm256_storeu_ps(re + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8)));
-    _mm256_storeu_ps(im + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(i), 0xd8)));
-  }
-}
-#endif
-
-TAPSTREAM_PORTABLE void deinterleave_impl(const float* c, float* re, float* im, std::size_t bins) {
-  for (std::size_t k = 0; k < bins; ++k) {
-    re[k] = c[2 * k];
-    im[k] = c[2 * k + 1];
+TAPSTREAM_PORTABLE void to_blocks_impl(const float* c, float* dst, std::size_t stride,
+                                       std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, c += 64, dst += stride) {
+    for (std::size_t k = 0; k < 32; ++k) {
+      dst[k] = c[2 * k];
+      dst[32 + k] = c[2 * k + 1];
+    }
   }
 }
 
 #if TAPSTREAM_X86_SIMD
-__attribute__((target("avx512f"))) void multiply_add_impl(const float* xr, const float* xi,
-                                                          const float* hr, const float* hi,
-                                                          const float* ar, const float* ai,
-                                                          float* out, std::size_t bins) {
+__attribute__((target("avx512f"))) void multiply_add_impl(const float* x, std::size_t x_stride,
+                                                          const float* h, std::size_t h_stride,
+                                                          const float* add, float* out,
+                                                          std::size_t blocks) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi_idx =
+  const __m512i hi =
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (std::size_t k = 0; k < bins; k += 16) {
-    const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xi + k);
-    const __m512 c = _mm512_loadu_ps(hr + k), d = _mm512_loadu_ps(hi + k);
-    const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(b, d, _mm512_loadu_ps(ar + k)));
-    const __m512 im = _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(b, c, _mm512_loadu_ps(ai + k)));
-    _mm512_storeu_ps(out + 2 * k, _mm512_permutex2var_ps(re, lo, im));
-    _mm512_storeu_ps(out + 2 * k + 16, _mm512_permutex2var_ps(re, hi_idx, im));
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, add += 64, out += 64) {
+    for (std::size_t k = 0; k < 32; k += 16) {
+      const __m512 a = _mm512_loadu_ps(x + k), bb = _mm512_loadu_ps(x + 32 + k);
+      const __m512 c = _mm512_loadu_ps(h + k), d = _mm512_loadu_ps(h + 32 + k);
+      const __m512 re = _mm512_fmadd_ps(a, c, _mm512_fnmadd_ps(bb, d, _mm512_loadu_ps(add + k)));
+      const __m512 im =
+          _mm512_fmadd_ps(a, d, _mm512_fmadd_ps(bb, c, _mm512_loadu_ps(add + 32 + k)));
+      _mm512_storeu_ps(out + 2 * k, _mm512_permutex2var_ps(re, lo, im));
+      _mm512_storeu_ps(out + 2 * k + 16, _mm512_permutex2var_ps(re, hi, im));
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void multiply_add_impl(const float* x, std::size_t x_stride,
+                                                           const float* h, std::size_t h_stride,
+                                                           const float* add, float* out,
+                                                           std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, add += 64, out += 64) {
+    for (std::size_t k = 0; k < 32; k += 8) {
+      const __m256 a = _mm256_loadu_ps(x + k), bb = _mm256_loadu_ps(x + 32 + k);
+      const __m256 c = _mm256_loadu_ps(h + k), d = _mm256_loadu_ps(h + 32 + k);
+      const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(bb, d, _mm256_loadu_ps(add + k)));
+      const __m256 im =
+          _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(bb, c, _mm256_loadu_ps(add + 32 + k)));
+      const __m256 l = _mm256_unpacklo_ps(re, im), u = _mm256_unpackhi_ps(re, im);
+      _mm256_storeu_ps(out + 2 * k, _mm256_permute2f128_ps(l, u, 0x20));
+      _mm256_storeu_ps(out + 2 * k + 8, _mm256_permute2f128_ps(l, u, 0x31));
+    }
   }
 }
 #endif
 
-#if TAPSTREAM_X86_SIMD
-__attribute__((target("avx2,fma"))) void multiply_add_impl(const float* xr, const float* xi,
-                                                           const float* hr, const float* hi,
-                                                           const float* ar, const float* ai,
-                                                           float* out, std::size_t bins) {
-  for (std::size_t k = 0; k < bins; k += 8) {
-    const __m256 a = _mm256_loadu_ps(xr + k), b = _mm256_loadu_ps(xi + k);
-    const __m256 c = _mm256_loadu_ps(hr + k), d = _mm256_loadu_ps(hi + k);
-    const __m256 re = _mm256_fmadd_ps(a, c, _mm256_fnmadd_ps(b, d, _mm256_loadu_ps(ar + k)));
-    const __m256 im = _mm256_fmadd_ps(a, d, _mm256_fmadd_ps(b, c, _mm256_loadu_ps(ai + k)));
-    const __m256 l = _mm256_unpacklo_ps(re, im), h = _mm256_unpackhi_ps(re, im);
-    _mm256_storeu_ps(out + 2 * k, _mm256_permute2f128_ps(l, h, 0x20));
-    _mm256_storeu_ps(out + 2 * k + 8, _mm256_permute2f128_ps(l, h, 0x31));
-  }
-}
-#endif
-
-TAPSTREAM_PORTABLE void multiply_add_impl(const float* xr, const float* xi, const float* hr,
-                                          const float* hi, const float* ar, const float* ai,
-                                          float* out, std::size_t bins) {
-  for (std::size_t k = 0; k < bins; ++k) {
-    out[2 * k] = xr[k] * hr[k] - xi[k] * hi[k] + ar[k];
-    out[2 * k + 1] = xr[k] * hi[k] + xi[k] * hr[k] + ai[k];
+TAPSTREAM_PORTABLE void multiply_add_impl(const float* x, std::size_t x_stride, const float* h,
+                                          std::size_t h_stride, const float* add, float* out,
+                                          std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, add += 64, out += 64) {
+    for (std::size_t k = 0; k < 32; ++k) {
+      out[2 * k] = x[k] * h[k] - x[32 + k] * h[32 + k] + add[k];
+      out[2 * k + 1] = x[k] * h[32 + k] + x[32 + k] * h[k] + add[32 + k];
+    }
   }
 }
 
-// ---- out = sum_t x[t] * h[t], 32 bins per pass held in registers ----
+// ---- delay-line products: per block, terms walk the slots backwards ----
 
 #if TAPSTREAM_X86_SIMD
-__attribute__((target("avx512f"))) void sum_of_products_impl(
-    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
-    std::size_t terms, float* orr, float* oi, std::size_t bins) {
-  std::size_t k = 0;
-  for (; k + 32 <= bins; k += 32) {
+__attribute__((target("avx512f"))) void delay_line_products_impl(
+    const float* x, std::size_t x_stride, std::size_t slots, std::size_t first_slot, const float* h,
+    std::size_t h_stride, std::size_t terms, float* out, std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, out += 64) {
     __m512 r0 = _mm512_setzero_ps(), r1 = _mm512_setzero_ps();
     __m512 i0 = _mm512_setzero_ps(), i1 = _mm512_setzero_ps();
-    for (std::size_t t = 0; t < terms; ++t) {
-      const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
-      const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
-      const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-      const __m512 c0 = _mm512_loadu_ps(c), c1 = _mm512_loadu_ps(c + 16);
-      const __m512 d0 = _mm512_loadu_ps(d), d1 = _mm512_loadu_ps(d + 16);
+    std::size_t s = first_slot;
+    const float* hs = h;
+    for (std::size_t t = 0; t < terms; ++t, hs += 64) {
+      const float* xs = x + s * 64;
+      s = s == 0 ? slots - 1 : s - 1;
+      const __m512 a0 = _mm512_loadu_ps(xs), a1 = _mm512_loadu_ps(xs + 16);
+      const __m512 b0 = _mm512_loadu_ps(xs + 32), b1 = _mm512_loadu_ps(xs + 48);
+      const __m512 c0 = _mm512_loadu_ps(hs), c1 = _mm512_loadu_ps(hs + 16);
+      const __m512 d0 = _mm512_loadu_ps(hs + 32), d1 = _mm512_loadu_ps(hs + 48);
       r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
       r1 = _mm512_fnmadd_ps(b1, d1, _mm512_fmadd_ps(a1, c1, r1));
       i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
       i1 = _mm512_fmadd_ps(b1, c1, _mm512_fmadd_ps(a1, d1, i1));
     }
-    _mm512_storeu_ps(orr + k, r0);
-    _mm512_storeu_ps(orr + k + 16, r1);
-    _mm512_storeu_ps(oi + k, i0);
-    _mm512_storeu_ps(oi + k + 16, i1);
+    _mm512_storeu_ps(out, r0);
+    _mm512_storeu_ps(out + 16, r1);
+    _mm512_storeu_ps(out + 32, i0);
+    _mm512_storeu_ps(out + 48, i1);
   }
-  for (; k < bins; k += 16) {
-    __m512 r0 = _mm512_setzero_ps(), i0 = _mm512_setzero_ps();
-    for (std::size_t t = 0; t < terms; ++t) {
-      const __m512 a0 = _mm512_loadu_ps(xr[t] + k), b0 = _mm512_loadu_ps(xi[t] + k);
-      const __m512 c0 = _mm512_loadu_ps(hr[t] + k), d0 = _mm512_loadu_ps(hi[t] + k);
-      r0 = _mm512_fnmadd_ps(b0, d0, _mm512_fmadd_ps(a0, c0, r0));
-      i0 = _mm512_fmadd_ps(b0, c0, _mm512_fmadd_ps(a0, d0, i0));
+}
+
+__attribute__((target("avx2,fma"))) void delay_line_products_impl(
+    const float* x, std::size_t x_stride, std::size_t slots, std::size_t first_slot, const float* h,
+    std::size_t h_stride, std::size_t terms, float* out, std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, out += 64) {
+    __m256 r[4], i[4];
+    for (int k = 0; k < 4; ++k) r[k] = i[k] = _mm256_setzero_ps();
+    std::size_t s = first_slot;
+    const float* hs = h;
+    for (std::size_t t = 0; t < terms; ++t, hs += 64) {
+      const float* xs = x + s * 64;
+      s = s == 0 ? slots - 1 : s - 1;
+      for (int k = 0; k < 4; ++k) {
+        const __m256 a = _mm256_loadu_ps(xs + 8 * k), bb = _mm256_loadu_ps(xs + 32 + 8 * k);
+        const __m256 c = _mm256_loadu_ps(hs + 8 * k), d = _mm256_loadu_ps(hs + 32 + 8 * k);
+        r[k] = _mm256_fnmadd_ps(bb, d, _mm256_fmadd_ps(a, c, r[k]));
+        i[k] = _mm256_fmadd_ps(bb, c, _mm256_fmadd_ps(a, d, i[k]));
+      }
     }
-    _mm512_storeu_ps(orr + k, r0);
-    _mm512_storeu_ps(oi + k, i0);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_ps(out + 8 * k, r[k]);
+      _mm256_storeu_ps(out + 32 + 8 * k, i[k]);
+    }
   }
 }
 #endif
 
-#if TAPSTREAM_X86_SIMD
-__attribute__((target("avx2,fma"))) void sum_of_products_impl(
-    const float* const* xr, const float* const* xi, const float* const* hr, const float* const* hi,
-    std::size_t terms, float* orr, float* oi, std::size_t bins) {
-  for (std::size_t k = 0; k < bins; k += 16) {
-    __m256 r0 = _mm256_setzero_ps(), r1 = _mm256_setzero_ps();
-    __m256 i0 = _mm256_setzero_ps(), i1 = _mm256_setzero_ps();
-    for (std::size_t t = 0; t < terms; ++t) {
-      const float *a = xr[t] + k, *b = xi[t] + k, *c = hr[t] + k, *d = hi[t] + k;
-      const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
-      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-      const __m256 c0 = _mm256_loadu_ps(c), c1 = _mm256_loadu_ps(c + 8);
-      const __m256 d0 = _mm256_loadu_ps(d), d1 = _mm256_loadu_ps(d + 8);
-      r0 = _mm256_fnmadd_ps(b0, d0, _mm256_fmadd_ps(a0, c0, r0));
-      r1 = _mm256_fnmadd_ps(b1, d1, _mm256_fmadd_ps(a1, c1, r1));
-      i0 = _mm256_fmadd_ps(b0, c0, _mm256_fmadd_ps(a0, d0, i0));
-      i1 = _mm256_fmadd_ps(b1, c1, _mm256_fmadd_ps(a1, d1, i1));
+TAPSTREAM_PORTABLE void delay_line_products_impl(const float* x, std::size_t x_stride,
+                                                 std::size_t slots, std::size_t first_slot,
+                                                 const float* h, std::size_t h_stride,
+                                                 std::size_t terms, float* out,
+                                                 std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += x_stride, h += h_stride, out += 64) {
+    float acc[64] = {};
+    std::size_t s = first_slot;
+    const float* hs = h;
+    for (std::size_t t = 0; t < terms; ++t, hs += 64) {
+      const float* xs = x + s * 64;
+      s = s == 0 ? slots - 1 : s - 1;
+      for (std::size_t k = 0; k < 32; ++k) {
+        acc[k] += xs[k] * hs[k] - xs[32 + k] * hs[32 + k];
+        acc[32 + k] += xs[k] * hs[32 + k] + xs[32 + k] * hs[k];
+      }
     }
-    _mm256_storeu_ps(orr + k, r0);
-    _mm256_storeu_ps(orr + k + 8, r1);
-    _mm256_storeu_ps(oi + k, i0);
-    _mm256_storeu_ps(oi + k + 8, i1);
-  }
-}
-#endif
-
-TAPSTREAM_PORTABLE void sum_of_products_impl(const float* const* xr, const float* const* xi,
-                                             const float* const* hr, const float* const* hi,
-                                             std::size_t terms, float* orr, float* oi,
-                                             std::size_t bins) {
-  for (std::size_t k = 0; k < bins; ++k) {
-    orr[k] = 0.0f;
-    oi[k] = 0.0f;
-  }
-  for (std::size_t t = 0; t < terms; ++t) {
-    for (std::size_t k = 0; k < bins; ++k) {
-      orr[k] += xr[t][k] * hr[t][k] - xi[t][k] * hi[t][k];
-      oi[k] += xr[t][k] * hi[t][k] + xi[t][k] * hr[t][k];
-    }
+    for (std::size_t k = 0; k < 64; ++k) out[k] = acc[k];
   }
 }
 
@@ -250,20 +259,19 @@ void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, fl
   direct_fir_impl(x, reversed_taps, taps, y, frames);
 }
 
-void deinterleave(const float* interleaved, float* re, float* im, std::size_t bins) {
-  deinterleave_impl(interleaved, re, im, bins);
+void to_blocks(const float* interleaved, float* dst, std::size_t stride, std::size_t blocks) {
+  to_blocks_impl(interleaved, dst, stride, blocks);
 }
 
-void multiply_add(const float* x_re, const float* x_im, const float* h_re, const float* h_im,
-                  const float* add_re, const float* add_im, float* out_interleaved,
-                  std::size_t bins) {
-  multiply_add_impl(x_re, x_im, h_re, h_im, add_re, add_im, out_interleaved, bins);
+void multiply_add(const float* x, std::size_t x_stride, const float* h, std::size_t h_stride,
+                  const float* add, float* out_interleaved, std::size_t blocks) {
+  multiply_add_impl(x, x_stride, h, h_stride, add, out_interleaved, blocks);
 }
 
-void sum_of_products(const float* const* x_re, const float* const* x_im, const float* const* h_re,
-                     const float* const* h_im, std::size_t terms, float* out_re, float* out_im,
-                     std::size_t bins) {
-  sum_of_products_impl(x_re, x_im, h_re, h_im, terms, out_re, out_im, bins);
+void delay_line_products(const float* x, std::size_t x_stride, std::size_t slots,
+                         std::size_t first_slot, const float* h, std::size_t h_stride,
+                         std::size_t terms, float* out, std::size_t blocks) {
+  delay_line_products_impl(x, x_stride, slots, first_slot, h, h_stride, terms, out, blocks);
 }
 
 }  // namespace tapstream::simd

@@ -16,22 +16,28 @@ namespace tapstream::simd {
 void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, float* y,
                 std::size_t frames);
 
-// Split (re[], im[]) from interleaved (re, im) pairs, `bins` (a multiple of
-// 16) of them: FFTW's r2c output into the engine's delay-line form.
-void deinterleave(const float* interleaved, float* re, float* im, std::size_t bins);
+// Spectra (half spectra of real FFTs) are kept in blocks of 32 bins, each
+// block 64 floats: 32 real parts then 32 imaginary parts. Block b of a
+// spectrum lies at base + b * stride, so that several spectra can share one
+// array block by block (the delay line keeps all its slots of one block
+// together: the products over all partitions then read two contiguous streams).
+constexpr std::size_t kBlockBins = 32;
+constexpr std::size_t kBlockFloats = 64;
 
-// Spectral multiply-add over `bins` bins (a multiple of 16), inputs split,
-// output interleaved for FFTW's c2r:
-//   out = x * h + add   (complex, element-wise)
-void multiply_add(const float* x_re, const float* x_im, const float* h_re, const float* h_im,
-                  const float* add_re, const float* add_im, float* out_interleaved,
-                  std::size_t bins);
+// FFTW's interleaved (re, im) r2c output, `blocks` x 32 bins of it, into blocks.
+void to_blocks(const float* interleaved, float* dst, std::size_t stride, std::size_t blocks);
 
-// Sum of `terms` complex element-wise products (terms may be 0: out = 0):
-//   out = sum_t x[t] * h[t]
+// out = x * h + add (complex, element-wise), out interleaved for FFTW's c2r;
+// add is a spectrum with stride 64 (contiguous blocks).
+void multiply_add(const float* x, std::size_t x_stride, const float* h, std::size_t h_stride,
+                  const float* add, float* out_interleaved, std::size_t blocks);
+
+// The delay line's products: out (stride 64) = sum_{t < terms} X_t * h_t, where
+// X_t is the spectrum in slot (first_slot - t) mod slots, slot s of block b at
+// x + b * x_stride + s * 64, and h_t of block b at h + b * h_stride + t * 64.
 // Accumulates in registers across terms, so each output bin is written once.
-void sum_of_products(const float* const* x_re, const float* const* x_im, const float* const* h_re,
-                     const float* const* h_im, std::size_t terms, float* out_re, float* out_im,
-                     std::size_t bins);
+void delay_line_products(const float* x, std::size_t x_stride, std::size_t slots,
+                         std::size_t first_slot, const float* h, std::size_t h_stride,
+                         std::size_t terms, float* out, std::size_t blocks);
 
 }  // namespace tapstream::simd
