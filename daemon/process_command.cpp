@@ -153,7 +153,7 @@ int run_process(const ProcessArgs& args) {
   spdlog::debug("engine: {}", engine->description());
 
   SoundFileWriter writer(args.output, info.sample_rate, info.channels,
-                         output_format(info.format, format));
+                         output_format(info.format, format, args.output));
 
   OfflineOptions options;
   options.block_frames = args.block_frames;

@@ -110,6 +110,45 @@ int output_format(int input_format, SampleFormat requested) {
   return format;
 }
 
+namespace {
+
+// libsndfile's container for a file extension ("flac" -> SF_FORMAT_FLAC), 0 if unknown.
+int container_for_extension(std::string extension) {
+  for (auto& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension == "aif") extension = "aiff";
+  if (extension == "ogg") extension = "oga";
+  int count = 0;
+  sf_command(nullptr, SFC_GET_FORMAT_MAJOR_COUNT, &count, sizeof(count));
+  for (int i = 0; i < count; ++i) {
+    SF_FORMAT_INFO info{};
+    info.format = i;
+    if (sf_command(nullptr, SFC_GET_FORMAT_MAJOR, &info, sizeof(info)) != 0) continue;
+    if (info.extension != nullptr && extension == info.extension) return info.format;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int output_format(int input_format, SampleFormat requested,
+                  const std::filesystem::path& destination) {
+  std::string extension = destination.extension().string();
+  if (!extension.empty()) extension.erase(0, 1);
+  const int container = container_for_extension(extension);
+  if (container == 0 || container == (input_format & SF_FORMAT_TYPEMASK)) {
+    return output_format(input_format, requested);
+  }
+  int format = container | (input_format & SF_FORMAT_SUBMASK);
+  if (requested == SampleFormat::same_as_input && container == SF_FORMAT_OGG) {
+    format = container | SF_FORMAT_VORBIS;  // Ogg holds only compressed encodings
+  } else if (requested == SampleFormat::same_as_input && !format_is_writable(format, 1)) {
+    throw SoundFileError(destination.string() + ": a " + major_name(container) +
+                         " file cannot hold the input's " + subtype_name(input_format) +
+                         " samples; choose one with --format");
+  }
+  return output_format(format, requested);
+}
+
 // ---------------------------------------------------------------- reading
 
 SoundFileReader::SoundFileReader(const std::filesystem::path& file) : path_(file) {

@@ -93,6 +93,13 @@ class SoundFileWriter {
 // pcm32 in FLAC.
 int output_format(int input_format, SampleFormat requested);
 
+// The same, with the container taken from the destination's extension when
+// libsndfile knows it (out.flac from in.wav writes FLAC), else the input's.
+// When the container changes and no format is requested, the input's encoding
+// is kept where the new container holds it, else the error says to choose one.
+int output_format(int input_format, SampleFormat requested,
+                  const std::filesystem::path& destination);
+
 // A short human name for a format, e.g. "WAV float" or "FLAC pcm16".
 std::string describe_format(int format);
 

@@ -276,6 +276,31 @@ TEST(OutputFormat, RefusesFloatAndPcm32InFlacNamingTheCombination) {
   }
 }
 
+TEST(OutputFormat, TakesTheContainerFromTheDestinationsExtension) {
+  const int wav16 = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out.flac"),
+            SF_FORMAT_FLAC | SF_FORMAT_PCM_16);
+  EXPECT_EQ(output_format(wav16, SampleFormat::pcm24, "out.AIF"),
+            SF_FORMAT_AIFF | SF_FORMAT_PCM_24);
+  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out.ogg"),
+            SF_FORMAT_OGG | SF_FORMAT_VORBIS);
+  // Unknown or missing extensions keep the input's container.
+  EXPECT_EQ(output_format(wav16, SampleFormat::float32, "out.data"),
+            SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out"), wav16);
+}
+
+TEST(OutputFormat, AsksForAFormatWhenTheNewContainerCannotHoldTheInputsEncoding) {
+  try {
+    output_format(SF_FORMAT_WAV | SF_FORMAT_FLOAT, SampleFormat::same_as_input, "out.flac");
+    FAIL() << "FLAC accepted float samples";
+  } catch (const SoundFileError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("out.flac"), std::string::npos) << message;
+    EXPECT_NE(message.find("--format"), std::string::npos) << message;
+  }
+}
+
 // The WAV files alsa-utils installs are real recordings.
 TEST(RealRecordings, AlsaTestSoundsReadCompletelyAndAreNotSilent) {
   const fs::path directory = "/usr/share/sounds/alsa";
