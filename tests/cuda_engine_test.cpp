@@ -250,6 +250,16 @@ TEST_F(CudaEngineTest, EveryVariantMatchesTheFloat64ReferenceOnRandomStreams) {
   check_stream({2, 300, 1500, 1, true, false, seed + 5001}, kVariants);
 }
 
+TEST_F(CudaEngineTest, LargeBlocksOfManyChannelsMatchTheReference) {
+  // Enough outputs for one thread group per block in the tuned kernel: constant
+  // taps (shared filter) and taps staged from global memory (per-channel),
+  // planar (float4 stores) and interleaved output.
+  const std::uint64_t seed = announce("large blocks", 61);
+  check_stream({64, 40, 70000, 65536, true, false, seed}, {"tuned"});
+  check_stream({16, 300, 70000, 65536, false, false, seed + 1}, {"tuned"});
+  check_stream({16, 300, 70000, 65536, false, false, seed + 2}, {"tuned"});
+}
+
 TEST_F(CudaEngineTest, LongFiltersMatchTheReference) {
   const std::uint64_t seed = announce("long filters", 7);
   // Sparse 131072-tap and odd-length filters over more than their length.
