@@ -154,7 +154,7 @@ int run_table(const std::string& json_path, std::string commit, double seconds) 
         const Row r = measure(taps, block, a, seconds);
         std::printf("%-7zu %-6zu %-7s %14.4g %14.4g %10.0f  %s\n", r.taps, r.block,
                     r.forced.c_str(), r.samples_per_second, r.samples_per_wall_second,
-                    r.samples_per_second / (2 * 48000.0), r.description.c_str());
+                    r.samples_per_wall_second / (2 * 48000.0), r.description.c_str());
         std::fflush(stdout);
         rows.push_back(r);
       }
