@@ -13,14 +13,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "dsp/cpu_worker_pool.hpp"
 #include "dsp/fftw_plan.hpp"
 #include "tests/reference.hpp"
 
@@ -534,6 +537,34 @@ TEST(CpuEngine, ThreadsDoNotChangeTheOutput) {
   unsetenv("TAPSTREAM_CPU_THREADS");
   EXPECT_EQ(results[0], results[2]) << "fft";
   EXPECT_EQ(results[1], results[3]) << "direct";
+}
+
+TEST(WorkerPool, RunsEveryPartOnceAndPublishesItsWrites) {
+  // Plain (non-atomic) writes by the parts must be visible to the caller when
+  // run() returns, every part must run exactly once per job, and jobs must not
+  // overlap: a part of job n never sees the writes of job n + 1.
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t workers : {0, 1, 3}) {
+    WorkerPool pool(workers);
+    ASSERT_EQ(pool.threads(), workers + 1);
+    std::vector<std::uint64_t> seen(pool.threads(), 0), runs(pool.threads(), 0);
+    std::uint64_t job_number = 0;
+    // More threads than cores (spinning threads then wait for each other's
+    // time slices) is slow, though correct: fewer jobs there.
+    const std::uint64_t jobs = workers + 1 <= cores ? 5000 : 100;
+    for (std::uint64_t n = 1; n <= jobs; ++n) {
+      job_number = n;
+      auto job = [&](std::size_t part) {
+        seen[part] = job_number;
+        ++runs[part];
+      };
+      pool.run(job);
+      for (std::size_t part = 0; part < pool.threads(); ++part) {
+        ASSERT_EQ(seen[part], n) << workers << " workers, part " << part;
+        ASSERT_EQ(runs[part], n) << workers << " workers, part " << part;
+      }
+    }
+  }
 }
 
 TEST(CpuEngine, DescriptionNamesTheAlgorithm) {
