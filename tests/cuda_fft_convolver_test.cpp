@@ -275,7 +275,7 @@ TEST(FftConvolver, MatchesFloat64ReferenceForRandomShapes) {
 TEST(FftConvolver, FusedCallbackPathIsAvailableOnThisDevice) {
   SKIP_WITHOUT_DEVICE();
   const FilterBank bank = random_bank(2, 1000, true, 3);
-  FftConvolver convolver(bank, 1000, 4096);
+  FftConvolver convolver(bank, 1000, 4096, 0, true);
   EXPECT_TRUE(convolver.fused()) << convolver.description();
 }
 
