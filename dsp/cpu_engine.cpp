@@ -26,10 +26,11 @@
 // so the last frame of the crossfade block is entirely the new filter's.
 //
 // Threads: channels are independent, so a call with enough work (see
-// kParallelNs) is split by channel over a WorkerPool (dsp/cpu_worker_pool.hpp)
-// of min(channels, cores) threads, the caller included; each thread has its own
-// scratch and touches only its channels' state. TAPSTREAM_CPU_THREADS=N caps the
-// thread count (1: single-threaded). Small calls (live audio) stay on the caller.
+// kParallelNs) hands its channels out over a WorkerPool (dsp/cpu_worker_pool.hpp)
+// of min(channels, cores) threads, the caller included, each channel to whichever
+// thread claims it first; each thread has its own scratch and a channel's state
+// is touched by one thread per call. TAPSTREAM_CPU_THREADS=N caps the thread
+// count (1: single-threaded). Small calls (live audio) stay on the caller.
 
 #include "dsp/cpu_engine.hpp"
 
@@ -171,10 +172,9 @@ class CpuEngine final : public Engine {
   void check_bank(const FilterBank& bank, const char* what) const;
   void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
 
-  // Filters channels first, first + step, ... of one call.
-  void process_channels(std::size_t first, std::size_t step, std::span<const float> in,
-                        std::size_t frames, Layout layout, std::span<float> out, Filters* fade_from,
-                        Scratch& scratch);
+  // Filters one channel of one call.
+  void process_channel(std::size_t ch, std::span<const float> in, std::size_t frames, Layout layout,
+                       std::span<float> out, Filters* fade_from, Scratch& scratch);
   void direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
                       const Filters* fade_from, Scratch& scratch);
   void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y, Filters* fade_from,
@@ -409,26 +409,24 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   if (fade_from) blend(scratch.old.data(), y, frames);
 }
 
-void CpuEngine::process_channels(std::size_t first, std::size_t step, std::span<const float> in,
-                                 std::size_t frames, Layout layout, std::span<float> out,
-                                 Filters* fade_from, Scratch& scratch) {
-  for (std::size_t ch = first; ch < channels_; ch += step) {
-    const float* x;
-    float* y;
-    if (layout == Layout::planar) {
-      x = in.data() + ch * frames;
-      y = out.data() + ch * frames;
-    } else {
-      float* staged = stage_in_.data() + ch * max_block_;
-      for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
-      x = staged;
-      y = stage_out_.data() + ch * max_block_;  // interleaved by the caller afterwards
-    }
-    if (algorithm_ == Algorithm::direct) {
-      direct_channel(ch, x, frames, y, fade_from, scratch);
-    } else {
-      fft_channel(ch, x, frames, y, fade_from, scratch);
-    }
+void CpuEngine::process_channel(std::size_t ch, std::span<const float> in, std::size_t frames,
+                                Layout layout, std::span<float> out, Filters* fade_from,
+                                Scratch& scratch) {
+  const float* x;
+  float* y;
+  if (layout == Layout::planar) {
+    x = in.data() + ch * frames;
+    y = out.data() + ch * frames;
+  } else {
+    float* staged = stage_in_.data() + ch * max_block_;
+    for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
+    x = staged;
+    y = stage_out_.data() + ch * max_block_;  // interleaved by the caller afterwards
+  }
+  if (algorithm_ == Algorithm::direct) {
+    direct_channel(ch, x, frames, y, fade_from, scratch);
+  } else {
+    fft_channel(ch, x, frames, y, fade_from, scratch);
   }
 }
 
@@ -458,14 +456,13 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
 
   const bool parallel =
       pool_ && ns_per_sample_ * double(frames * channels_) * (fade_from ? 2.0 : 1.0) >= kParallelNs;
+  auto channel = [&](std::size_t ch, std::size_t thread) {
+    process_channel(ch, in, frames, layout, out, fade_from.get(), scratch_[thread]);
+  };
   if (parallel) {
-    const std::size_t step = pool_->threads();
-    auto job = [&](std::size_t t) {
-      process_channels(t, step, in, frames, layout, out, fade_from.get(), scratch_[t]);
-    };
-    pool_->run(job);
+    pool_->run(channel, channels_);
   } else {
-    process_channels(0, 1, in, frames, layout, out, fade_from.get(), scratch_[0]);
+    for (std::size_t ch = 0; ch < channels_; ++ch) channel(ch, 0);
   }
   if (layout == Layout::interleaved) {
     for (std::size_t ch = 0; ch < channels_; ++ch) {

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -539,32 +541,67 @@ TEST(CpuEngine, ThreadsDoNotChangeTheOutput) {
   EXPECT_EQ(results[1], results[3]) << "direct";
 }
 
-TEST(WorkerPool, RunsEveryPartOnceAndPublishesItsWrites) {
-  // Plain (non-atomic) writes by the parts must be visible to the caller when
-  // run() returns, every part must run exactly once per job, and jobs must not
-  // overlap: a part of job n never sees the writes of job n + 1.
+TEST(WorkerPool, RunsEveryTaskOnceAndPublishesItsWrites) {
+  // Plain (non-atomic) writes by the tasks must be visible to the caller when
+  // run() returns, every task must run exactly once per job, on a valid thread
+  // index, and jobs must not overlap: a task of job n never runs in job n + 1.
   const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
   for (std::size_t workers : {0, 1, 3}) {
     WorkerPool pool(workers);
     ASSERT_EQ(pool.threads(), workers + 1);
-    std::vector<std::uint64_t> seen(pool.threads(), 0), runs(pool.threads(), 0);
-    std::uint64_t job_number = 0;
-    // More threads than cores (spinning threads then wait for each other's
-    // time slices) is slow, though correct: fewer jobs there.
-    const std::uint64_t jobs = workers + 1 <= cores ? 5000 : 100;
-    for (std::uint64_t n = 1; n <= jobs; ++n) {
-      job_number = n;
-      auto job = [&](std::size_t part) {
-        seen[part] = job_number;
-        ++runs[part];
-      };
-      pool.run(job);
-      for (std::size_t part = 0; part < pool.threads(); ++part) {
-        ASSERT_EQ(seen[part], n) << workers << " workers, part " << part;
-        ASSERT_EQ(runs[part], n) << workers << " workers, part " << part;
+    for (std::size_t tasks : {1, 2, 5, 64}) {
+      std::vector<std::uint64_t> seen(tasks, 0), runs(tasks, 0);
+      std::vector<std::size_t> thread_of(tasks, 0);
+      std::uint64_t job_number = 0;
+      // More threads than cores is slow (spinning threads wait for each other's
+      // time slices), though correct: fewer jobs there.
+      const std::uint64_t jobs = workers + 1 <= cores ? 2000 : 50;
+      for (std::uint64_t n = 1; n <= jobs; ++n) {
+        job_number = n;
+        auto job = [&](std::size_t task, std::size_t thread) {
+          seen[task] = job_number;
+          ++runs[task];
+          thread_of[task] = thread;
+        };
+        pool.run(job, tasks);
+        for (std::size_t t = 0; t < tasks; ++t) {
+          ASSERT_EQ(seen[t], n) << workers << " workers, task " << t;
+          ASSERT_EQ(runs[t], n) << workers << " workers, task " << t;
+          ASSERT_LT(thread_of[t], pool.threads());
+        }
       }
     }
   }
+}
+
+TEST(WorkerPool, FinishesJobsWhileWorkersAreStarvedOfCpu) {
+  // Workers that get no CPU time (more busy threads than cores) must not hold
+  // a job up: the caller claims their tasks. Busy threads stand in for a
+  // loaded machine.
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (std::size_t i = 0; i < cores; ++i) {
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  WorkerPool pool(1);
+  std::vector<int> out(8, 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (int n = 1; n <= 300; ++n) {
+    auto job = [&](std::size_t task, std::size_t) { out[task] = n; };
+    pool.run(job, out.size());
+    for (int v : out) ASSERT_EQ(v, n);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stop.store(true);
+  for (auto& t : busy) t.join();
+  // 300 tiny jobs: a caller that waited for a descheduled worker on each would
+  // take a scheduler time slice (milliseconds) per job.
+  EXPECT_LT(seconds, 0.5) << "300 jobs took " << seconds << " s";
 }
 
 TEST(CpuEngine, DescriptionNamesTheAlgorithm) {
