@@ -57,6 +57,9 @@ for m in map(int, sys.argv[2:]):
         h32.tofile(f)
 PY
 
+# Arithmetic on decimals (awk is everywhere; bc is not).
+calc() { awk "BEGIN { print $* }"; }
+
 # Runs "$@" and prints "wall_seconds cpu_seconds" (cpu 0 without perf).
 measure() {
   local start end cpu=0
@@ -68,7 +71,7 @@ measure() {
     "$@" >/dev/null 2>"$work/stderr.txt"
   fi
   end=$(date +%s.%N)
-  echo "$(echo "$end - $start" | bc -l) ${cpu:-0}"
+  echo "$(calc "$end - $start") ${cpu:-0}"
 }
 
 # Minimum wall and CPU time over $runs runs, after one warm-up.
@@ -81,8 +84,8 @@ best_of() {
   }
   for ((i = 0; i < runs; i++)); do
     read -r wall cpu < <(measure "$@")
-    best_wall=$(echo "if ($wall < $best_wall) $wall else $best_wall" | bc -l)
-    best_cpu=$(echo "if ($cpu < $best_cpu) $cpu else $best_cpu" | bc -l)
+    best_wall=$(calc "($wall < $best_wall) ? $wall : $best_wall")
+    best_cpu=$(calc "($cpu < $best_cpu) ? $cpu : $best_cpu")
   done
   printf '%.3f %.3f\n' "$best_wall" "$best_cpu"
 }
@@ -124,12 +127,12 @@ for m in $taps_list; do
   ts_desc=$("$tapstream" process "$work/noise.wav" "$work/tapstream-$m.wav" --taps "$work/h$m.f32" \
     --backend cpu 2>&1 | sed -n 's/.*through \(.*\) in [0-9.]* s.*/\1/p' | head -1)
   printf '%-7s %-34s %9s %9s %14.4g\n' $m "tapstream process --backend cpu" $ts_wall $ts_cpu \
-    "$(echo "$samples / $ts_wall" | bc -l)"
+    "$(calc "$samples / $ts_wall")"
   # The engine alone (no sound-file library), for reference.
   if [[ -x $driver ]]; then
     read -r dr_wall dr_cpu < <(best_of "$driver" --raw "$work/noise.f32" "$work/driver-$m.f32" "$work/h$m.f32")
     printf '%-7s %-34s %9s %9s %14.4g\n' $m "cpu_engine_bench --raw (engine)" $dr_wall $dr_cpu \
-      "$(echo "$samples / $dr_wall" | bc -l)"
+      "$(calc "$samples / $dr_wall")"
   fi
   # BruteFIR: several partitionings, keep the fastest.
   bf_wall=999999 bf_cpu=0 bf_p=0
@@ -139,8 +142,8 @@ for m in $taps_list; do
     cfg=$(brutefir_config $m $p $k)
     read -r w c < <(best_of brutefir -nodefault "$cfg")
     printf '%-7s %-34s %9s %9s %14.4g\n' $m "brutefir filter_length $p,$k" $w $c \
-      "$(echo "$samples / $w" | bc -l)"
-    if (($(echo "$w < $bf_wall" | bc -l))); then bf_wall=$w bf_cpu=$c bf_p=$p; fi
+      "$(calc "$samples / $w")"
+    if (($(calc "$w < $bf_wall"))); then bf_wall=$w bf_cpu=$c bf_p=$p; fi
   done
   # Keep the output of the fastest configuration for the comparison.
   brutefir -nodefault "$(brutefir_config $m $bf_p $(((m + bf_p - 1) / bf_p)))" >/dev/null 2>&1
@@ -148,10 +151,10 @@ for m in $taps_list; do
   saved_runs=$runs runs=1
   read -r sx_wall sx_cpu < <(best_of sox "$work/noise.wav" "$work/sox-$m.wav" fir "$work/h$m.txt")
   runs=$saved_runs
-  printf '%-7s %-34s %9s %9s %14.4g\n' $m "sox fir" $sx_wall $sx_cpu "$(echo "$samples / $sx_wall" | bc -l)"
+  printf '%-7s %-34s %9s %9s %14.4g\n' $m "sox fir" $sx_wall $sx_cpu "$(calc "$samples / $sx_wall")"
 
-  ratio=$(echo "$bf_wall / $ts_wall" | bc -l)
-  cpu_ratio=$( (($(echo "$ts_cpu > 0" | bc -l))) && echo "$bf_cpu / $ts_cpu" | bc -l || echo 0)
+  ratio=$(calc "$bf_wall / $ts_wall")
+  cpu_ratio=$(calc "($ts_cpu > 0) ? $bf_cpu / $ts_cpu : 0")
   printf '        throughput tapstream / BruteFIR: %.2fx wall (target 1.5x), %.2fx CPU time\n' $ratio $cpu_ratio
 
   # Exactness against BruteFIR, after its partition delay.
