@@ -186,7 +186,7 @@ void AudioStream::start() {
 }
 
 void AudioStream::stop() {
-  if (!started_) return;
+  if (!started_ || stream_ == nullptr) return;
   started_ = false;
   if (Pa_IsStreamStopped(stream_) == 0) check_portaudio(Pa_StopStream(stream_), "Pa_StopStream");
 }

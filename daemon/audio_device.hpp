@@ -90,6 +90,10 @@ class AudioStream {
   // True while the stream runs; false after an error stopped it (the device
   // vanished, the server died) or after stop().
   bool active() const;
+  // Gives up the stream without closing it (it stays allocated until the
+  // process ends). For a JACK stream whose server died: PortAudio's JACK code
+  // asserts (aborting the process) when such a stream is stopped or closed.
+  void abandon() { stream_ = nullptr; }
   // PortAudio's own estimate of the device latencies, in seconds.
   double input_latency() const;
   double output_latency() const;

@@ -17,11 +17,17 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -245,13 +251,16 @@ class DeviceLink {
  public:
   DeviceLink(const LiveConfig& config, LivePipeline& pipeline)
       : config_(config), pipeline_(pipeline) {}
+  ~DeviceLink() { close(); }
+  DeviceLink(const DeviceLink&) = delete;
+  DeviceLink& operator=(const DeviceLink&) = delete;
 
   bool needed() const { return !config_.input.is_file() || !config_.output.is_file(); }
   const std::string& input_name() const { return input_name_; }
   const std::string& output_name() const { return output_name_; }
 
   void open() {
-    library_.emplace();
+    library_ = std::make_unique<PortAudioLibrary>();
     const int channels = static_cast<int>(config_.channels);
     std::optional<AudioDeviceInfo> input, output;
     if (!config_.input.is_file()) {
@@ -284,6 +293,8 @@ class DeviceLink {
         streams_.push_back(std::make_unique<AudioStream>(options));
       }
     }
+    on_jack_ = (input && input->host_api.find("JACK") != std::string::npos) ||
+               (output && output->host_api.find("JACK") != std::string::npos);
     for (auto& stream : streams_) stream->start();
     double device_latency = 0.0;
     for (auto& stream : streams_)
@@ -295,7 +306,14 @@ class DeviceLink {
   }
 
   void close() {
+    bool abandoned = false;
     for (auto& stream : streams_) {
+      if (on_jack_ && !stream->active()) {
+        // Its server is gone: closing would abort the process (see abandon()).
+        stream->abandon();
+        abandoned = true;
+        continue;
+      }
       try {
         stream->stop();
       } catch (const std::exception& e) {
@@ -303,8 +321,33 @@ class DeviceLink {
       }
     }
     streams_.clear();
-    library_.reset();
+    // Pa_Terminate would close the abandoned streams: keep the library up.
+    if (abandoned) {
+      static_cast<void>(library_.release());
+    } else {
+      library_.reset();
+    }
   }
+
+  // Starts the devices at a restart after a lost JACK server: a failure is
+  // not fatal, supervise() retries with back-off from `backoff`.
+  void open_or_retry(std::chrono::milliseconds backoff) {
+    backoff_ = backoff;
+    try {
+      open();
+      backoff_ = std::chrono::milliseconds(500);
+    } catch (const std::exception& e) {
+      close();
+      retry_at_ = Clock::now() + backoff_;
+      spdlog::warn("opening the audio device failed ({}); next try in {} ms", e.what(),
+                   backoff_.count());
+    }
+  }
+
+  // True once a JACK stream has died: PortAudio can only reach a restarted
+  // JACK server from a fresh process (its JACK client cannot be reset).
+  bool restart_needed() const { return restart_needed_; }
+  std::chrono::milliseconds backoff() const { return backoff_; }
 
   // Called every tick by the main thread: reopens dead streams with back-off
   // (0.5 s doubling to 8 s). Xruns meanwhile are counted by the pipeline.
@@ -318,6 +361,10 @@ class DeviceLink {
         backoff_ = std::chrono::milliseconds(500);
         return;
       }
+      if (on_jack_) {
+        restart_needed_ = true;
+        return;
+      }
       spdlog::warn("audio device stopped; reopening in {} ms", backoff_.count());
       close();
       retry_at_ = now + backoff_;
@@ -326,6 +373,7 @@ class DeviceLink {
     if (now < retry_at_) return;
     try {
       open();
+      backoff_ = std::chrono::milliseconds(500);
       spdlog::info("audio device reopened");
     } catch (const std::exception& e) {
       close();
@@ -339,7 +387,9 @@ class DeviceLink {
  private:
   LiveConfig config_;
   LivePipeline& pipeline_;
-  std::optional<PortAudioLibrary> library_;
+  std::unique_ptr<PortAudioLibrary> library_;
+  bool on_jack_ = false;
+  bool restart_needed_ = false;
   std::vector<std::unique_ptr<AudioStream>> streams_;
   std::string input_name_;
   std::string output_name_;
@@ -434,6 +484,25 @@ std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwappe
   return watcher;
 }
 
+// The environment variable that tells a restarted daemon to retry its
+// devices with back-off (value: the back-off in ms) instead of failing.
+constexpr const char* device_retry_variable = "TAPSTREAM_DEVICE_RETRY_MS";
+
+// Replaces this process with a fresh tapstream run (same arguments, same
+// PID, so a service manager sees no exit). Returns only if exec fails.
+void restart_self(std::chrono::milliseconds backoff) {
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> words;
+  for (std::string word; std::getline(cmdline, word, '\0');) words.push_back(word);
+  std::vector<char*> argv;
+  for (auto& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  setenv(device_retry_variable, std::to_string(backoff.count()).c_str(), 1);
+  spdlog::default_logger()->flush();
+  execv("/proc/self/exe", argv.data());
+  spdlog::error("restarting failed: execv: {}", std::strerror(errno));
+}
+
 int run_daemon(RunArgs args) {
   // SIGHUP reads it again: keep its absolute name.
   args.config = fs::absolute(args.config).string();
@@ -479,7 +548,15 @@ int run_daemon(RunArgs args) {
   std::fflush(stdout);
 
   pipeline.start();
-  if (devices.needed()) devices.open();
+  if (devices.needed()) {
+    if (const char* retry = std::getenv(device_retry_variable)) {
+      const auto backoff = std::chrono::milliseconds(std::clamp(std::atoi(retry), 500, 8000));
+      unsetenv(device_retry_variable);
+      devices.open_or_retry(backoff);
+    } else {
+      devices.open();
+    }
+  }
   if (files) files->start();
   const auto started = Clock::now();
   std::unique_ptr<ControlServer> control;
@@ -550,6 +627,17 @@ int run_daemon(RunArgs args) {
       }
     }
     devices.supervise();
+    if (devices.restart_needed()) {
+      spdlog::warn(
+          "the JACK server went away; PortAudio reaches a new one only from a fresh process, "
+          "so tapstream restarts itself (same arguments and PID) and retries with back-off");
+      watcher.reset();
+      if (control) control->stop();
+      if (files) files->stop();
+      pipeline.stop();
+      restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)));
+      return 1;
+    }
     log_xruns(pipeline.stats(), reported);
     if (files && files->finished()) {
       spdlog::info("end of {}", config.input.file.string());
