@@ -368,5 +368,76 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
       << "the daemon counted xruns: " << daemon_log;
 }
 
+// A lost sound server is not the end: the daemon notices its JACK stream
+// died, restarts itself in place, and reconnects with back-off once a server
+// is back. (About 10 s: the servers run in real time.)
+TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
+  if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
+  const fs::path dir =
+      fs::temp_directory_path() / ("tapstream-jack-re-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{dir};
+  const std::string server = "tapstream-test-re-" + std::to_string(getpid());
+  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
+  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
+  const std::vector<std::string> jackd_argv{"jackd",
+                                            "-S",
+                                            "--no-realtime",
+                                            "-d",
+                                            "dummy",
+                                            "-r",
+                                            std::to_string(rate),
+                                            "-p",
+                                            std::to_string(jack_period)};
+  // Waits until the server answers and the daemon's ports are registered.
+  const auto daemon_ports_up = [&](Child& daemon) {
+    for (int i = 0; i < 300; ++i) {
+      if (!daemon.running()) return false;
+      if (jack_client_t* probe = open_client("probe", server)) {
+        const auto ports = find_ports(probe, "PortAudio.*:", 0);
+        jack_client_close(probe);
+        if (ports.size() == 2 * channels) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+
+  auto first = std::make_unique<Child>(jackd_argv, dir / "jackd1.out", dir / "jackd1.err");
+  ASSERT_TRUE(first->started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  save_text_taps(dir / "taps.txt", testing::random_signal(64, 1), "reconnect test");
+  {
+    std::ofstream config(dir / "live.toml");
+    config << "sample_rate = " << rate << "\nblock_frames = 256\nchannels = " << channels
+           << "\n[input]\ndevice = \"system\"\n[output]\ndevice = \"system\"\n"
+           << "[filter]\nfile = \"taps.txt\"\nwatch = false\n[engine]\nbackend = \"cpu\"\n"
+           << "[control]\nsocket = \"\"\n";
+  }
+  Child daemon({TAPSTREAM_BINARY, "run", "--config", (dir / "live.toml").string()},
+               dir / "daemon.out", dir / "daemon.err");
+  ASSERT_TRUE(daemon_ports_up(daemon)) << read_text(dir / "daemon.err");
+
+  first.reset();  // the server goes away (SIGTERM, waited for)
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(daemon.running()) << "the daemon died with the server: "
+                                << read_text(dir / "daemon.err");
+  Child second(jackd_argv, dir / "jackd2.out", dir / "jackd2.err");
+  ASSERT_TRUE(second.started());
+  EXPECT_TRUE(daemon_ports_up(daemon))
+      << "the daemon did not reconnect: " << read_text(dir / "daemon.err");
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 0) << read_text(dir / "daemon.err");
+  const std::string log = read_text(dir / "daemon.err");
+  EXPECT_NE(log.find("restarts itself"), std::string::npos) << log;
+  const auto first_open = log.find("devices open:");
+  ASSERT_NE(first_open, std::string::npos) << log;
+  EXPECT_NE(log.find("devices open:", first_open + 1), std::string::npos)
+      << "opened again on the new server: " << log;
+}
+
 }  // namespace
 }  // namespace tapstream
