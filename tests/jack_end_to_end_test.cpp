@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/audio_device.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/reference.hpp"
@@ -192,6 +193,16 @@ std::vector<std::string> find_ports(jack_client_t* client, const char* pattern,
   return names;
 }
 
+// Whether this PortAudio build can reach a JACK server (it lists the JACK
+// host API only while one runs, so ask with the server up).
+bool portaudio_reaches_jack() {
+  PortAudioLibrary library;
+  for (const auto& device : list_audio_devices()) {
+    if (device.host_api.find("JACK") != std::string::npos) return true;
+  }
+  return false;
+}
+
 TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheReportedLatency) {
   if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
   const double seconds = std::getenv("TAPSTREAM_JACK_SECONDS") != nullptr
@@ -229,6 +240,10 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
   s.recorder = open_client("recorder", server);
   ASSERT_NE(s.recorder, nullptr);
   ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
+  if (!portaudio_reaches_jack()) {
+    GTEST_SKIP() << "this PortAudio has no JACK host API (the ALSA file/null PCM variant of "
+                    "this test is not written yet)";
+  }
 
   // The signal, its filter, and the offline result from `tapstream process`.
   s.signal_frames = static_cast<std::size_t>(seconds * rate);
@@ -408,7 +423,14 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
 
   auto first = std::make_unique<Child>(jackd_argv, dir / "jackd1.out", dir / "jackd1.err");
   ASSERT_TRUE(first->started());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (int i = 0; i < 100; ++i) {
+    if (jack_client_t* probe = open_client("probe", server)) {
+      jack_client_close(probe);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
   save_text_taps(dir / "taps.txt", testing::random_signal(64, 1), "reconnect test");
   {
     std::ofstream config(dir / "live.toml");
