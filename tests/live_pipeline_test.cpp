@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -547,10 +546,9 @@ class DaemonRun {
 
 std::vector<std::uint64_t> swap_blocks(const std::string& log) {
   std::vector<std::uint64_t> blocks;
-  const std::regex installed(R"(installed at block (\d+))");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), installed);
-       it != std::sregex_iterator(); ++it) {
-    blocks.push_back(std::stoull((*it)[1]));
+  const std::string marker = "installed at block ";
+  for (auto at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
+    blocks.push_back(std::stoull(log.substr(at + marker.size())));
   }
   return blocks;
 }
