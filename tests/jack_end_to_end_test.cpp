@@ -12,12 +12,9 @@
 // frame k when both start in the same cycle; the daemon's added latency is
 // then exactly the lag between the fed and the recorded signal.
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <jack/jack.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,12 +27,10 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/audio_device.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
+#include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
-
-extern char** environ;
 
 namespace tapstream {
 namespace {
@@ -47,60 +42,11 @@ constexpr int rate = 48000;
 constexpr std::size_t channels = 2;
 constexpr std::size_t jack_period = 256;
 
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A child process with stdout/stderr in files; killed (SIGTERM, then
-// SIGKILL) by the destructor if still running.
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Child() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    if (wait_for(std::chrono::seconds(5)) == -2) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  bool started() const { return pid_ > 0; }
-  void signal(int sig) const { kill(pid_, sig); }
-  bool running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == 0) return true;
-    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    pid_ = -1;
-    return false;
-  }
-  // The exit status, or -2 if still running after `timeout`.
-  int wait_for(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (running()) {
-      if (Clock::now() > deadline) return -2;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return exit_status_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int exit_status_ = -1;
-};
+using testing::Child;
+using testing::find_ports;
+using testing::open_client;
+using testing::portaudio_reaches_jack;
+using testing::read_text;
 
 // Shared by the two JACK process callbacks and the test thread.
 struct Stream {
@@ -174,32 +120,6 @@ int record(jack_nframes_t frames, void* arg) {
   }
   s.recorded.store(std::min(s.record_frames, at + frames), std::memory_order_release);
   return 0;
-}
-
-jack_client_t* open_client(const char* name, const std::string& server) {
-  jack_status_t status{};
-  return jack_client_open(name, static_cast<jack_options_t>(JackNoStartServer | JackServerName),
-                          &status, server.c_str());
-}
-
-std::vector<std::string> find_ports(jack_client_t* client, const char* pattern,
-                                    unsigned long flags) {
-  std::vector<std::string> names;
-  const char** ports = jack_get_ports(client, pattern, JACK_DEFAULT_AUDIO_TYPE, flags);
-  if (ports == nullptr) return names;
-  for (const char** p = ports; *p != nullptr; ++p) names.emplace_back(*p);
-  jack_free(ports);
-  return names;
-}
-
-// Whether this PortAudio build can reach a JACK server (it lists the JACK
-// host API only while one runs, so ask with the server up).
-bool portaudio_reaches_jack() {
-  PortAudioLibrary library;
-  for (const auto& device : list_audio_devices()) {
-    if (device.host_api.find("JACK") != std::string::npos) return true;
-  }
-  return false;
 }
 
 TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheReportedLatency) {

@@ -15,7 +15,8 @@ echo "== build (Release) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTAPSTREAM_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 echo "== tests =="
-ctest --test-dir build --output-on-failure -j"$jobs"
+# The 10-minute load test (label load) is not part of this run: see README, "Load test".
+ctest --test-dir build --output-on-failure -j"$jobs" -LE load
 
 if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (CPU code) =="
@@ -24,8 +25,9 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
     >/dev/null
   cmake --build build-asan -j"$jobs"
-  # The real-time JACK test runs once, in the Release build above.
-  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE realtime
+  # The real-time JACK test runs once, in the Release build above; the load test never here.
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs" \
+    -LE 'realtime|load'
 
   echo "== ThreadSanitizer (rings, swap hand-off, control plane) =="
   tsan_tests=(spsc_ring_test filter_mailbox_test control_socket_test file_watcher_test
