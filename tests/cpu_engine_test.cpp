@@ -45,7 +45,8 @@ const bool kEstimatePlans = [] { return setenv("TAPSTREAM_FFTW_PLANNER", "estima
 
 // Same values as reference_convolution (float64), summed tap-major so that the
 // inner loop runs across outputs and vectorises; blocks of outputs stay in L1.
-#if defined(__x86_64__)
+// No clones under ThreadSanitizer: their ifunc resolver runs before its runtime.
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define TAPSTREAM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TAPSTREAM_VECTOR_CLONES
