@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "kernels/cufft_plan.hpp"
 #include "kernels/fft_callbacks.hpp"
 #include "kernels/fft_convolver.hpp"
+#include "kernels/fused_overlap_save.hpp"
 #include "kernels/overlap_save_windows.hpp"
 #include "kernels/spectral_mac.hpp"
 
@@ -54,6 +56,20 @@ std::size_t choose_partition(std::size_t max_block_frames, std::size_t max_taps)
   return std::min(by_block, std::max(kMinPartition, by_taps));
 }
 
+// For the fused single-partition kernel: the filter in one partition (the
+// smallest transform that holds it, since a larger one only adds work per
+// output) when blocks are long enough to fill it; 0 where it does not apply.
+std::size_t choose_fused_partition(std::size_t max_block_frames, std::size_t max_taps) {
+  const std::size_t by_taps = std::max<std::size_t>(256, std::bit_ceil(max_taps));
+  if (!fused_overlap_save_supports(by_taps) || std::bit_ceil(max_block_frames) < by_taps) return 0;
+  return by_taps;
+}
+
+bool fused_kernel_allowed_by_environment() {
+  const char* value = std::getenv("TAPSTREAM_FFT_FUSED");
+  return value == nullptr || std::string(value) != "0";
+}
+
 }  // namespace
 
 struct FftConvolver::State {
@@ -72,6 +88,8 @@ struct FftConvolver::State {
   RealFftPlan single_forward;
   RealFftPlan single_inverse;
   bool fused = false;
+  bool fused_kernel = false;  // whole segments through fused_overlap_save (K == 1)
+  std::string fused_kernel_failure;
   std::string fused_failure;  // why the fused path is off, when it was asked for
   DeviceBuffer<FusedParams> fused_params;
   void* fused_params_pointer = nullptr;  // the plans' caller info
@@ -228,6 +246,31 @@ struct FftConvolver::State {
     tail_valid = false;
   }
 
+  // `segments` whole segments from a segment boundary, current filters only,
+  // one partition: the whole overlap-save in one kernel. The stage's previous
+  // segment feeds the first window; then the stage keeps this run's last
+  // segment, exactly as process_segments leaves it (K == 1 stores nothing in
+  // the delay line: no later output reads an older spectrum).
+  void process_segments_kernel(const float* in, std::size_t in_stride, float* out,
+                               std::size_t out_stride, std::size_t segments, cudaStream_t stream) {
+    FusedOverlapSaveArgs f;
+    f.in = in;
+    f.in_stride = in_stride;
+    f.history = stage.get();
+    f.history_stride = 2 * partition;
+    f.filter = filters[current].get();
+    f.filter_channel_stride = filter_shared[current] ? 0 : bins;
+    f.out = out;
+    f.out_stride = out_stride;
+    f.channels = channels;
+    f.partition = partition;
+    f.segments = segments;
+    launch_fused_overlap_save(f, stream);
+    launch_keep_last_segment(stage.get(), in, in_stride, channels, partition, segments, stream);
+    segment += std::int64_t(segments);
+    tail_valid = false;
+  }
+
   // `segments` whole segments starting at a segment boundary.
   void process_segments(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
                         std::size_t segments, std::size_t call_offset, std::size_t call_frames,
@@ -268,7 +311,7 @@ struct FftConvolver::State {
 
 FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
                            std::size_t max_block_frames, std::size_t partition_frames,
-                           bool fused_callbacks)
+                           bool fused_callbacks, bool use_fused_kernel)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   if (max_taps == 0) max_taps = bank.max_taps();
@@ -287,14 +330,28 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
   s.channels = bank.channels();
   s.max_taps = max_taps;
   s.max_block_frames = max_block_frames;
-  s.partition =
-      partition_frames != 0 ? partition_frames : choose_partition(max_block_frames, max_taps);
+  use_fused_kernel = use_fused_kernel && fused_kernel_allowed_by_environment();
+  const std::size_t fused_partition =
+      use_fused_kernel ? choose_fused_partition(max_block_frames, max_taps) : 0;
+  s.partition = partition_frames != 0  ? partition_frames
+                : fused_partition != 0 ? fused_partition
+                                       : choose_partition(max_block_frames, max_taps);
   s.bins = s.partition + 1;
   s.partitions = (max_taps + s.partition - 1) / s.partition;
   s.max_segments = std::max<std::size_t>(1, max_block_frames / s.partition);
   s.ring_slots = s.partitions - 1 + s.max_segments;
 
   const std::size_t window = 2 * s.partition;
+  if (use_fused_kernel && s.partitions == 1 && fused_overlap_save_supports(s.partition)) {
+    try {
+      prepare_fused_overlap_save(s.partition);
+      s.fused_kernel = true;
+    } catch (const std::exception& error) {
+      s.fused_kernel_failure = error.what();
+    }
+  }
+  // The fused kernel takes every run of whole segments the callbacks would.
+  if (s.fused_kernel) fused_callbacks = false;
   if (fused_callbacks) {
     // Any failure (no NVRTC, no JIT linker, a plan the library cannot make
     // with callbacks) leaves the plain path, and says why.
@@ -379,6 +436,10 @@ void FftConvolver::process(const float* in, std::size_t in_stride, float* out,
       s.process_partial(in + done, in_stride, out + done, out_stride, piece, done, frames, fading,
                         stream);
       done += piece;
+    } else if (s.fused_kernel && !fading) {
+      const std::size_t segments = std::min(left / s.partition, s.max_segments);
+      s.process_segments_kernel(in + done, in_stride, out + done, out_stride, segments, stream);
+      done += segments * s.partition;
     } else if (s.fused && fading) {
       // A crossfade needs both filters' outputs: the plain single-segment path.
       s.process_partial(in + done, in_stride, out + done, out_stride, s.partition, done, frames,
@@ -463,6 +524,10 @@ bool FftConvolver::fused() const {
   return state_->fused;
 }
 
+bool FftConvolver::fused_kernel() const {
+  return state_->fused_kernel;
+}
+
 std::string FftConvolver::description() const {
   const State& s = *state_;
   std::ostringstream text;
@@ -470,7 +535,11 @@ std::string FftConvolver::description() const {
        << (s.partitions == 1 ? " partition" : " partitions") << " of " << s.partition << " frames, "
        << s.channels << (s.channels == 1 ? " channel" : " channels")
        << (s.filter_shared[s.current] ? ", shared filter" : ", per-channel filters")
-       << (s.fused ? ", fused cuFFT callbacks" : ", separate kernels");
+       << (s.fused_kernel ? ", fused overlap-save kernel"
+           : s.fused      ? ", fused cuFFT callbacks"
+                          : ", separate kernels");
+  if (!s.fused_kernel_failure.empty())
+    text << " (fused overlap-save kernel unavailable: " << s.fused_kernel_failure << ")";
   if (!s.fused_failure.empty()) text << " (fused path unavailable: " << s.fused_failure << ")";
   return text.str();
 }

@@ -31,8 +31,14 @@ class FftConvolver {
   // the callback plans ran 1.2-1.6x slower than the separate kernels (cuFFT
   // switches to a complex-to-complex transform with extra pre/post passes) and
   // take 2-4 s to JIT-link.
+  // With use_fused_kernel (and unless the environment sets TAPSTREAM_FFT_FUSED=0),
+  // a filter that fits one partition runs whole segments through one kernel
+  // (kernels/fused_overlap_save.hpp) instead of the cuFFT passes, and the
+  // partition chosen (partition_frames == 0) is the filter's length rounded up
+  // to a power of two when the blocks are at least that long.
   FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
-               std::size_t partition_frames = 0, bool fused_callbacks = false);
+               std::size_t partition_frames = 0, bool fused_callbacks = false,
+               bool use_fused_kernel = true);
   ~FftConvolver();
   FftConvolver(const FftConvolver&) = delete;
   FftConvolver& operator=(const FftConvolver&) = delete;
@@ -55,6 +61,8 @@ class FftConvolver {
   std::size_t partitions() const;
   // True when whole segments use the fused cuFFT-callback path.
   bool fused() const;
+  // True when whole segments use the fused overlap-save kernel.
+  bool fused_kernel() const;
   std::string description() const;
 
  private:
