@@ -71,6 +71,12 @@ if [ "$peers_only" = 0 ]; then
       echo "cuda_engine_bench offline $taps taps: exit status $?"
       parts+=("$out/engine-offline-$taps.json")
     done
+    # The FFT path without the fused single-partition kernel (separate passes), for comparison.
+    TAPSTREAM_FFT_FUSED=0 run_bench --only ceilings,offline --taps 2048,16384 --json "$out/engine-offline-unfused.json" \
+      --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned \
+      --skip-reason "not run with TAPSTREAM_FFT_FUSED=0 (direct form does not use it)"
+    echo "cuda_engine_bench offline FFT unfused: exit status $?"
+    parts+=("fft_unfused=$out/engine-offline-unfused.json")
     # One filter shared by all channels (taps fit in a constant bank up to 8192 taps).
     run_bench --only ceilings,offline --shared --taps 256,2048 --json "$out/engine-offline-shared.json" \
       --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile \
