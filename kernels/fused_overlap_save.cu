@@ -152,7 +152,7 @@ __device__ __forceinline__ void fft_in_shared(float2* s) {
 
 template <int M>
 constexpr int threads_for() {
-  return std::clamp(M / 8, 32, 512);
+  return std::clamp(M / 8, 32, M == 16384 ? 512 : 1024);
 }
 
 template <int M>
