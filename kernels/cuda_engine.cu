@@ -86,7 +86,20 @@ double direct_cost_us(std::size_t C, std::size_t F, std::size_t M, bool global) 
          kLaunchUs;
 }
 
-double fft_cost_us(std::size_t C, std::size_t F, std::size_t M, std::size_t P) {
+// The fused overlap-save kernel (one partition, whole segments) moves fewer
+// bytes but grows with its in-shared-memory FFT; its cost as bytes per sample at
+// kBytesPerUs, from the H100 measurements of 8 ch x 2^22 frames (0.30 ms up to
+// P = 4096, 0.48 ms at 8192, 0.55 ms at 16384).
+double fused_bytes_per_sample(std::size_t P) {
+  if (P <= 4096) return 18.5;
+  return P <= 8192 ? 28.5 : 32.6;
+}
+
+double fft_cost_us(std::size_t C, std::size_t F, std::size_t M, const cuda::FftConvolver& fft) {
+  const std::size_t P = fft.partition_frames();
+  if (fft.fused_kernel() && fft.partitions() == 1 && F >= P) {
+    return double(C) * double(F) * fused_bytes_per_sample(P) / kBytesPerUs + kLaunchUs;
+  }
   return double(C) * double(F) * (16.0 * double(M) / double(P) + kFftBytesPerSample) / kBytesPerUs +
          kFftLaunches * kLaunchUs;
 }
@@ -357,7 +370,7 @@ class CudaEngineImpl final : public CudaEngine {
     }
     try {
       auto fft = std::make_unique<cuda::FftConvolver>(bank, M, F);
-      const double fft_us = fft_cost_us(C, F, M, fft->partition_frames());
+      const double fft_us = fft_cost_us(C, F, M, *fft);
       const double direct_us = direct_cost_us(C, F, M, !fits_constant);
       std::ostringstream note;
       note.precision(3);
