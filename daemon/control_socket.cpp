@@ -1,6 +1,5 @@
 #include "daemon/control_socket.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -218,10 +217,11 @@ void ControlServer::start() {
     throw ControlSocketError("cannot set up control socket " + path_.string() + ": " +
                              errno_text(error));
   }
-  if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    const int error = errno;
+  try {
+    stop_pipe_.emplace();
+  } catch (const std::system_error& e) {
     ::unlink(path_.c_str());
-    throw ControlSocketError("pipe2: " + errno_text(error));
+    throw ControlSocketError(e.what());
   }
   listen_fd_ = listen_fd.release();
   thread_ = std::thread([this] { serve(); });
@@ -229,15 +229,10 @@ void ControlServer::start() {
 
 void ControlServer::stop() {
   if (thread_.joinable()) {
-    const char byte = 's';
-    while (::write(stop_pipe_[1], &byte, 1) < 0 && errno == EINTR) {
-    }
+    stop_pipe_->notify();
     thread_.join();
   }
-  for (int& fd : stop_pipe_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
+  stop_pipe_.reset();
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
     listen_fd_ = -1;
@@ -341,7 +336,7 @@ void ControlServer::serve() {
     }
     std::erase_if(clients, [](const Client& c) { return c.fd.get() < 0; });
     fds.clear();
-    fds.push_back({stop_pipe_[0], POLLIN, 0});
+    fds.push_back({stop_pipe_->read_fd(), POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     for (const auto& client : clients) {
       short events = 0;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/stop_pipe.hpp"
 #include "dsp/latency_stats.hpp"
 
 namespace tapstream {
@@ -105,7 +106,7 @@ class ControlServer {
   std::filesystem::path path_;
   ControlHandlers handlers_;
   int listen_fd_ = -1;
-  int stop_pipe_[2] = {-1, -1};
+  std::optional<StopPipe> stop_pipe_;  // while the server thread runs
   std::thread thread_;
 };
 

@@ -1,6 +1,5 @@
 #include "daemon/file_watcher.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>
@@ -51,8 +50,10 @@ void FileWatcher::start() {
                                      [wd](const auto& watch) { return watch.first == wd; });
       if (!known) watches_.emplace_back(wd, directory);
     }
-    if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-      throw FileWatcherError(std::string("pipe2: ") + std::strerror(errno));
+    try {
+      stop_pipe_.emplace();
+    } catch (const std::system_error& e) {
+      throw FileWatcherError(e.what());
     }
   } catch (...) {
     stop();
@@ -63,15 +64,10 @@ void FileWatcher::start() {
 
 void FileWatcher::stop() {
   if (thread_.joinable()) {
-    const char byte = 's';
-    while (::write(stop_pipe_[1], &byte, 1) < 0 && errno == EINTR) {
-    }
+    stop_pipe_->notify();
     thread_.join();
   }
-  for (int& fd : stop_pipe_) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
+  stop_pipe_.reset();
   if (inotify_fd_ >= 0) ::close(inotify_fd_);  // also removes the watches
   inotify_fd_ = -1;
   watches_.clear();
@@ -89,7 +85,7 @@ void FileWatcher::watch_loop() {
       const auto wait = std::chrono::ceil<std::chrono::milliseconds>(earliest - Clock::now());
       timeout_ms = static_cast<int>(std::max<std::chrono::milliseconds::rep>(wait.count(), 0));
     }
-    pollfd fds[2] = {{stop_pipe_[0], POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{stop_pipe_->read_fd(), POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
     const int ready = ::poll(fds, 2, timeout_ms);
     if (ready < 0 && errno != EINTR) {
       spdlog::error("file watcher: poll: {}; no longer watching filter files",

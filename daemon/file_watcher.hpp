@@ -15,9 +15,12 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "daemon/stop_pipe.hpp"
 
 namespace tapstream {
 
@@ -52,7 +55,7 @@ class FileWatcher {
   Callback on_change_;
   std::chrono::milliseconds debounce_;
   int inotify_fd_ = -1;
-  int stop_pipe_[2] = {-1, -1};
+  std::optional<StopPipe> stop_pipe_;                           // while the thread runs
   std::vector<std::pair<int, std::filesystem::path>> watches_;  // descriptor, directory
   std::thread thread_;
 };
