@@ -82,7 +82,7 @@ std::string json_string(const std::string& s) {
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.12g", v);  // exact for integer counts up to 10^12
   return buf;
 }
 
