@@ -50,6 +50,7 @@ using testing::Child;
 using testing::find_ports;
 using testing::open_client;
 using testing::portaudio_reaches_jack;
+using testing::PrivateJackServer;
 using testing::read_text;
 
 constexpr int rate = 48000;
@@ -181,31 +182,15 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   const std::uint64_t seed = 4242;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
 
-  const fs::path dir = fs::temp_directory_path() / ("tapstream-load-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() { fs::remove_all(dir); }
-  } cleanup{dir};
-
-  const std::string server = "tapstream-load-" + std::to_string(getpid());
-  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
-  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
-  // -S: synchronous, as in the end-to-end test: a late client delays the cycle
-  // instead of losing it, so what the daemon counts is the daemon's own.
-  Child jackd({"jackd", "-S", "--no-realtime", "-t", "10000", "-d", "dummy", "-r",
-               std::to_string(rate), "-p", std::to_string(jack_period)},
-              dir / "jackd.out", dir / "jackd.err");
-  ASSERT_TRUE(jackd.started()) << "could not start jackd";
+  // Synchronous (-S), as in the end-to-end test: what the daemon counts is the daemon's own.
+  PrivateJackServer jack("tapstream-load", rate, jack_period);
+  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
+  const fs::path& dir = jack.dir.path();
 
   LoadStream s;
-  for (int i = 0; i < 100 && s.feeder == nullptr; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    s.feeder = open_client("feeder", server);
-  }
+  s.feeder = jack.open_client_when_up("feeder");
   ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
-  s.recorder = open_client("recorder", server);
+  s.recorder = open_client("recorder", jack.server);
   ASSERT_NE(s.recorder, nullptr);
   ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
   if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";

@@ -46,7 +46,10 @@ using testing::Child;
 using testing::find_ports;
 using testing::open_client;
 using testing::portaudio_reaches_jack;
+using testing::PrivateJackServer;
 using testing::read_text;
+using testing::TempDir;
+using testing::use_jack_server;
 
 // Shared by the two JACK process callbacks and the test thread.
 struct Stream {
@@ -132,31 +135,14 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
   const std::uint64_t seed = 60606;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
 
-  const fs::path dir = fs::temp_directory_path() / ("tapstream-jack-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() { fs::remove_all(dir); }
-  } cleanup{dir};
-
-  // A server of our own, whatever else runs on the machine.
-  const std::string server = "tapstream-test-" + std::to_string(getpid());
-  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
-  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
-  // -S: synchronous mode, the server waits for every client each cycle, so a
-  // late client on a loaded machine delays the cycle instead of losing it.
-  Child jackd({"jackd", "-S", "--no-realtime", "-t", "10000", "-d", "dummy", "-r",
-               std::to_string(rate), "-p", std::to_string(jack_period)},
-              dir / "jackd.out", dir / "jackd.err");
-  ASSERT_TRUE(jackd.started()) << "could not start jackd";
+  PrivateJackServer jack("tapstream-jack", rate, jack_period);
+  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
+  const fs::path& dir = jack.dir.path();
 
   Stream s;
-  for (int i = 0; i < 100 && s.feeder == nullptr; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    s.feeder = open_client("feeder", server);
-  }
+  s.feeder = jack.open_client_when_up("feeder");
   ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
-  s.recorder = open_client("recorder", server);
+  s.recorder = open_client("recorder", jack.server);
   ASSERT_NE(s.recorder, nullptr);
   ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
   if (!portaudio_reaches_jack()) {
@@ -307,16 +293,9 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
 // is back. (About 10 s: the servers run in real time.)
 TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
   if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
-  const fs::path dir =
-      fs::temp_directory_path() / ("tapstream-jack-re-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() { fs::remove_all(dir); }
-  } cleanup{dir};
-  const std::string server = "tapstream-test-re-" + std::to_string(getpid());
-  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
-  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
+  const TempDir temp_dir("tapstream-jack-re");
+  const fs::path& dir = temp_dir.path();
+  const std::string server = use_jack_server("tapstream-test-re-" + std::to_string(getpid()));
   const std::vector<std::string> jackd_argv{"jackd",
                                             "-S",
                                             "--no-realtime",

@@ -1,92 +1,24 @@
 #pragma once
 // Test support for the suites that run `tapstream run` against a JACK server
-// of their own (jack_end_to_end_test, daemon_load_test): child processes with
-// their output in files, JACK clients of a named server, port look-up, and
-// whether PortAudio can reach JACK at all.
+// of their own (jack_end_to_end_test, daemon_load_test): a private JACK
+// server, JACK clients of a named server, port look-up, and whether PortAudio
+// can reach JACK at all. Child processes and temporary directories are in
+// process_support.hpp.
 
-#include <fcntl.h>
 #include <jack/jack.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cstddef>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "daemon/audio_device.hpp"
-
-extern char** environ;
+#include "tests/process_support.hpp"
 
 namespace tapstream::testing {
-
-inline std::string read_text(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A child process with stdout/stderr in files; killed (SIGTERM, then
-// SIGKILL) by the destructor if still running.
-class Child {
- public:
-  using Clock = std::chrono::steady_clock;
-
-  Child(const std::vector<std::string>& argv, const std::filesystem::path& out,
-        const std::filesystem::path& err) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    if (posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Child() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    if (wait_for(std::chrono::seconds(5)) == -2) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  bool started() const { return pid_ > 0; }
-  // The process id while it runs (-1 once it has been waited for).
-  pid_t pid() const { return pid_; }
-  void signal(int sig) const { kill(pid_, sig); }
-  bool running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == 0) return true;
-    exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    pid_ = -1;
-    return false;
-  }
-  // The exit status, or -2 if still running after `timeout`.
-  int wait_for(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (running()) {
-      if (Clock::now() > deadline) return -2;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return exit_status_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int exit_status_ = -1;
-};
 
 // A client of the named server; never starts a server of its own.
 inline jack_client_t* open_client(const char* name, const std::string& server) {
@@ -94,6 +26,47 @@ inline jack_client_t* open_client(const char* name, const std::string& server) {
   return jack_client_open(name, static_cast<jack_options_t>(JackNoStartServer | JackServerName),
                           &status, server.c_str());
 }
+
+// Makes `server` the JACK server of this process and of the children it
+// starts from now on (JACK_DEFAULT_SERVER), with no D-Bus audio device
+// reservation; returns `server`.
+inline std::string use_jack_server(std::string server) {
+  setenv("JACK_DEFAULT_SERVER", server.c_str(), 1);
+  setenv("JACK_NO_AUDIO_RESERVATION", "1", 1);
+  return server;
+}
+
+// A JACK server of the test's own, whatever else runs on the machine: jackd's
+// dummy driver (no sound hardware, real time) at `rate` Hz and `period`
+// frames, named `name`-PID and made this process's server, with its output
+// (jackd.out, jackd.err) in a private temporary directory that the test uses
+// for its own files too. -S: synchronous mode, the server waits for every
+// client each cycle, so a late client on a loaded machine delays the cycle
+// instead of losing it, and the xruns the daemon counts are its own.
+struct PrivateJackServer {
+  PrivateJackServer(const std::string& name, int rate, std::size_t period)
+      : dir(name),
+        server(use_jack_server(name + "-" + std::to_string(getpid()))),
+        jackd({"jackd", "-S", "--no-realtime", "-t", "10000", "-d", "dummy", "-r",
+               std::to_string(rate), "-p", std::to_string(period)},
+              dir / "jackd.out", dir / "jackd.err") {}
+
+  // A client of this server, retried for up to 10 s while the server comes
+  // up; nullptr if it never does.
+  jack_client_t* open_client_when_up(const char* client_name) const {
+    jack_client_t* client = nullptr;
+    for (int i = 0; i < 100 && client == nullptr; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      client = open_client(client_name, server);
+    }
+    return client;
+  }
+
+  // Destroyed in reverse: jackd is stopped before its directory is removed.
+  TempDir dir;
+  std::string server;
+  Child jackd;
+};
 
 inline std::vector<std::string> find_ports(jack_client_t* client, const char* pattern,
                                            unsigned long flags) {

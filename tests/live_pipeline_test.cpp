@@ -4,19 +4,14 @@
 
 #include "daemon/live_pipeline.hpp"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -25,32 +20,19 @@
 #include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/sound_file.hpp"
+#include "tests/process_support.hpp"
 #include "tests/reference.hpp"
-
-extern char** environ;
 
 namespace tapstream {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Child;
 using testing::random_signal;
+using testing::read_text;
 using testing::reference_convolution;
 using testing::relative_error;
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("tapstream-live-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using testing::TempDir;
 
 std::vector<float> channel_of(const std::vector<float>& interleaved, std::size_t channels,
                               std::size_t channel, std::size_t first_frame = 0) {
@@ -160,7 +142,7 @@ TEST(LivePipeline, UnpacedFileStreamEqualsOfflineEngineAfterTheReportedLatency) 
   const auto bank = FilterBank::per_channel(
       {random_signal(733, seed + 1), random_signal(64, seed + 2)}, {"a", "b"});
 
-  TempDir dir;
+  TempDir dir{"tapstream-live"};
   write_wav(dir.path() / "in.wav", input, rate, channels);
   LivePipeline pipeline(engine_for(bank, block), pipeline_options(block, margin));
   FileEndpointOptions files;
@@ -207,7 +189,7 @@ TEST(LivePipeline, PacedFileStreamKeepsRealTimeWithoutXruns) {
   const std::size_t channels = 2, block = 256, margin = 512, frames = 24000;  // 0.5 s
   const auto input = random_signal(frames * channels, seed);
   const auto bank = FilterBank::shared(random_signal(129, seed + 1), channels);
-  TempDir dir;
+  TempDir dir{"tapstream-live"};
   write_wav(dir.path() / "in.wav", input, rate, channels);
   LivePipeline pipeline(engine_for(bank, block), pipeline_options(block, margin));
   FileEndpointOptions files;
@@ -414,52 +396,6 @@ TEST(LivePipeline, OverrunsAreCountedAndLaterInputKeepsItsPlace) {
 
 // --- swaps through the daemon: `tapstream run` on files, paced ----------
 
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs a command to completion (or `timeout`), stdout and stderr to files.
-class Process {
- public:
-  Process(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  void signal(int sig) const { kill(pid_, sig); }
-  // The exit status, or -1 after `timeout`.
-  int wait(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
 void write_taps(const fs::path& file, const std::vector<float>& taps) {
   save_text_taps(file, taps, "live swap test");
 }
@@ -496,10 +432,9 @@ class DaemonRun {
   fs::path socket() const { return dir.path() / "ctl" / "control.sock"; }
 
   void start() {
-    daemon =
-        std::make_unique<Process>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
-                                                           (dir.path() / "live.toml").string()},
-                                  dir.path() / "daemon.out", dir.path() / "daemon.err");
+    daemon = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
+                                                              (dir.path() / "live.toml").string()},
+                                     dir.path() / "daemon.out", dir.path() / "daemon.err");
     // Up once the control socket answers.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!fs::exists(socket()) && std::chrono::steady_clock::now() < deadline) {
@@ -512,14 +447,15 @@ class DaemonRun {
   std::string ctl(const std::vector<std::string>& args) {
     std::vector<std::string> argv{TAPSTREAM_BINARY, "ctl", "--socket", socket().string()};
     argv.insert(argv.end(), args.begin(), args.end());
-    Process ctl(argv, dir.path() / "ctl.out", dir.path() / "ctl.err");
-    ctl.wait(std::chrono::seconds(20));
+    Child ctl(argv, dir.path() / "ctl.out", dir.path() / "ctl.err");
+    ctl.wait_for(std::chrono::seconds(20));
     return read_text(dir.path() / "ctl.out");
   }
 
   // Waits for the daemon to finish the input file; returns its log.
   std::string finish() {
-    EXPECT_EQ(daemon->wait(std::chrono::seconds(30)), 0) << read_text(dir.path() / "daemon.err");
+    EXPECT_EQ(daemon->wait_for(std::chrono::seconds(30)), 0)
+        << read_text(dir.path() / "daemon.err");
     const std::string log = read_text(dir.path() / "daemon.err");
     EXPECT_NE(log.find("underruns 0, overruns 0"), std::string::npos) << log;
     EXPECT_FALSE(fs::exists(socket())) << "the control socket is removed at the end";
@@ -536,12 +472,12 @@ class DaemonRun {
 
   std::vector<float> input_channel(std::size_t c) const { return channel_of(input, channels, c); }
 
-  TempDir dir;
+  TempDir dir{"tapstream-live"};
   std::size_t frames;
   std::vector<float> input;
   std::vector<float> old_taps;
   std::vector<float> new_taps;
-  std::unique_ptr<Process> daemon;
+  std::unique_ptr<Child> daemon;
 };
 
 std::vector<std::uint64_t> swap_blocks(const std::string& log) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/process_support.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
@@ -29,29 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::random_signal;
+using testing::read_text;
 using testing::reference_convolution;
 using testing::relative_error;
-
-// A fresh directory under the system's temporary directory, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tapstream-process-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 struct Sound {
   SF_INFO info{};
@@ -98,11 +80,6 @@ void write_text_taps(const fs::path& file, const std::vector<float>& taps) {
     std::snprintf(line, sizeof line, "%.9g\n", double(t));
     out << line;
   }
-}
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 std::set<std::string> entries(const fs::path& dir) {
