@@ -213,7 +213,13 @@ class CudaEngineImpl final : public CudaEngine {
 
     // Chunks pipelined over the streams: chunk i on stream i % S, its own device
     // slot; chunk i - E is drained (waited for and copied out) before chunk i is
-    // enqueued so that host copies overlap device work too.
+    // enqueued so that host copies overlap device work too. The caller's own
+    // page-locked buffers are copied from and to directly; pageable ones go
+    // through the pinned staging, so that the copies stay asynchronous.
+    const float* host_in = in_staged || is_page_locked(in.data()) ? in.data() : pinned_in_.get();
+    float* host_out = out_staged || is_page_locked(out.data()) ? out.data() : pinned_out_.get();
+    const bool stage_in = host_in != in.data();
+    const bool stage_out = host_out != out.data();
     const std::size_t S = streams_.size();
     std::size_t chunk =
         std::max((frames + 2 * S - 1) / (2 * S), (kMinChunkSamples + channels_ - 1) / channels_);
@@ -224,7 +230,7 @@ class CudaEngineImpl final : public CudaEngine {
     auto drain = [&](std::size_t i) {
       const std::size_t a = i * chunk, b = std::min(frames, a + chunk);
       chunk_done_[i % E].synchronize();
-      if (!out_staged) copy_host(out.data(), pinned_out_.get(), layout, frames, a, b);
+      if (stage_out) copy_host(out.data(), pinned_out_.get(), layout, frames, a, b);
     };
     for (std::size_t i = 0; i < chunks; ++i) {
       if (i >= E) drain(drained++);
@@ -232,14 +238,12 @@ class CudaEngineImpl final : public CudaEngine {
       const std::size_t m = b - a;
       const std::size_t s = i % S;
       cudaStream_t stream = streams_[s].get();
-      if (!in_staged) copy_host(pinned_in_.get(), in.data(), layout, frames, a, b);
-      copy_2d(slot_in_[s].get(), pinned_in_.get(), layout, frames, a, m, cudaMemcpyHostToDevice,
-              stream);
+      if (stage_in) copy_host(pinned_in_.get(), in.data(), layout, frames, a, b);
+      copy_2d(slot_in_[s].get(), host_in, layout, frames, a, m, cudaMemcpyHostToDevice, stream);
       const SampleView x = view(slot_in_[s].get(), layout, m, 0);
       const SampleView y = view(slot_out_[s].get(), layout, m, 0);
       filter(s, x, slot_out_[s].get(), y.channel_stride, y.frame_stride, m, a, frames, false);
-      copy_2d(pinned_out_.get(), slot_out_[s].get(), layout, frames, a, m, cudaMemcpyDeviceToHost,
-              stream);
+      copy_2d(host_out, slot_out_[s].get(), layout, frames, a, m, cudaMemcpyDeviceToHost, stream);
       chunk_done_[i % E].record(stream);
     }
     end_block();
@@ -419,6 +423,16 @@ class CudaEngineImpl final : public CudaEngine {
     if (chain_stream_ != s) chain_.wait_on(streams_[s].get());
   }
 
+  // True for memory from cudaHostAlloc/cudaMallocHost or cudaHostRegister.
+  static bool is_page_locked(const void* p) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it so later checks do not see it
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
+  }
+
   SampleView view(const float* base, Layout layout, std::size_t frames, std::size_t) const {
     if (layout == Layout::interleaved) return {base, 1, (long long)channels_};
     return {base, (long long)frames, 1};
@@ -436,7 +450,8 @@ class CudaEngineImpl final : public CudaEngine {
     }
   }
 
-  // Copies frames [a, a + m) of the pinned staging (a call of `frames` frames)
+  // Copies frames [a, a + m) of a host buffer laid out as the call (`frames`
+  // frames: the pinned staging or the caller's page-locked buffer)
   // to or from a device slot holding just those m frames, in the same layout.
   void copy_2d(float* dst, const float* src, Layout layout, std::size_t frames, std::size_t a,
                std::size_t m, cudaMemcpyKind kind, cudaStream_t stream) const {
