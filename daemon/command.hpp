@@ -3,14 +3,13 @@
 // daemon/*_command.cpp and registers its options on the CLI11 app.
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 
 namespace tapstream {
 
 struct Command {
-  CLI::App* app = nullptr;     // the parsed subcommand
-  std::function<int()> run;    // runs it; returns the process exit code
+  CLI::App* app = nullptr;   // the parsed subcommand
+  std::function<int()> run;  // runs it; returns the process exit code
 };
 
 Command add_process_command(CLI::App& app);

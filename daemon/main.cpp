@@ -16,10 +16,8 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Only errors");
 
   const std::vector<tapstream::Command> commands = {
-      tapstream::add_process_command(app),
-      tapstream::add_design_command(app),
-      tapstream::add_run_command(app),
-      tapstream::add_devices_command(app),
+      tapstream::add_process_command(app), tapstream::add_design_command(app),
+      tapstream::add_run_command(app),     tapstream::add_devices_command(app),
       tapstream::add_ctl_command(app),
   };
 

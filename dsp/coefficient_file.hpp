@@ -20,10 +20,10 @@ class CoefficientFileError : public std::runtime_error {
 };
 
 struct CoefficientFileOptions {
-  std::size_t channels = 1;          // the audio's channel count
-  std::size_t max_taps = 1u << 20;   // more taps than this is an error
-  int sample_rate = 0;               // the audio's rate; 0 = do not check
-  bool ignore_sample_rate = false;   // accept an IR whose rate differs from the audio's
+  std::size_t channels = 1;         // the audio's channel count
+  std::size_t max_taps = 1u << 20;  // more taps than this is an error
+  int sample_rate = 0;              // the audio's rate; 0 = do not check
+  bool ignore_sample_rate = false;  // accept an IR whose rate differs from the audio's
 };
 
 // Loads a file (format from its extension: .txt/.taps/other text, .f32, .f64,

@@ -30,8 +30,7 @@ FilterBank FilterBank::per_channel(std::vector<std::vector<float>> taps,
 void FilterBank::validate() const {
   if (channels_ == 0) throw std::invalid_argument("filter bank: zero channels");
   for (std::size_t f = 0; f < filters_.size(); ++f) {
-    const std::string where =
-        sources_[f].empty() ? "filter " + std::to_string(f) : sources_[f];
+    const std::string where = sources_[f].empty() ? "filter " + std::to_string(f) : sources_[f];
     if (filters_[f].empty()) throw std::invalid_argument(where + ": no taps");
     for (std::size_t i = 0; i < filters_[f].size(); ++i) {
       if (!std::isfinite(filters_[f][i])) {

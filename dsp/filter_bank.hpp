@@ -14,8 +14,7 @@ namespace tapstream {
 class FilterBank {
  public:
   // One filter applied to every one of `channels` channels.
-  static FilterBank shared(std::vector<float> taps, std::size_t channels,
-                           std::string source = {});
+  static FilterBank shared(std::vector<float> taps, std::size_t channels, std::string source = {});
   // One filter per channel; `taps.size()` is the channel count.
   static FilterBank per_channel(std::vector<std::vector<float>> taps,
                                 std::vector<std::string> sources = {});

@@ -14,9 +14,9 @@ enum class WindowType { kaiser, hann, hamming, blackman, rectangular };
 struct FilterSpec {
   FilterType type = FilterType::lowpass;
   double sample_rate = 48000.0;
-  double cutoff_hz = 1000.0;   // the (first) edge
-  double cutoff2_hz = 0.0;     // the second edge for bandpass and bandstop
-  std::size_t taps = 255;      // highpass and bandstop need an odd count
+  double cutoff_hz = 1000.0;  // the (first) edge
+  double cutoff2_hz = 0.0;    // the second edge for bandpass and bandstop
+  std::size_t taps = 255;     // highpass and bandstop need an odd count
   WindowType window = WindowType::kaiser;
   double kaiser_beta = 8.6;
 };
