@@ -48,6 +48,8 @@ using testing::open_client;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
+using testing::register_stream_ports;
+using testing::route_through_daemon;
 using testing::TempDir;
 using testing::use_jack_server;
 
@@ -211,26 +213,13 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
 
   s.record_frames = s.signal_frames + reported + 4096;
   s.recording.assign(s.record_frames * channels, 0.0f);
-  for (std::size_t c = 0; c < channels; ++c) {
-    const std::string n = std::to_string(c + 1);
-    s.out_ports[c] = jack_port_register(s.feeder, ("out_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
-                                        JackPortIsOutput, 0);
-    s.in_ports[c] = jack_port_register(s.recorder, ("in_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
-                                       JackPortIsInput, 0);
-    ASSERT_TRUE(s.out_ports[c] != nullptr && s.in_ports[c] != nullptr);
-  }
+  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder, s.out_ports, s.in_ports));
   jack_set_process_callback(s.feeder, feed, &s);
   jack_set_process_callback(s.recorder, record, &s);
   ASSERT_EQ(jack_activate(s.feeder), 0);
   ASSERT_EQ(jack_activate(s.recorder), 0);
-  for (std::size_t c = 0; c < channels; ++c) {
-    // PortAudio connected the daemon to the dummy capture ports: replace them.
-    for (const auto& source : find_ports(s.feeder, "system:capture_.*", JackPortIsOutput)) {
-      jack_disconnect(s.feeder, source.c_str(), daemon_in[c].c_str());
-    }
-    ASSERT_EQ(jack_connect(s.feeder, jack_port_name(s.out_ports[c]), daemon_in[c].c_str()), 0);
-    ASSERT_EQ(jack_connect(s.recorder, daemon_out[c].c_str(), jack_port_name(s.in_ports[c])), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
   s.armed.store(true, std::memory_order_release);
 

@@ -5,12 +5,14 @@
 // can reach JACK at all. Child processes and temporary directories are in
 // process_support.hpp.
 
+#include <gtest/gtest.h>
 #include <jack/jack.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,6 +78,38 @@ inline std::vector<std::string> find_ports(jack_client_t* client, const char* pa
   for (const char** p = ports; *p != nullptr; ++p) names.emplace_back(*p);
   jack_free(ports);
   return names;
+}
+
+// Registers the feeder's out_N and the recorder's in_N ports, one of each per
+// channel (N from 1). Call through ASSERT_NO_FATAL_FAILURE.
+inline void register_stream_ports(jack_client_t* feeder, jack_client_t* recorder,
+                                  std::span<jack_port_t*> out_ports,
+                                  std::span<jack_port_t*> in_ports) {
+  for (std::size_t c = 0; c < out_ports.size(); ++c) {
+    const std::string n = std::to_string(c + 1);
+    out_ports[c] = jack_port_register(feeder, ("out_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
+                                      JackPortIsOutput, 0);
+    in_ports[c] = jack_port_register(recorder, ("in_" + n).c_str(), JACK_DEFAULT_AUDIO_TYPE,
+                                     JackPortIsInput, 0);
+    ASSERT_TRUE(out_ports[c] != nullptr && in_ports[c] != nullptr);
+  }
+}
+
+// Feeds the daemon's inputs from the feeder instead of the dummy capture ports
+// PortAudio connected them to, and records its outputs; both clients must be
+// active. Call through ASSERT_NO_FATAL_FAILURE.
+inline void route_through_daemon(jack_client_t* feeder, jack_client_t* recorder,
+                                 std::span<jack_port_t* const> out_ports,
+                                 std::span<jack_port_t* const> in_ports,
+                                 const std::vector<std::string>& daemon_in,
+                                 const std::vector<std::string>& daemon_out) {
+  for (std::size_t c = 0; c < out_ports.size(); ++c) {
+    for (const auto& source : find_ports(feeder, "system:capture_.*", JackPortIsOutput)) {
+      jack_disconnect(feeder, source.c_str(), daemon_in[c].c_str());
+    }
+    ASSERT_EQ(jack_connect(feeder, jack_port_name(out_ports[c]), daemon_in[c].c_str()), 0);
+    ASSERT_EQ(jack_connect(recorder, daemon_out[c].c_str(), jack_port_name(in_ports[c])), 0);
+  }
 }
 
 // Whether this PortAudio build can reach a JACK server (it lists the JACK
