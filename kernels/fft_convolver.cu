@@ -154,6 +154,26 @@ struct FftConvolver::State {
     return a;
   }
 
+  // Writes frames [first, first + frames) of each of `segments` inverse
+  // transforms in `windows` to out, faded from `filtered_old` when it is set.
+  void emit(const float* filtered_old, float* out, std::size_t out_stride, std::size_t segments,
+            std::size_t first, std::size_t frames, std::size_t call_offset, std::size_t call_frames,
+            cudaStream_t stream) const {
+    EmitArgs a;
+    a.filtered = windows.get();
+    a.filtered_old = filtered_old;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.channels = channels;
+    a.partition = partition;
+    a.segments = segments;
+    a.first = first;
+    a.frames = frames;
+    a.call_offset = call_offset;
+    a.call_frames = call_frames;
+    launch_emit(a, stream);
+  }
+
   // Frames [offset, offset + frames) of the current segment, within one segment.
   void process_partial(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
                        std::size_t frames, std::size_t call_offset, std::size_t call_frames,
@@ -187,19 +207,8 @@ struct FftConvolver::State {
     inverse_single.inverse(products.get(), windows.get(), stream);
     if (fading) inverse_single.inverse(products_old.get(), filtered_old, stream);
 
-    EmitArgs emit;
-    emit.filtered = windows.get();
-    emit.filtered_old = fading ? filtered_old : nullptr;
-    emit.out = out;
-    emit.out_stride = out_stride;
-    emit.channels = channels;
-    emit.partition = partition;
-    emit.segments = 1;
-    emit.first = offset;
-    emit.frames = frames;
-    emit.call_offset = call_offset;
-    emit.call_frames = call_frames;
-    launch_emit(emit, stream);
+    emit(fading ? filtered_old : nullptr, out, out_stride, 1, offset, frames, call_offset,
+         call_frames, stream);
 
     if (completes) {
       launch_advance_stage(stage.get(), channels, partition, stream);
@@ -292,19 +301,8 @@ struct FftConvolver::State {
     run_inverse(products.get(), windows.get(), segments, stream);
     if (fading) run_inverse(products_old.get(), filtered_old, segments, stream);
 
-    EmitArgs emit;
-    emit.filtered = windows.get();
-    emit.filtered_old = fading ? filtered_old : nullptr;
-    emit.out = out;
-    emit.out_stride = out_stride;
-    emit.channels = channels;
-    emit.partition = partition;
-    emit.segments = segments;
-    emit.first = 0;
-    emit.frames = partition;
-    emit.call_offset = call_offset;
-    emit.call_frames = call_frames;
-    launch_emit(emit, stream);
+    emit(fading ? filtered_old : nullptr, out, out_stride, segments, 0, partition, call_offset,
+         call_frames, stream);
 
     segment += std::int64_t(segments);
     tail_valid = false;
