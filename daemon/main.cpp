@@ -5,7 +5,7 @@
 #include <exception>
 #include <vector>
 
-#include "daemon/command.hpp"
+#include "daemon/commands/command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"tapstream: streaming multi-channel FIR filtering on GPUs and CPUs"};

@@ -1,7 +1,7 @@
 // Tests of the control socket: requests and replies, malformed and oversized
 // requests, permissions, stale sockets, concurrent clients, `tapstream ctl`.
 
-#include "daemon/control_socket.hpp"
+#include "daemon/control/control_socket.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/json.hpp"
+#include "daemon/control/json.hpp"
 
 namespace tapstream {
 namespace {

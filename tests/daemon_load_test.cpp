@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/control_socket.hpp"
+#include "daemon/control/control_socket.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"

@@ -1,7 +1,7 @@
 // Tests of FileWatcher: files rewritten in place or renamed into place are
 // reported once they are complete, half-written files never, bursts once.
 
-#include "daemon/file_watcher.hpp"
+#include "daemon/control/file_watcher.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

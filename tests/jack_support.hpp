@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/audio_device.hpp"
+#include "daemon/io/audio_device.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream::testing {

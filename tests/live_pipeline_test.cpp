@@ -2,7 +2,7 @@
 // paced) and direct pushes and pulls, compared with the engine run offline
 // and with a float64 reference convolution.
 
-#include "daemon/live_pipeline.hpp"
+#include "daemon/pipeline/live_pipeline.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/audio_device.hpp"
-#include "daemon/file_endpoints.hpp"
+#include "daemon/io/audio_device.hpp"
+#include "daemon/io/file_endpoints.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/sound_file.hpp"

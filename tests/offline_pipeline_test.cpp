@@ -5,7 +5,7 @@
 // in for the real ones so that these tests check the pipeline alone; one test
 // runs the real CPU engine too.
 
-#include "daemon/offline_pipeline.hpp"
+#include "daemon/pipeline/offline_pipeline.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "daemon/progress.hpp"
+#include "daemon/commands/progress.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "tests/reference.hpp"
 

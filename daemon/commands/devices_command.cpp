@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "daemon/audio_device.hpp"
-#include "daemon/command.hpp"
+#include "daemon/io/audio_device.hpp"
+#include "daemon/commands/command.hpp"
 
 namespace tapstream {
 

@@ -14,10 +14,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "daemon/command.hpp"
+#include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
-#include "daemon/offline_pipeline.hpp"
-#include "daemon/progress.hpp"
+#include "daemon/pipeline/offline_pipeline.hpp"
+#include "daemon/commands/progress.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 

@@ -1,4 +1,4 @@
-#include "daemon/stop_pipe.hpp"
+#include "daemon/control/stop_pipe.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

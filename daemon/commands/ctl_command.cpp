@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "daemon/command.hpp"
+#include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
-#include "daemon/control_socket.hpp"
+#include "daemon/control/control_socket.hpp"
 
 namespace tapstream {
 

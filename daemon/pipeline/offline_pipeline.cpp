@@ -1,4 +1,4 @@
-#include "daemon/offline_pipeline.hpp"
+#include "daemon/pipeline/offline_pipeline.hpp"
 
 #include <algorithm>
 #include <stdexcept>

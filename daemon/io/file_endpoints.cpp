@@ -1,4 +1,4 @@
-#include "daemon/file_endpoints.hpp"
+#include "daemon/io/file_endpoints.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "daemon/progress.hpp"
+#include "daemon/commands/progress.hpp"
 
 #include <unistd.h>
 

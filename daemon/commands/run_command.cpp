@@ -7,7 +7,7 @@
 // synchronously (they are blocked in every thread and taken with
 // sigtimedwait, so no code runs in a signal handler); the PortAudio callback
 // or the file driver and the engine thread run the pipeline
-// (daemon/live_pipeline.hpp); the control socket and the file watcher call
+// (daemon/pipeline/live_pipeline.hpp); the control socket and the file watcher call
 // back into FilterSwapper, which serialises them with a mutex (none of that
 // is on the audio path: the engine only polls the mailbox).
 
@@ -37,14 +37,14 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/audio_device.hpp"
-#include "daemon/command.hpp"
+#include "daemon/io/audio_device.hpp"
+#include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
-#include "daemon/control_socket.hpp"
+#include "daemon/control/control_socket.hpp"
 #include "daemon/engine_factory.hpp"
-#include "daemon/file_endpoints.hpp"
-#include "daemon/file_watcher.hpp"
-#include "daemon/live_pipeline.hpp"
+#include "daemon/io/file_endpoints.hpp"
+#include "daemon/control/file_watcher.hpp"
+#include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 
 namespace tapstream {

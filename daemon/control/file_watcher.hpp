@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/stop_pipe.hpp"
+#include "daemon/control/stop_pipe.hpp"
 
 namespace tapstream {
 

@@ -1,4 +1,4 @@
-#include "daemon/control_socket.hpp"
+#include "daemon/control/control_socket.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,7 +12,7 @@
 #include <system_error>
 #include <utility>
 
-#include "daemon/json.hpp"
+#include "daemon/control/json.hpp"
 
 namespace tapstream {
 namespace {

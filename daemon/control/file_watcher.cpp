@@ -1,4 +1,4 @@
-#include "daemon/file_watcher.hpp"
+#include "daemon/control/file_watcher.hpp"
 
 #include <poll.h>
 #include <spdlog/spdlog.h>

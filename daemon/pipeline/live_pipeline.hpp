@@ -91,7 +91,7 @@ class LivePipeline {
   // --- real-time side: never lock, allocate, log or wait ---------------
   void push_input(const float* interleaved, std::size_t frames) noexcept;
   void pull_output(float* interleaved, std::size_t frames) noexcept;
-  // An AudioCallback (daemon/audio_device.hpp) with `context` = this pipeline.
+  // An AudioCallback (daemon/io/audio_device.hpp) with `context` = this pipeline.
   static void device_callback(const float* input, float* output, std::size_t frames,
                               void* context) noexcept;
 

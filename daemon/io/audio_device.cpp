@@ -1,4 +1,4 @@
-#include "daemon/audio_device.hpp"
+#include "daemon/io/audio_device.hpp"
 
 #include <fmt/format.h>
 

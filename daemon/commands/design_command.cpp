@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/command.hpp"
+#include "daemon/commands/command.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/filter_design.hpp"
 

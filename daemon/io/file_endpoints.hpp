@@ -22,7 +22,7 @@
 #include <memory>
 #include <thread>
 
-#include "daemon/live_pipeline.hpp"
+#include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/sound_file.hpp"
 
 namespace tapstream {

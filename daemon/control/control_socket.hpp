@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/stop_pipe.hpp"
+#include "daemon/control/stop_pipe.hpp"
 #include "dsp/latency_stats.hpp"
 
 namespace tapstream {

@@ -1,4 +1,4 @@
-#include "daemon/live_pipeline.hpp"
+#include "daemon/pipeline/live_pipeline.hpp"
 
 #include <pthread.h>
 #include <sched.h>
