@@ -208,14 +208,7 @@ fs::path default_control_socket() {
 LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
                              std::string_view name) {
   const Reader reader(std::string(name), base_dir);
-  toml::table root;
-  try {
-    root = toml::parse(text, std::string(name));
-  } catch (const toml::parse_error& error) {
-    const auto& begin = error.source().begin;
-    throw ConfigError(std::string(name) + ":" + std::to_string(begin.line) + ":" +
-                      std::to_string(begin.column) + ": " + std::string(error.description()));
-  }
+  const toml::table root = parse_toml(text, name);
 
   reader.check_known(root, "",
                      {"sample_rate", "block_frames", "channels", "ring_margin_frames", "input",

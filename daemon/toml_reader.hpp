@@ -198,5 +198,16 @@ class Reader {
   fs::path base_dir_;
 };
 
+// Parses TOML text, turning a syntax error into a ConfigError "name:line:column: what".
+inline toml::table parse_toml(std::string_view text, std::string_view name) {
+  try {
+    return toml::parse(text, std::string(name));
+  } catch (const toml::parse_error& error) {
+    const auto& begin = error.source().begin;
+    throw ConfigError(std::string(name) + ":" + std::to_string(begin.line) + ":" +
+                      std::to_string(begin.column) + ": " + std::string(error.description()));
+  }
+}
+
 }  // namespace toml_reading
 }  // namespace tapstream

@@ -1,0 +1,278 @@
+// Routing matrices: validation naming the path, matrix files (sparse and
+// dense), and the matrix filter's output against a float64 reference of each
+// output as the sum of its paths (gain, delay and polarity applied in float64).
+
+#include "dsp/routing_matrix.hpp"
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/matrix_config.hpp"
+#include "dsp/cpu_engine.hpp"
+#include "dsp/matrix_filter.hpp"
+#include "process_support.hpp"
+#include "reference.hpp"
+
+namespace tapstream {
+namespace {
+
+using testing::random_signal;
+using testing::reference_convolution;
+using testing::relative_error;
+using testing::TempDir;
+
+MatrixPath make_path(std::size_t input, std::size_t output, std::vector<float> taps,
+                     double gain_db = 0.0, std::size_t delay = 0, bool invert = false) {
+  MatrixPath p;
+  p.input = input;
+  p.output = output;
+  p.taps = std::move(taps);
+  p.gain_db = gain_db;
+  p.delay_frames = delay;
+  p.invert = invert;
+  p.source = "test";
+  return p;
+}
+
+MatrixFilter cpu_matrix_filter(const RoutingMatrix& matrix, std::size_t max_block) {
+  EngineOptions options;
+  options.max_block_frames = max_block;
+  return MatrixFilter(matrix, make_cpu_engine(matrix.path_bank(), options));
+}
+
+// Output o of the whole stream, in float64: the sum over the paths to o.
+std::vector<double> reference_output(const RoutingMatrix& matrix,
+                                     const std::vector<std::vector<float>>& inputs,
+                                     std::size_t output) {
+  const std::size_t frames = inputs[0].size();
+  std::vector<double> sum(frames, 0.0);
+  for (const MatrixPath& p : matrix.paths()) {
+    if (p.output != output) continue;
+    const std::vector<double> y = reference_convolution(inputs[p.input], p.taps);
+    const double scale = std::pow(10.0, p.gain_db / 20.0) * (p.invert ? -1.0 : 1.0);
+    for (std::size_t n = p.delay_frames; n < frames; ++n) sum[n] += scale * y[n - p.delay_frames];
+  }
+  return sum;
+}
+
+// Runs the stream through `filter` in blocks of random size (1..max_block),
+// interleaved or planar, and returns each output channel.
+std::vector<std::vector<float>> run_stream(MatrixFilter& filter,
+                                           const std::vector<std::vector<float>>& inputs,
+                                           std::mt19937_64& rng, Layout layout) {
+  const std::size_t frames = inputs[0].size(), n_in = filter.inputs(), n_out = filter.outputs();
+  std::vector<std::vector<float>> outputs(n_out, std::vector<float>(frames));
+  std::uniform_int_distribution<std::size_t> block_size(1, filter.max_block_frames());
+  std::vector<float> in, out;
+  for (std::size_t start = 0; start < frames;) {
+    const std::size_t n = std::min(block_size(rng), frames - start);
+    in.assign(n_in * n, 0.0f);
+    out.assign(n_out * n, 0.0f);
+    for (std::size_t c = 0; c < n_in; ++c)
+      for (std::size_t f = 0; f < n; ++f)
+        in[layout == Layout::planar ? c * n + f : f * n_in + c] = inputs[c][start + f];
+    filter.process(in, out, n, layout);
+    for (std::size_t c = 0; c < n_out; ++c)
+      for (std::size_t f = 0; f < n; ++f)
+        outputs[c][start + f] = out[layout == Layout::planar ? c * n + f : f * n_out + c];
+    start += n;
+  }
+  return outputs;
+}
+
+TEST(RoutingMatrix, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyBlockSize) {
+  const std::uint64_t seed = 20261123;
+  std::cout << "seed " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  // 3 -> 5, lengths 1 to 70001, gains, delays, inverted paths, pairs absent,
+  // output 4 reached by no path.
+  std::vector<MatrixPath> paths;
+  paths.push_back(make_path(0, 0, random_signal(1, seed + 1), -3.0));
+  paths.push_back(make_path(1, 0, random_signal(4097, seed + 2), 0.0, 12, true));
+  paths.push_back(make_path(2, 1, random_signal(70001, seed + 3), 6.0, 0));
+  paths.push_back(make_path(0, 2, random_signal(300, seed + 4), -20.0, 1000, false));
+  paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
+  paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
+  const RoutingMatrix matrix = RoutingMatrix::make(3, 5, std::move(paths));
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(80000, seed + 10 + c));
+
+  std::vector<std::vector<double>> want;
+  for (std::size_t o = 0; o < 5; ++o) want.push_back(reference_output(matrix, inputs, o));
+  for (const std::size_t max_block : {std::size_t(1) << 16, std::size_t(257), std::size_t(1)}) {
+    for (const Layout layout : {Layout::interleaved, Layout::planar}) {
+      if (max_block == 1 && layout == Layout::planar) continue;  // one frame: layouts agree
+      SCOPED_TRACE("blocks <= " + std::to_string(max_block) +
+                   (layout == Layout::planar ? ", planar" : ", interleaved"));
+      MatrixFilter filter = cpu_matrix_filter(matrix, max_block);
+      const auto got = run_stream(filter, inputs, rng, layout);
+      for (std::size_t o = 0; o < 4; ++o) {
+        EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << "output " << o;
+      }
+      for (float v : got[4]) ASSERT_EQ(v, 0.0f) << "output 4 is reached by no path";
+    }
+  }
+}
+
+TEST(RoutingMatrix, DiagonalMatrixFiltersLikeTheEngineItself) {
+  const FilterBank bank = FilterBank::per_channel({random_signal(100, 1), random_signal(33, 2)});
+  const RoutingMatrix matrix = RoutingMatrix::diagonal(bank);
+  EXPECT_TRUE(matrix.is_diagonal());
+  EngineOptions options;
+  options.max_block_frames = 64;
+  auto engine = make_cpu_engine(bank, options);
+  MatrixFilter filter = cpu_matrix_filter(matrix, 64);
+  const std::vector<float> in = random_signal(2 * 64, 3);
+  std::vector<float> direct(in.size()), routed(in.size());
+  engine->process(in, direct, 64, Layout::interleaved);
+  filter.process(in, routed, 64, Layout::interleaved);
+  EXPECT_EQ(direct, routed);
+}
+
+TEST(RoutingMatrix, BadPathsAreRefusedNamingThePathAndTheReason) {
+  const auto refused = [](std::size_t inputs, std::size_t outputs, std::vector<MatrixPath> paths,
+                          const std::string& expected, std::size_t max_taps = 1 << 20) {
+    try {
+      RoutingMatrix::make(inputs, outputs, std::move(paths), max_taps);
+      ADD_FAILURE() << "accepted; expected: " << expected;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused(2, 2, {make_path(0, 0, {1}), make_path(2, 1, {1})}, "path 1 (input 2 -> output 1)");
+  refused(2, 2, {make_path(0, 5, {1})}, "output 5 is out of range");
+  refused(2, 2, {make_path(0, 1, {1}), make_path(0, 1, {0.5f})}, "is given twice");
+  refused(2, 2, {make_path(0, 1, {})}, "no taps");
+  refused(1, 1, {make_path(0, 0, {1, 2, 3}, 0, 10)}, "exceed the maximum of 12", 12);
+  refused(1, 1, {make_path(0, 0, {NAN})}, "not a finite number");
+}
+
+TEST(RoutingMatrix, SwapsKeepTheRoutingAndRefuseARerouteKeepingTheRunningMatrix) {
+  const RoutingMatrix a = RoutingMatrix::make(2, 1, {make_path(0, 0, {1}), make_path(1, 0, {1})});
+  MatrixFilter filter = cpu_matrix_filter(a, 16);
+  const RoutingMatrix louder =
+      RoutingMatrix::make(2, 1, {make_path(0, 0, {2}), make_path(1, 0, {1}, 0, 0, true)});
+  filter.set_matrix(louder, /*crossfade=*/false);
+  const std::vector<float> in = {1, 1, 1, 1};  // 2 frames x 2 inputs, interleaved
+  std::vector<float> out(2);
+  filter.process(in, out, 2, Layout::interleaved);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);  // 2 x 1 - 1 x 1
+  const RoutingMatrix rerouted = RoutingMatrix::make(2, 1, {make_path(0, 0, {1})});
+  EXPECT_THROW(filter.set_matrix(rerouted, true), std::invalid_argument);
+  filter.process(in, out, 2, Layout::interleaved);
+  EXPECT_FLOAT_EQ(out[1], 1.0f);
+}
+
+void write_text(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream(file) << text;
+}
+
+void write_wav(const std::filesystem::path& file, int channels, int rate,
+               const std::vector<float>& interleaved) {
+  SF_INFO info{};
+  info.channels = channels;
+  info.samplerate = rate;
+  info.format = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
+  SNDFILE* f = sf_open(file.c_str(), SFM_WRITE, &info);
+  ASSERT_NE(f, nullptr);
+  sf_writef_float(f, interleaved.data(), sf_count_t(interleaved.size() / channels));
+  sf_close(f);
+}
+
+TEST(MatrixFile, SparseFileReadsEveryKeyRelativeToItsDirectory) {
+  TempDir dir;
+  write_text(dir / "woofer.txt", "0.5\n0.25\n");
+  write_wav(dir / "ir.wav", 2, 48000, {1, 10, 2, 20, 3, 30});
+  write_text(dir / "m.toml", R"(inputs = 2
+outputs = 3
+[[path]]
+input = 0
+output = 0
+file = "woofer.txt"
+gain_db = -6.0
+delay_frames = 2
+invert = true
+[[path]]
+input = 1
+output = 2
+file = "ir.wav"
+channel = 1
+)");
+  MatrixFileOptions options;
+  options.sample_rate = 48000;
+  const RoutingMatrix m = load_matrix_file(dir / "m.toml", options);
+  ASSERT_EQ(m.paths().size(), 2u);
+  EXPECT_EQ(m.inputs(), 2u);
+  EXPECT_EQ(m.outputs(), 3u);
+  EXPECT_EQ(m.paths()[0].delay_frames, 2u);
+  EXPECT_TRUE(m.paths()[0].invert);
+  EXPECT_DOUBLE_EQ(m.paths()[0].gain_db, -6.0);
+  EXPECT_EQ(m.paths()[1].taps, (std::vector<float>{10, 20, 30}));
+  EXPECT_EQ(m.max_taps(), 4u);
+}
+
+TEST(MatrixFile, DenseFileMapsChannelKToInputKModInputsAndOutputKDivInputs) {
+  TempDir dir;
+  // 2 -> 2: channels (in0,out0) (in1,out0) (in0,out1) (in1,out1); (in1,out0) all zero.
+  write_wav(dir / "dense.wav", 4, 48000, {1, 0, 3, 4, 1, 0, 3, 4});
+  write_text(dir / "m.toml", "inputs = 2\noutputs = 2\n[dense]\nfile = \"dense.wav\"\n");
+  const RoutingMatrix m = load_matrix_file(dir / "m.toml", {});
+  ASSERT_EQ(m.paths().size(), 3u);
+  EXPECT_EQ(m.paths()[0].input, 0u);
+  EXPECT_EQ(m.paths()[0].output, 0u);
+  EXPECT_EQ(m.paths()[1].input, 0u);
+  EXPECT_EQ(m.paths()[1].output, 1u);
+  EXPECT_EQ(m.paths()[1].taps, (std::vector<float>{3, 3}));
+  EXPECT_EQ(m.paths()[2].input, 1u);
+  EXPECT_EQ(m.paths()[2].output, 1u);
+}
+
+TEST(MatrixFile, EveryBadFileIsRefusedNamingThePathAndTheReason) {
+  TempDir dir;
+  write_text(dir / "a.txt", "1\n");
+  write_wav(dir / "ir44.wav", 1, 44100, {1, 0});
+  write_wav(dir / "two.wav", 2, 48000, {1, 0});
+  const auto refused = [&](const std::string& body, const std::string& expected) {
+    write_text(dir / "bad.toml", body);
+    MatrixFileOptions options;
+    options.sample_rate = 48000;
+    try {
+      load_matrix_file(dir / "bad.toml", options);
+      ADD_FAILURE() << "accepted:\n" << body;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << "got: " << e.what() << "\nwanted: " << expected;
+      EXPECT_NE(std::string(e.what()).find("bad.toml"), std::string::npos) << e.what();
+    }
+  };
+  const std::string head = "inputs = 2\noutputs = 2\n";
+  refused(head + "[[path]]\ninput = 0\noutput = 0\nfile = \"missing.txt\"\n", "no such file");
+  refused(head + "[[path]]\ninput = 0\noutput = 0\nfile = \"two.wav\"\nchannel = 2\n",
+          "path 0 (input 0 -> output 0): channel 2 is out of range");
+  refused(head + "[[path]]\ninput = 1\noutput = 0\nfile = \"ir44.wav\"\n",
+          "path 0 (input 1 -> output 0): ");
+  refused(head + "[[path]]\ninput = 1\noutput = 0\nfile = \"ir44.wav\"\n", "44100");
+  refused(head +
+              "[[path]]\ninput = 0\noutput = 1\nfile = \"a.txt\"\n"
+              "[[path]]\ninput = 0\noutput = 1\nfile = \"a.txt\"\n",
+          "path 1 (input 0 -> output 1): input 0 -> output 1 is given twice");
+  refused(head + "[[path]]\ninput = 3\noutput = 0\nfile = \"a.txt\"\n",
+          "path[0].input = 3: must be between 0 and 1");
+  refused(head + "[[path]]\ninput = 0\noutput = 0\nfile = \"a.txt\"\ngain = 3\n",
+          "unknown key 'gain'");
+  refused(head + "[dense]\nfile = \"two.wav\"\n", "needs inputs x outputs = 4");
+  refused("inputs = 2\n[[path]]\ninput = 0\noutput = 0\nfile = \"a.txt\"\n",
+          "needs both inputs and outputs");
+  refused(head + "[[path]\n", "bad.toml:3");
+}
+
+}  // namespace
+}  // namespace tapstream
