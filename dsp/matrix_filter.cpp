@@ -56,33 +56,14 @@ void MatrixFilter::process(std::span<const float> in, std::span<float> out, std:
 }
 
 void MatrixFilter::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
-  const auto& now = matrix_.paths();
-  const auto& next = matrix.paths();
-  if (matrix.inputs() != inputs() || matrix.outputs() != outputs()) {
-    throw std::invalid_argument("the new matrix is " + std::to_string(matrix.inputs()) + " -> " +
-                                std::to_string(matrix.outputs()) + ", the running one " +
-                                std::to_string(inputs()) + " -> " + std::to_string(outputs()) +
-                                " (a restart is needed to change the channel counts)");
-  }
-  if (next.size() != now.size()) {
-    throw std::invalid_argument("the new matrix has " + std::to_string(next.size()) +
-                                " paths, the running one " + std::to_string(now.size()) +
-                                " (a restart is needed to add or remove paths)");
-  }
-  for (std::size_t p = 0; p < now.size(); ++p) {
-    if (next[p].input != now[p].input || next[p].output != now[p].output) {
-      throw std::invalid_argument(
-          RoutingMatrix::describe_path(p, next[p]) + " differs from the running " +
-          RoutingMatrix::describe_path(p, now[p]) + " (a restart is needed to reroute)");
-    }
-  }
-  if (matrix.max_taps() > engine_->max_taps()) {
-    throw std::invalid_argument(
-        "the new matrix has a path of " + std::to_string(matrix.max_taps()) +
-        " effective taps; the running engine holds at most " + std::to_string(engine_->max_taps()));
-  }
+  check_matrix_swap(matrix_, matrix, engine_->max_taps());
   engine_->set_filters(matrix.path_bank(), crossfade);
   matrix_ = matrix;
+}
+
+std::string MatrixFilter::description() const {
+  return engine_->description() + ", one channel per path (" +
+         std::to_string(matrix_.paths().size()) + " paths)";
 }
 
 }  // namespace tapstream

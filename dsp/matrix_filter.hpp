@@ -11,34 +11,29 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dsp/engine.hpp"
+#include "dsp/matrix_engine.hpp"
 #include "dsp/routing_matrix.hpp"
 
 namespace tapstream {
 
-class MatrixFilter {
+class MatrixFilter final : public MatrixEngine {
  public:
   // `engine` must have been built for matrix.path_bank() (one channel per path).
   MatrixFilter(RoutingMatrix matrix, std::unique_ptr<Engine> engine);
 
-  // `in` holds inputs() channels, `out` outputs() channels, `frames` frames
-  // each (1..max_block_frames()), both in `layout`; they must not overlap.
-  void process(std::span<const float> in, std::span<float> out, std::size_t frames, Layout layout);
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override;
+  void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void reset() override { engine_->reset(); }
 
-  // Swaps in a matrix with the same paths (same input -> output pairs in the
-  // same order), new filters, gains, delays or polarities, at the next block
-  // boundary with the engine's crossfade. Throws std::invalid_argument naming
-  // the first path that differs, and keeps the running matrix.
-  void set_matrix(const RoutingMatrix& matrix, bool crossfade);
-  void reset() { engine_->reset(); }
-
-  const RoutingMatrix& matrix() const { return matrix_; }
-  std::size_t inputs() const { return matrix_.inputs(); }
-  std::size_t outputs() const { return matrix_.outputs(); }
-  std::size_t max_block_frames() const { return engine_->max_block_frames(); }
-  const Engine& engine() const { return *engine_; }
+  const RoutingMatrix& matrix() const override { return matrix_; }
+  std::size_t max_block_frames() const override { return engine_->max_block_frames(); }
+  std::size_t max_taps() const override { return engine_->max_taps(); }
+  std::string description() const override;
 
  private:
   RoutingMatrix matrix_;

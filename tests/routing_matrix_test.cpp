@@ -17,6 +17,7 @@
 #include "daemon/config.hpp"
 #include "daemon/matrix_config.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/cpu_matrix_engine.hpp"
 #include "dsp/matrix_filter.hpp"
 #include "process_support.hpp"
 #include "reference.hpp"
@@ -42,10 +43,19 @@ MatrixPath make_path(std::size_t input, std::size_t output, std::vector<float> t
   return p;
 }
 
-MatrixFilter cpu_matrix_filter(const RoutingMatrix& matrix, std::size_t max_block) {
+// Both ways to run a matrix on the CPU: the native matrix engine, and any
+// engine with one channel per path.
+enum class Kind { native, per_path };
+const char* name_of(Kind kind) {
+  return kind == Kind::native ? "native cpu matrix" : "cpu engine, one channel per path";
+}
+
+std::unique_ptr<MatrixEngine> make_matrix_engine(Kind kind, const RoutingMatrix& matrix,
+                                                 std::size_t max_block) {
   EngineOptions options;
   options.max_block_frames = max_block;
-  return MatrixFilter(matrix, make_cpu_engine(matrix.path_bank(), options));
+  if (kind == Kind::native) return make_cpu_matrix_engine(matrix, options);
+  return std::make_unique<MatrixFilter>(matrix, make_cpu_engine(matrix.path_bank(), options));
 }
 
 // Output o of the whole stream, in float64: the sum over the paths to o.
@@ -65,7 +75,7 @@ std::vector<double> reference_output(const RoutingMatrix& matrix,
 
 // Runs the stream through `filter` in blocks of random size (1..max_block),
 // interleaved or planar, and returns each output channel.
-std::vector<std::vector<float>> run_stream(MatrixFilter& filter,
+std::vector<std::vector<float>> run_stream(MatrixEngine& filter,
                                            const std::vector<std::vector<float>>& inputs,
                                            std::mt19937_64& rng, Layout layout) {
   const std::size_t frames = inputs[0].size(), n_in = filter.inputs(), n_out = filter.outputs();
@@ -107,17 +117,19 @@ TEST(RoutingMatrix, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyBlockSiz
 
   std::vector<std::vector<double>> want;
   for (std::size_t o = 0; o < 5; ++o) want.push_back(reference_output(matrix, inputs, o));
-  for (const std::size_t max_block : {std::size_t(1) << 16, std::size_t(257), std::size_t(1)}) {
-    for (const Layout layout : {Layout::interleaved, Layout::planar}) {
-      if (max_block == 1 && layout == Layout::planar) continue;  // one frame: layouts agree
-      SCOPED_TRACE("blocks <= " + std::to_string(max_block) +
-                   (layout == Layout::planar ? ", planar" : ", interleaved"));
-      MatrixFilter filter = cpu_matrix_filter(matrix, max_block);
-      const auto got = run_stream(filter, inputs, rng, layout);
-      for (std::size_t o = 0; o < 4; ++o) {
-        EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << "output " << o;
+  for (const Kind kind : {Kind::native, Kind::per_path}) {
+    for (const std::size_t max_block : {std::size_t(1) << 16, std::size_t(257), std::size_t(1)}) {
+      for (const Layout layout : {Layout::interleaved, Layout::planar}) {
+        if (max_block == 1 && layout == Layout::planar) continue;  // one frame: layouts agree
+        SCOPED_TRACE(std::string(name_of(kind)) + ", blocks <= " + std::to_string(max_block) +
+                     (layout == Layout::planar ? ", planar" : ", interleaved"));
+        const auto filter = make_matrix_engine(kind, matrix, max_block);
+        const auto got = run_stream(*filter, inputs, rng, layout);
+        for (std::size_t o = 0; o < 4; ++o) {
+          EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << "output " << o;
+        }
+        for (float v : got[4]) ASSERT_EQ(v, 0.0f) << "output 4 is reached by no path";
       }
-      for (float v : got[4]) ASSERT_EQ(v, 0.0f) << "output 4 is reached by no path";
     }
   }
 }
@@ -129,12 +141,15 @@ TEST(RoutingMatrix, DiagonalMatrixFiltersLikeTheEngineItself) {
   EngineOptions options;
   options.max_block_frames = 64;
   auto engine = make_cpu_engine(bank, options);
-  MatrixFilter filter = cpu_matrix_filter(matrix, 64);
+  const auto filter = make_matrix_engine(Kind::per_path, matrix, 64);
+  const auto native = make_matrix_engine(Kind::native, matrix, 64);
   const std::vector<float> in = random_signal(2 * 64, 3);
-  std::vector<float> direct(in.size()), routed(in.size());
+  std::vector<float> direct(in.size()), routed(in.size()), natively(in.size());
   engine->process(in, direct, 64, Layout::interleaved);
-  filter.process(in, routed, 64, Layout::interleaved);
+  filter->process(in, routed, 64, Layout::interleaved);
+  native->process(in, natively, 64, Layout::interleaved);
   EXPECT_EQ(direct, routed);
+  EXPECT_LE(relative_error(natively, direct), 1e-6);
 }
 
 TEST(RoutingMatrix, BadPathsAreRefusedNamingThePathAndTheReason) {
@@ -157,18 +172,71 @@ TEST(RoutingMatrix, BadPathsAreRefusedNamingThePathAndTheReason) {
 
 TEST(RoutingMatrix, SwapsKeepTheRoutingAndRefuseARerouteKeepingTheRunningMatrix) {
   const RoutingMatrix a = RoutingMatrix::make(2, 1, {make_path(0, 0, {1}), make_path(1, 0, {1})});
-  MatrixFilter filter = cpu_matrix_filter(a, 16);
   const RoutingMatrix louder =
       RoutingMatrix::make(2, 1, {make_path(0, 0, {2}), make_path(1, 0, {1}, 0, 0, true)});
-  filter.set_matrix(louder, /*crossfade=*/false);
-  const std::vector<float> in = {1, 1, 1, 1};  // 2 frames x 2 inputs, interleaved
-  std::vector<float> out(2);
-  filter.process(in, out, 2, Layout::interleaved);
-  EXPECT_FLOAT_EQ(out[0], 1.0f);  // 2 x 1 - 1 x 1
   const RoutingMatrix rerouted = RoutingMatrix::make(2, 1, {make_path(0, 0, {1})});
-  EXPECT_THROW(filter.set_matrix(rerouted, true), std::invalid_argument);
-  filter.process(in, out, 2, Layout::interleaved);
-  EXPECT_FLOAT_EQ(out[1], 1.0f);
+  for (const Kind kind : {Kind::native, Kind::per_path}) {
+    SCOPED_TRACE(name_of(kind));
+    const auto filter = make_matrix_engine(kind, a, 16);
+    filter->set_matrix(louder, /*crossfade=*/false);
+    const std::vector<float> in = {1, 1, 1, 1};  // 2 frames x 2 inputs, interleaved
+    std::vector<float> out(2);
+    filter->process(in, out, 2, Layout::interleaved);
+    EXPECT_NEAR(out[0], 1.0f, 1e-6);  // 2 x 1 - 1 x 1
+    EXPECT_THROW(filter->set_matrix(rerouted, true), std::invalid_argument);
+    filter->process(in, out, 2, Layout::interleaved);
+    EXPECT_NEAR(out[1], 1.0f, 1e-6);
+  }
+}
+
+// A crossfaded swap, mid-segment, between matrices of long paths: the block
+// after the swap is old + w (new - old) with w = (i + 1) / frames, and every
+// block after it is the new matrix's output of the whole stream.
+TEST(RoutingMatrix, CrossfadedSwapBlendsOneBlockAndThenFiltersWithTheNewMatrix) {
+  const std::uint64_t seed = 77;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix before = RoutingMatrix::make(
+      2, 2,
+      {make_path(0, 0, random_signal(3000, seed)), make_path(1, 0, random_signal(50, seed + 1)),
+       make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
+  const RoutingMatrix after =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(2900, seed + 3), 0.0, 0, true),
+                           make_path(1, 0, random_signal(1, seed + 4)),
+                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 40)});
+  std::vector<std::vector<float>> inputs = {random_signal(9000, seed + 6),
+                                            random_signal(9000, seed + 7)};
+  const std::size_t swap_at = 5003, fade = 500, frames = 9000;
+  for (const Kind kind : {Kind::native, Kind::per_path}) {
+    SCOPED_TRACE(name_of(kind));
+    const auto engine = make_matrix_engine(kind, before, 1024);
+    std::vector<float> out(2 * frames);
+    std::vector<float> in(2 * frames);
+    for (std::size_t f = 0; f < frames; ++f)
+      for (std::size_t c = 0; c < 2; ++c) in[f * 2 + c] = inputs[c][f];
+    std::size_t start = 0;
+    const auto run = [&](std::size_t n) {
+      engine->process(std::span<const float>(in).subspan(start * 2, n * 2),
+                      std::span<float>(out).subspan(start * 2, n * 2), n, Layout::interleaved);
+      start += n;
+    };
+    while (start < swap_at) run(std::min<std::size_t>(333, swap_at - start));
+    engine->set_matrix(after, /*crossfade=*/true);
+    run(fade);
+    while (start < frames) run(std::min<std::size_t>(1000, frames - start));
+    for (std::size_t o = 0; o < 2; ++o) {
+      const auto old_out = reference_output(before, inputs, o);
+      const auto new_out = reference_output(after, inputs, o);
+      std::vector<double> want(frames);
+      for (std::size_t f = 0; f < frames; ++f) {
+        double w = f < swap_at ? 0.0 : f < swap_at + fade ? double(f - swap_at + 1) / fade : 1.0;
+        want[f] = old_out[f] + w * (new_out[f] - old_out[f]);
+      }
+      std::vector<float> got(frames);
+      for (std::size_t f = 0; f < frames; ++f) got[f] = out[f * 2 + o];
+      EXPECT_LE(relative_error(got, want), 1e-5) << "output " << o;
+    }
+  }
 }
 
 void write_text(const std::filesystem::path& file, const std::string& text) {
