@@ -3,6 +3,7 @@
 #include <sndfile.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -47,6 +48,8 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
   if (!list.is_array_of_tables())
     reader.fail("path", list, "expected [[path]] tables, got " + std::string(type_name(list)));
   std::vector<MatrixPath> paths;
+  // Big matrices take many paths from one multichannel file: read each once.
+  std::map<fs::path, std::vector<std::vector<float>>> loaded;
   const toml::array& array = *list.as_array();
   for (std::size_t i = 0; i < array.size(); ++i) {
     const toml::table& table = *array[i].as_table();
@@ -70,17 +73,20 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
     path.delay_frames = std::size_t(
         reader.integer(table, name, "delay_frames", 0, std::int64_t(options.max_taps)).value_or(0));
     path.invert = reader.boolean(table, name, "invert").value_or(false);
-    std::vector<std::vector<float>> channels;
-    try {
-      channels = load_filter_channels(resolved, options);
-    } catch (const std::exception& e) {
-      reader.fail(where + ": " + e.what());
+    auto it = loaded.find(resolved);
+    if (it == loaded.end()) {
+      try {
+        it = loaded.emplace(resolved, load_filter_channels(resolved, options)).first;
+      } catch (const std::exception& e) {
+        reader.fail(where + ": " + e.what());
+      }
     }
+    const std::vector<std::vector<float>>& channels = it->second;
     if (channel >= channels.size())
       reader.fail(where + ": channel " + std::to_string(channel) + " is out of range (" +
                   resolved.string() + " has channels 0.." + std::to_string(channels.size() - 1) +
                   ")");
-    path.taps = std::move(channels[channel]);
+    path.taps = channels[channel];
     path.source =
         resolved.string() + (channels.size() > 1 ? " channel " + std::to_string(channel) : "");
     paths.push_back(std::move(path));
