@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/control/json.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/cpu_simd.hpp"
 #include "dsp/fftw_plan.hpp"
@@ -168,24 +169,25 @@ int run_table(const std::string& json_path, std::string commit, double seconds) 
     path = source_dir() / "bench" / "results" / ("cpu-" + utc_now("%Y-%m-%d") + ".json");
   }
   std::filesystem::create_directories(path.parent_path());
-  std::ostringstream json;
-  json << "{\n  \"benchmark\": \"cpu_engine_bench\",\n  \"commit\": \"" << commit
-       << "\",\n  \"machine\": {\"cpu\": \"" << cpu_model()
-       << "\", \"cores\": " << std::thread::hardware_concurrency() << "},\n  \"date\": \""
-       << utc_now("%Y-%m-%dT%H:%M:%SZ")
-       << "\",\n  \"unit\": \"samples (frames x channels) per second of CPU time (all threads); "
-          "wall-clock rate beside it; 2 channels, interleaved, 48 kHz realtime = 96000\",\n"
-       << "  \"results\": [\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    json << "    {\"taps\": " << r.taps << ", \"block_frames\": " << r.block
-         << ", \"algorithm\": \"" << r.forced << "\", \"engine\": \"" << r.description
-         << "\", \"samples_per_second\": " << std::llround(r.samples_per_second)
-         << ", \"samples_per_wall_second\": " << std::llround(r.samples_per_wall_second) << "}"
-         << (i + 1 < rows.size() ? ",\n" : "\n");
+  Json json;
+  json["benchmark"] = "cpu_engine_bench";
+  json["commit"] = commit;
+  json["machine"] = {{"cpu", cpu_model()}, {"cores", std::thread::hardware_concurrency()}};
+  json["date"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  json["unit"] =
+      "samples (frames x channels) per second of CPU time (all threads); wall-clock rate beside "
+      "it; 2 channels, interleaved, 48 kHz realtime = 96000";
+  json["results"] = Json::array();
+  for (const Row& r : rows) {
+    json["results"].push_back(
+        {{"taps", r.taps},
+         {"block_frames", r.block},
+         {"algorithm", r.forced},
+         {"engine", r.description},
+         {"samples_per_second", std::llround(r.samples_per_second)},
+         {"samples_per_wall_second", std::llround(r.samples_per_wall_second)}});
   }
-  json << "  ]\n}\n";
-  std::ofstream(path) << json.str();
+  std::ofstream(path) << json.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   std::printf("wrote %s\n", path.c_str());
   return 0;
 }

@@ -114,28 +114,17 @@ bool is_error(const std::string& reply) {
   return reply.rfind("{\"ok\":false,\"error\":\"", 0) == 0;
 }
 
-TEST(JsonWriter, EscapesQuotesControlCharactersAndInvalidUtf8) {
-  EXPECT_EQ(JsonWriter::quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
-  EXPECT_EQ(JsonWriter::quote("line\nnext\ttab\x01"), "\"line\\nnext\\ttab\\u0001\"");
-  EXPECT_EQ(JsonWriter::quote("caf\xc3\xa9"), "\"caf\xc3\xa9\"");  // valid UTF-8 kept
-  EXPECT_EQ(JsonWriter::quote("bad\xff\xc3"), "\"bad\xef\xbf\xbd\xef\xbf\xbd\"");  // replaced
-  EXPECT_EQ(JsonWriter::quote("\xed\xa0\x80"),
-            "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");  // surrogate
-  JsonWriter json;
-  json.begin_object()
-      .field("n", 3)
-      .field("x", 1.5)
-      .field("nan", std::nan(""))
-      .field("b", false)
-      .key("list")
-      .begin_array()
-      .value(1)
-      .value("two")
-      .begin_object()
-      .end_object()
-      .end_array()
-      .end_object();
-  EXPECT_EQ(json.str(), R"({"n":3,"x":1.5,"nan":null,"b":false,"list":[1,"two",{}]})");
+TEST(JsonLine, EscapesQuotesControlCharactersAndReplacesInvalidUtf8) {
+  EXPECT_EQ(json_line(Json("a\"b\\c")), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(json_line(Json("line\nnext\ttab\x01")), "\"line\\nnext\\ttab\\u0001\"");
+  EXPECT_EQ(json_line(Json("caf\xc3\xa9")), "\"caf\xc3\xa9\"");  // valid UTF-8 kept
+  EXPECT_EQ(json_line(Json("bad\xff")), "\"bad\xef\xbf\xbd\"");  // replaced
+  const Json json = {{"n", 3},
+                     {"x", 1.5},
+                     {"nan", std::nan("")},
+                     {"b", false},
+                     {"list", Json::array({1, "two", Json::object()})}};
+  EXPECT_EQ(json_line(json), R"({"n":3,"x":1.5,"nan":null,"b":false,"list":[1,"two",{}]})");
 }
 
 TEST_F(ControlSocketTest, StatusRepliesWithOneLineOfJsonFromTheHandler) {
@@ -169,6 +158,21 @@ TEST_F(ControlSocketTest, LoadPassesChannelAndFileToTheHandlerAndRepliesOk) {
   EXPECT_EQ(loads_[1].second, fs::path("/filters/b.wav"));
 }
 
+TEST_F(ControlSocketTest, AJsonObjectRequestMeansWhatTheTextLineMeans) {
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_EQ(control_request(socket_, R"({"command":"load","channel":1,"file":"/f/a b.txt"})"),
+            R"({"ok":true,"message":"queued a b.txt"})");
+  EXPECT_TRUE(
+      is_ok(control_request(socket_, R"({"command":"load","channel":"all","file":"/f/c.wav"})")));
+  EXPECT_EQ(Json::parse(control_request(socket_, R"({"command":"status"})"))["sample_rate"], 48000);
+  std::lock_guard lock(mutex_);
+  ASSERT_EQ(loads_.size(), 2u);
+  EXPECT_EQ(loads_[0].first, std::optional<std::size_t>(1));
+  EXPECT_EQ(loads_[0].second, fs::path("/f/a b.txt"));
+  EXPECT_EQ(loads_[1].first, std::nullopt);
+}
+
 TEST_F(ControlSocketTest, ARejectedLoadRepliesWithTheHandlersReason) {
   ControlServer server(socket_, handlers_);
   server.start();
@@ -190,6 +194,11 @@ TEST_F(ControlSocketTest, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
       {"load 99999999999999999999 /f.txt", "is neither"},
       {"load 0 relative.txt", "not an absolute path"},
       {std::string("\x01\x02\xff garbage", 12), "unknown request"},
+      {"{\"command\":", "not valid JSON"},
+      {"{\"command\":\"load\",\"channel\":-1,\"file\":\"/f.txt\"}", "unexpected JSON field"},
+      {"{\"command\":\"load\",\"file\":\"/f.txt\"}", "usage: load"},
+      {"{\"command\":\"status\",\"extra\":1}", "unexpected JSON field 'extra'"},
+      {"{\"channel\":0}", "JSON request without"},
   };
   for (const auto& [request, expected] : cases) {
     RawClient client(socket_);

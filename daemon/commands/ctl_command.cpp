@@ -11,6 +11,7 @@
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/json.hpp"
 
 namespace tapstream {
 
@@ -77,7 +78,8 @@ Command add_ctl_command(CLI::App& app) {
     const std::string reply =
         control_request(socket, request, std::chrono::milliseconds(args->timeout_ms));
     std::printf("%s\n", reply.c_str());
-    return reply.rfind("{\"ok\":true", 0) == 0 ? 0 : 1;
+    const Json parsed = Json::parse(reply, nullptr, /*allow_exceptions=*/false);
+    return parsed.is_object() && parsed.value("ok", false) ? 0 : 1;
   };
   return command;
 }

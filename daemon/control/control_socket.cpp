@@ -64,9 +64,7 @@ sockaddr_un socket_address(const fs::path& path) {
 }
 
 std::string error_reply(std::string_view message) {
-  JsonWriter json;
-  json.begin_object().field("ok", false).field("error", message).end_object();
-  return json.str();
+  return json_line(Json{{"ok", false}, {"error", message}});
 }
 
 std::string_view trim(std::string_view text) {
@@ -145,50 +143,42 @@ struct Client {
 }  // namespace
 
 std::string status_to_json(const DaemonStatus& status) {
-  JsonWriter json;
-  json.begin_object()
-      .field("ok", true)
-      .field("backend", status.backend)
-      .field("engine", status.engine)
-      .field("input", status.input_device)
-      .field("output", status.output_device)
-      .field("sample_rate", status.sample_rate)
-      .field("block_frames", status.block_frames)
-      .field("channels", status.channels)
-      .field("latency_frames", status.latency_frames)
-      .field("latency_ms", status.sample_rate > 0
-                               ? 1000.0 * double(status.latency_frames) / status.sample_rate
-                               : 0.0);
-  json.key("filters").begin_array();
+  Json json;
+  json["ok"] = true;
+  json["backend"] = status.backend;
+  json["engine"] = status.engine;
+  json["input"] = status.input_device;
+  json["output"] = status.output_device;
+  json["sample_rate"] = status.sample_rate;
+  json["block_frames"] = status.block_frames;
+  json["channels"] = status.channels;
+  json["latency_frames"] = status.latency_frames;
+  json["latency_ms"] =
+      status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
+  json["filters"] = Json::array();
   for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
-    json.begin_object()
-        .field("channel", channel)
-        .field("taps", status.filters[channel].taps)
-        .field("file", status.filters[channel].file)
-        .end_object();
+    json["filters"].push_back({{"channel", channel},
+                               {"taps", status.filters[channel].taps},
+                               {"file", status.filters[channel].file}});
   }
-  json.end_array()
-      .field("blocks", status.blocks)
-      .field("underruns", status.underruns)
-      .field("overruns", status.overruns)
-      .field("swaps", status.swaps)
-      .field("rejected_swaps", status.rejected_swaps)
-      .field("uptime_s", status.uptime_s);
+  json["blocks"] = status.blocks;
+  json["underruns"] = status.underruns;
+  json["overruns"] = status.overruns;
+  json["swaps"] = status.swaps;
+  json["rejected_swaps"] = status.rejected_swaps;
+  json["uptime_s"] = status.uptime_s;
   const auto& p = status.processing;
-  json.key("processing_us")
-      .begin_object()
-      .field("blocks", p.count)
-      .field("block_period",
-             status.sample_rate > 0 ? 1e6 * double(status.block_frames) / status.sample_rate : 0.0)
-      .field("mean", p.mean_us)
-      .field("p50", p.p50_us)
-      .field("p90", p.p90_us)
-      .field("p99", p.p99_us)
-      .field("p999", p.p999_us)
-      .field("max", p.max_us)
-      .end_object();
-  json.end_object();
-  return json.str();
+  json["processing_us"] = {
+      {"blocks", p.count},
+      {"block_period",
+       status.sample_rate > 0 ? 1e6 * double(status.block_frames) / status.sample_rate : 0.0},
+      {"mean", p.mean_us},
+      {"p50", p.p50_us},
+      {"p90", p.p90_us},
+      {"p99", p.p99_us},
+      {"p999", p.p999_us},
+      {"max", p.max_us}};
+  return json_line(json);
 }
 
 ControlServer::ControlServer(fs::path socket_path, ControlHandlers handlers)
@@ -240,47 +230,95 @@ void ControlServer::stop() {
   }
 }
 
+namespace {
+
+constexpr std::string_view known_requests = "status, load CHANNEL|all FILE";
+
+// One request, whichever way it was written.
+struct Request {
+  std::string verb;
+  std::string channel;  // load: a number or "all"
+  std::string file;     // load
+  bool has_arguments = false;
+};
+
+// `load 0 /x.txt` or `status`: the verb, then the channel, then the rest of
+// the line (a file name may hold spaces).
+Request parse_text_request(std::string_view line) {
+  Request request;
+  const auto space = line.find_first_of(" \t");
+  request.verb = line.substr(0, space);
+  const std::string_view rest =
+      space == std::string_view::npos ? std::string_view() : trim(line.substr(space + 1));
+  request.has_arguments = !rest.empty();
+  const auto split = rest.find_first_of(" \t");
+  request.channel = rest.substr(0, split);
+  if (split != std::string_view::npos) request.file = trim(rest.substr(split + 1));
+  return request;
+}
+
+// {"command":"load","channel":0,"file":"/x.txt"}; channel may also be "all".
+Request parse_json_request(std::string_view line) {
+  const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) throw std::invalid_argument("request is not valid JSON");
+  if (!json.is_object()) throw std::invalid_argument("a JSON request must be an object");
+  Request request;
+  for (const auto& [key, value] : json.items()) {
+    if (key == "command" && value.is_string()) {
+      request.verb = value.get<std::string>();
+    } else if (key == "channel" && value.is_number_unsigned()) {
+      request.channel = std::to_string(value.get<std::uint64_t>());
+    } else if (key == "channel" && value.is_string()) {
+      request.channel = value.get<std::string>();
+    } else if (key == "file" && value.is_string()) {
+      request.file = value.get<std::string>();
+    } else {
+      throw std::invalid_argument("unexpected JSON field '" + shorten(key) +
+                                  "' (known: command, channel, file)");
+    }
+    if (key != "command") request.has_arguments = true;
+  }
+  if (request.verb.empty()) throw std::invalid_argument("JSON request without \"command\"");
+  return request;
+}
+
+}  // namespace
+
 std::string ControlServer::handle_request(std::string_view line) const {
   try {
     line = trim(line);
-    if (line.empty()) return error_reply("empty request (known: status, load CHANNEL|all FILE)");
-    const auto space = line.find_first_of(" \t");
-    const std::string_view verb = line.substr(0, space);
-    const std::string_view rest =
-        space == std::string_view::npos ? std::string_view() : trim(line.substr(space + 1));
+    if (line.empty())
+      return error_reply("empty request (known: " + std::string(known_requests) + ")");
+    const Request request =
+        line.front() == '{' ? parse_json_request(line) : parse_text_request(line);
 
-    if (verb == "status") {
-      if (!rest.empty()) return error_reply("status takes no arguments");
+    if (request.verb == "status") {
+      if (request.has_arguments) return error_reply("status takes no arguments");
       if (!handlers_.status) return error_reply("status is not available");
       return status_to_json(handlers_.status());
     }
-    if (verb == "load") {
-      const auto split = rest.find_first_of(" \t");
-      if (rest.empty() || split == std::string_view::npos) {
+    if (request.verb == "load") {
+      if (request.channel.empty() || request.file.empty()) {
         return error_reply("usage: load CHANNEL|all FILE");
       }
-      const std::string_view channel_text = rest.substr(0, split);
-      const std::string file(trim(rest.substr(split + 1)));
       std::optional<std::size_t> channel;
-      if (channel_text != "all") {
-        if (channel_text.size() > 6 ||
-            channel_text.find_first_not_of("0123456789") != std::string_view::npos) {
-          return error_reply("channel '" + shorten(channel_text) +
+      if (request.channel != "all") {
+        if (request.channel.size() > 6 ||
+            request.channel.find_first_not_of("0123456789") != std::string::npos) {
+          return error_reply("channel '" + shorten(request.channel) +
                              "' is neither 'all' nor a channel number (from 0)");
         }
-        channel = std::stoul(std::string(channel_text));
+        channel = std::stoul(request.channel);
       }
-      if (file.empty() || file.front() != '/') {
-        return error_reply("file '" + shorten(file) + "' is not an absolute path");
+      if (request.file.front() != '/') {
+        return error_reply("file '" + shorten(request.file) + "' is not an absolute path");
       }
       if (!handlers_.load) return error_reply("load is not available");
-      const std::string message = handlers_.load(channel, file);
-      JsonWriter json;
-      json.begin_object().field("ok", true).field("message", message).end_object();
-      return json.str();
+      const std::string message = handlers_.load(channel, request.file);
+      return json_line(Json{{"ok", true}, {"message", message}});
     }
-    return error_reply("unknown request '" + shorten(verb) +
-                       "' (known: status, load CHANNEL|all FILE)");
+    return error_reply("unknown request '" + shorten(request.verb) +
+                       "' (known: " + std::string(known_requests) + ")");
   } catch (const std::exception& e) {
     return error_reply(e.what());
   } catch (...) {

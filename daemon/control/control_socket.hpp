@@ -9,6 +9,10 @@
 //   load all FILE            FILE is an absolute path (the rest of the line, spaces allowed);
 //                            CHANNEL counts from 0.
 //
+// A request may also be one JSON object on one line, with the same meaning:
+//   {"command":"status"}
+//   {"command":"load","channel":0,"file":"/abs/f.txt"}    ("channel":"all" for all)
+//
 // Anything else (unknown or malformed requests, lines over 4 KiB) gets
 // {"ok":false,"error":"..."}; a client cannot crash the server or touch the
 // audio path: the server only calls the handlers below, on its own thread.
