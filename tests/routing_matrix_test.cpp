@@ -19,29 +19,20 @@
 #include "dsp/cpu_engine.hpp"
 #include "dsp/cpu_matrix_engine.hpp"
 #include "dsp/matrix_filter.hpp"
+#include "matrix_support.hpp"
 #include "process_support.hpp"
 #include "reference.hpp"
 
 namespace tapstream {
 namespace {
 
+using testing::make_path;
 using testing::random_signal;
 using testing::reference_convolution;
+using testing::reference_output;
 using testing::relative_error;
+using testing::run_stream;
 using testing::TempDir;
-
-MatrixPath make_path(std::size_t input, std::size_t output, std::vector<float> taps,
-                     double gain_db = 0.0, std::size_t delay = 0, bool invert = false) {
-  MatrixPath p;
-  p.input = input;
-  p.output = output;
-  p.taps = std::move(taps);
-  p.gain_db = gain_db;
-  p.delay_frames = delay;
-  p.invert = invert;
-  p.source = "test";
-  return p;
-}
 
 // Both ways to run a matrix on the CPU: the native matrix engine, and any
 // engine with one channel per path.
@@ -56,46 +47,6 @@ std::unique_ptr<MatrixEngine> make_matrix_engine(Kind kind, const RoutingMatrix&
   options.max_block_frames = max_block;
   if (kind == Kind::native) return make_cpu_matrix_engine(matrix, options);
   return std::make_unique<MatrixFilter>(matrix, make_cpu_engine(matrix.path_bank(), options));
-}
-
-// Output o of the whole stream, in float64: the sum over the paths to o.
-std::vector<double> reference_output(const RoutingMatrix& matrix,
-                                     const std::vector<std::vector<float>>& inputs,
-                                     std::size_t output) {
-  const std::size_t frames = inputs[0].size();
-  std::vector<double> sum(frames, 0.0);
-  for (const MatrixPath& p : matrix.paths()) {
-    if (p.output != output) continue;
-    const std::vector<double> y = reference_convolution(inputs[p.input], p.taps);
-    const double scale = std::pow(10.0, p.gain_db / 20.0) * (p.invert ? -1.0 : 1.0);
-    for (std::size_t n = p.delay_frames; n < frames; ++n) sum[n] += scale * y[n - p.delay_frames];
-  }
-  return sum;
-}
-
-// Runs the stream through `filter` in blocks of random size (1..max_block),
-// interleaved or planar, and returns each output channel.
-std::vector<std::vector<float>> run_stream(MatrixEngine& filter,
-                                           const std::vector<std::vector<float>>& inputs,
-                                           std::mt19937_64& rng, Layout layout) {
-  const std::size_t frames = inputs[0].size(), n_in = filter.inputs(), n_out = filter.outputs();
-  std::vector<std::vector<float>> outputs(n_out, std::vector<float>(frames));
-  std::uniform_int_distribution<std::size_t> block_size(1, filter.max_block_frames());
-  std::vector<float> in, out;
-  for (std::size_t start = 0; start < frames;) {
-    const std::size_t n = std::min(block_size(rng), frames - start);
-    in.assign(n_in * n, 0.0f);
-    out.assign(n_out * n, 0.0f);
-    for (std::size_t c = 0; c < n_in; ++c)
-      for (std::size_t f = 0; f < n; ++f)
-        in[layout == Layout::planar ? c * n + f : f * n_in + c] = inputs[c][start + f];
-    filter.process(in, out, n, layout);
-    for (std::size_t c = 0; c < n_out; ++c)
-      for (std::size_t f = 0; f < n; ++f)
-        outputs[c][start + f] = out[layout == Layout::planar ? c * n + f : f * n_out + c];
-    start += n;
-  }
-  return outputs;
 }
 
 TEST(RoutingMatrix, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyBlockSize) {

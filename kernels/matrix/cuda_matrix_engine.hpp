@@ -1,0 +1,19 @@
+#pragma once
+// The CUDA engine's native routing matrix (see dsp/matrix_engine.hpp for the
+// contract): uniformly partitioned overlap-save with one delay line per
+// input and one inverse transform per output, the per-bin sum over inputs
+// and partitions computed by kernels/matrix/matrix_mac. Plain C++ header.
+
+#include <memory>
+
+#include "dsp/engine.hpp"
+#include "dsp/matrix_engine.hpp"
+
+namespace tapstream {
+
+// options.max_block_frames, max_taps (0: the matrix's longest path) and
+// device are used. Throws std::runtime_error naming the CUDA call on failure.
+std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
+                                                      const EngineOptions& options);
+
+}  // namespace tapstream

@@ -1,0 +1,129 @@
+// The CUDA engine's native routing matrix against a float64 reference of each
+// output as the sum of its paths, at any call size, and its crossfaded swap;
+// skips, with the reason, where there is no usable GPU.
+
+#include "kernels/matrix/cuda_matrix_engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dsp/cpu_matrix_engine.hpp"
+#include "kernels/cuda_engine.hpp"
+#include "matrix_support.hpp"
+
+namespace tapstream {
+namespace {
+
+using testing::make_path;
+using testing::random_signal;
+using testing::reference_output;
+using testing::relative_error;
+using testing::run_stream;
+
+class CudaMatrixEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string reason;
+    if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  }
+  static std::unique_ptr<MatrixEngine> make(const RoutingMatrix& m, std::size_t max_block) {
+    EngineOptions options;
+    options.max_block_frames = max_block;
+    return make_cuda_matrix_engine(m, options);
+  }
+};
+
+TEST_F(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyCallSize) {
+  const std::uint64_t seed = 20261124;
+  std::cout << "seed " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  std::vector<MatrixPath> paths;
+  paths.push_back(make_path(0, 0, random_signal(1, seed + 1), -3.0));
+  paths.push_back(make_path(1, 0, random_signal(4097, seed + 2), 0.0, 12, true));
+  paths.push_back(make_path(2, 1, random_signal(70001, seed + 3), 6.0, 0));
+  paths.push_back(make_path(0, 2, random_signal(300, seed + 4), -20.0, 1000, false));
+  paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
+  paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
+  const RoutingMatrix matrix = RoutingMatrix::make(3, 5, std::move(paths));
+  // One-frame calls get a shorter stream: each frame is a call of its own.
+  struct Case {
+    std::size_t max_block, frames;
+  };
+  std::size_t stream_frames = 0;
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<double>> want;
+  for (const Case c : {Case{1u << 16, 80000}, Case{128, 80000}, Case{1, 3000}}) {
+    if (c.frames != stream_frames) {
+      stream_frames = c.frames;
+      inputs.clear();
+      want.clear();
+      for (std::size_t i = 0; i < 3; ++i) inputs.push_back(random_signal(c.frames, seed + 10 + i));
+      for (std::size_t o = 0; o < 5; ++o) want.push_back(reference_output(matrix, inputs, o));
+    }
+    for (const Layout layout : {Layout::interleaved, Layout::planar}) {
+      SCOPED_TRACE("blocks <= " + std::to_string(c.max_block) +
+                   (layout == Layout::planar ? ", planar" : ", interleaved"));
+      const auto engine = make(matrix, c.max_block);
+      std::cout << engine->description() << "\n";
+      const auto got = run_stream(*engine, inputs, rng, layout);
+      for (std::size_t o = 0; o < 4; ++o) {
+        EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << "output " << o;
+      }
+      for (float v : got[4]) ASSERT_EQ(v, 0.0f) << "output 4 is reached by no path";
+    }
+  }
+}
+
+TEST_F(CudaMatrixEngineTest, CrossfadedSwapMatchesTheCpuMatrixEngine) {
+  const std::uint64_t seed = 91;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix before = RoutingMatrix::make(
+      2, 2,
+      {make_path(0, 0, random_signal(3000, seed)), make_path(1, 0, random_signal(50, seed + 1)),
+       make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
+  const RoutingMatrix after =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(2900, seed + 3), 0.0, 0, true),
+                           make_path(1, 0, random_signal(1, seed + 4)),
+                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 40)});
+  const std::vector<float> in = random_signal(2 * 9000, seed + 6);
+  EngineOptions options;
+  options.max_block_frames = 1024;
+  std::unique_ptr<MatrixEngine> engines[] = {make(before, 1024),
+                                             make_cpu_matrix_engine(before, options)};
+  std::vector<float> outs[2];
+  for (int e = 0; e < 2; ++e) {
+    outs[e].assign(in.size(), 0.0f);
+    std::size_t start = 0;
+    const auto run = [&](std::size_t n) {
+      engines[e]->process(std::span<const float>(in).subspan(start * 2, n * 2),
+                          std::span<float>(outs[e]).subspan(start * 2, n * 2), n,
+                          Layout::interleaved);
+      start += n;
+    };
+    while (start < 5003) run(std::min<std::size_t>(333, 5003 - start));
+    engines[e]->set_matrix(after, /*crossfade=*/true);
+    run(500);
+    while (start < 9000) run(std::min<std::size_t>(1000, 9000 - start));
+  }
+  EXPECT_LE(relative_error(outs[0], outs[1]), 1e-5);
+}
+
+TEST_F(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering) {
+  const RoutingMatrix a = RoutingMatrix::make(2, 1, {make_path(0, 0, {1}), make_path(1, 0, {1})});
+  const auto engine = make(a, 16);
+  EXPECT_THROW(engine->set_matrix(
+                   RoutingMatrix::make(2, 1, {make_path(1, 0, {1}), make_path(0, 0, {1})}), true),
+               std::invalid_argument);
+  const std::vector<float> in = {1, 2};
+  std::vector<float> out(1);
+  engine->process(in, out, 1, Layout::interleaved);
+  EXPECT_NEAR(out[0], 3.0f, 1e-6);
+}
+
+}  // namespace
+}  // namespace tapstream

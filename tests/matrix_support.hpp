@@ -1,0 +1,70 @@
+#pragma once
+// Test support for routing matrices: paths made in one line, each output's
+// float64 reference as the sum of its paths (gain, delay and polarity applied
+// in float64, independently of MatrixPath::effective_taps), and a stream run
+// through a MatrixEngine in blocks of random size.
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "dsp/matrix_engine.hpp"
+#include "dsp/routing_matrix.hpp"
+#include "reference.hpp"
+
+namespace tapstream::testing {
+
+inline MatrixPath make_path(std::size_t input, std::size_t output, std::vector<float> taps,
+                            double gain_db = 0.0, std::size_t delay = 0, bool invert = false) {
+  MatrixPath p;
+  p.input = input;
+  p.output = output;
+  p.taps = std::move(taps);
+  p.gain_db = gain_db;
+  p.delay_frames = delay;
+  p.invert = invert;
+  p.source = "test";
+  return p;
+}
+
+// Output o of the whole stream, in float64: the sum over the paths to o.
+inline std::vector<double> reference_output(const RoutingMatrix& matrix,
+                                            const std::vector<std::vector<float>>& inputs,
+                                            std::size_t output) {
+  const std::size_t frames = inputs[0].size();
+  std::vector<double> sum(frames, 0.0);
+  for (const MatrixPath& p : matrix.paths()) {
+    if (p.output != output) continue;
+    const std::vector<double> y = reference_convolution(inputs[p.input], p.taps);
+    const double scale = std::pow(10.0, p.gain_db / 20.0) * (p.invert ? -1.0 : 1.0);
+    for (std::size_t n = p.delay_frames; n < frames; ++n) sum[n] += scale * y[n - p.delay_frames];
+  }
+  return sum;
+}
+
+// Runs the stream through `filter` in blocks of random size (1..max_block),
+// interleaved or planar, and returns each output channel.
+inline std::vector<std::vector<float>> run_stream(MatrixEngine& filter,
+                                                  const std::vector<std::vector<float>>& inputs,
+                                                  std::mt19937_64& rng, Layout layout) {
+  const std::size_t frames = inputs[0].size(), n_in = filter.inputs(), n_out = filter.outputs();
+  std::vector<std::vector<float>> outputs(n_out, std::vector<float>(frames));
+  std::uniform_int_distribution<std::size_t> block_size(1, filter.max_block_frames());
+  std::vector<float> in, out;
+  for (std::size_t start = 0; start < frames;) {
+    const std::size_t n = std::min(block_size(rng), frames - start);
+    in.assign(n_in * n, 0.0f);
+    out.assign(n_out * n, 0.0f);
+    for (std::size_t c = 0; c < n_in; ++c)
+      for (std::size_t f = 0; f < n; ++f)
+        in[layout == Layout::planar ? c * n + f : f * n_in + c] = inputs[c][start + f];
+    filter.process(in, out, n, layout);
+    for (std::size_t c = 0; c < n_out; ++c)
+      for (std::size_t f = 0; f < n; ++f)
+        outputs[c][start + f] = out[layout == Layout::planar ? c * n + f : f * n_out + c];
+    start += n;
+  }
+  return outputs;
+}
+
+}  // namespace tapstream::testing
