@@ -192,12 +192,14 @@ int main(int argc, char** argv) {
     const RoutingMatrix m = RoutingMatrix::make(n_in, n_out, std::move(paths));
     EngineOptions options;
     options.max_block_frames = 65536;
-    for (const auto& [name, make] : std::vector<std::pair<const char*, Factory>>{
-             {"cuda", make_cuda_matrix_engine}, {"cpu", make_cpu_matrix_engine}}) {
+    for (const auto& [name, make] :
+         std::vector<std::pair<const char*, Factory>>{{"cuda", make_cuda_matrix_engine},
+                                                      {"cpu", make_cpu_matrix_engine},
+                                                      {"cpu-per-path", make_cpu_per_path}}) {
       if (std::string(name) == "cuda" && !gpu) continue;
       const auto engine = make(m, options);
-      const double fps = offline_frames_per_second(*engine, std::string(name) == "cuda" ? 64 : 8);
-      std::printf("offline %-4s %zu -> %zu, %zu taps: %.3g frames/s (%.0fx real time)  %s\n", name,
+      const double fps = offline_frames_per_second(*engine, std::string(name) == "cuda" ? 64 : 16);
+      std::printf("offline %-12s %zu -> %zu, %zu taps: %.3g frames/s (%.0fx real time)  %s\n", name,
                   n_in, n_out, kTaps, fps, fps / kRate, engine->description().c_str());
       offline.push_back({{"engine", name},
                          {"inputs", n_in},
