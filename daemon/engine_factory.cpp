@@ -28,7 +28,7 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
     try {
       return make_cuda_engine(bank, options);
     } catch (const std::exception& e) {
-      reason = e.what();
+      reason = cuda_failure_sentence(e.what());
     }
   }
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
@@ -36,7 +36,7 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
-  spdlog::info("backend auto: using the CPU engine ({})", reason);
+  spdlog::info("backend auto: using the CPU engine: {}", reason);
   return make_cpu_engine(bank, options);
 }
 

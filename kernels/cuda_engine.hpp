@@ -26,9 +26,14 @@ struct CUstream_st;
 
 namespace tapstream {
 
-// True when a CUDA device can be used; otherwise false and `reason` says why
-// (no driver, no device, ...). Never throws.
+// True when a CUDA device can be used; otherwise false and `reason` is one
+// plain sentence saying why: no driver, a driver too old, no GPU, a GPU too
+// old for the build's architectures. Never throws.
 bool cuda_device_available(std::string* reason);
+
+// The sentence for a CUDA engine that failed to start on an available device
+// (`what`: the exception's text): out of memory, or the error as it came.
+std::string cuda_failure_sentence(const std::string& what);
 
 // Names accepted by EngineOptions::kernel for the direct-form path, "auto" first:
 // "auto" (= "tuned"), "naive", "constant", "shared_tile", "cached_tile", "tuned".
