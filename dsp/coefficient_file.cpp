@@ -1,6 +1,7 @@
 #include "dsp/coefficient_file.hpp"
 
 #include <sndfile.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string_view>
 
 #include "dsp/temporary_file.hpp"
@@ -48,7 +50,9 @@ FileKind kind_of(const fs::path& file) {
       ".wav",  ".wave", ".flac", ".aif", ".aiff", ".aifc",  ".ogg", ".oga", ".opus", ".caf", ".w64",
       ".rf64", ".au",   ".snd",  ".voc", ".sf",   ".ircam", ".mat", ".paf", ".xi",   ".mp3"};
   const std::string extension = lower_extension(file);
-  if (extension == ".f32") return FileKind::raw_f32;
+  // .raw and .bin: what most tools write when asked for "raw" taps (numpy's
+  // tofile on float32, sox -t f32, Octave fwrite(..., 'float32')).
+  if (extension == ".f32" || extension == ".raw" || extension == ".bin") return FileKind::raw_f32;
   if (extension == ".f64") return FileKind::raw_f64;
   if (std::find(kText.begin(), kText.end(), extension) != kText.end()) return FileKind::text;
   if (std::find(kAudio.begin(), kAudio.end(), extension) != kAudio.end()) return FileKind::audio;
@@ -88,11 +92,33 @@ std::string too_many_taps(const CoefficientFileOptions& options) {
   return "more taps than the maximum of " + std::to_string(options.max_taps);
 }
 
+// The rate a text file's comment declares: what `tapstream design` writes
+// ("255 taps, 48000 Hz sample rate") or "sample rate: 48000" / "sample_rate = 48000".
+std::optional<double> declared_rate(std::string_view comment) {
+  static const std::regex kPatterns[] = {
+      std::regex(R"(([0-9]+(\.[0-9]*)?)\s*Hz sample rate)", std::regex::icase),
+      std::regex(R"(sample[ _]rate\s*[:=]?\s*([0-9]+(\.[0-9]*)?))", std::regex::icase)};
+  std::match_results<std::string_view::const_iterator> match;
+  for (const auto& pattern : kPatterns) {
+    if (std::regex_search(comment.begin(), comment.end(), match, pattern)) {
+      return std::strtod(match[1].str().c_str(), nullptr);
+    }
+  }
+  return std::nullopt;
+}
+
+std::string rate_mismatch(double file_rate, const CoefficientFileOptions& options) {
+  return "sample rate " + std::to_string(std::lround(file_rate)) + " Hz differs from the audio's " +
+         std::to_string(options.sample_rate) +
+         " Hz (redesign it for that rate, or ask to ignore the sample rate)";
+}
+
 std::vector<float> load_text(const fs::path& file, const CoefficientFileOptions& options) {
   const std::string content = read_whole_file(file);
   std::vector<float> taps;
   std::size_t line_number = 0;
-  std::size_t start = 0;
+  // Editors on Windows start UTF-8 files with a byte order mark.
+  std::size_t start = content.starts_with("\xef\xbb\xbf") ? 3 : 0;
   while (start < content.size()) {
     std::size_t end = content.find('\n', start);
     if (end == std::string::npos) end = content.size();
@@ -100,6 +126,11 @@ std::vector<float> load_text(const fs::path& file, const CoefficientFileOptions&
     std::string_view line(content.data() + start, end - start);
     start = end + 1;
     if (const auto hash = line.find('#'); hash != std::string_view::npos) {
+      const auto rate = declared_rate(line.substr(hash));
+      if (rate && options.sample_rate != 0 && !options.ignore_sample_rate &&
+          std::abs(*rate - options.sample_rate) > 0.5) {
+        throw error_at(file, line_number, rate_mismatch(*rate, options));
+      }
       line = line.substr(0, hash);
     }
     line = trim(line);
@@ -186,9 +217,7 @@ FilterBank load_audio(const fs::path& file, SndfilePtr sound, const SF_INFO& inf
   }
   if (options.sample_rate != 0 && !options.ignore_sample_rate &&
       info.samplerate != options.sample_rate) {
-    throw error_in(file, "impulse response sample rate " + std::to_string(info.samplerate) +
-                             " Hz differs from the audio's " + std::to_string(options.sample_rate) +
-                             " Hz (resample it, or ask to ignore the sample rate)");
+    throw error_in(file, "impulse response " + rate_mismatch(info.samplerate, options));
   }
   std::vector<std::vector<float>> taps(ir_channels);
   std::vector<float> block(4096 * ir_channels);
@@ -229,7 +258,28 @@ FilterBank load_audio(const fs::path& file, SndfilePtr sound, const SF_INFO& inf
 
 }  // namespace
 
+namespace {
+
+// A filter of zeros is valid but silences its channels: almost always a
+// mistake (a file saved before it was filled, a gain of -inf), so say so.
+FilterBank warn_if_silent(FilterBank bank) {
+  for (std::size_t c = 0; c < bank.channels(); ++c) {
+    const auto taps = bank.taps(c);
+    if (std::all_of(taps.begin(), taps.end(), [](float tap) { return tap == 0.0f; })) {
+      spdlog::warn("{}: every tap is zero: the output of channel {} will be silence",
+                   bank.source(c), c);
+    }
+  }
+  return bank;
+}
+
+}  // namespace
+
 FilterBank load_filter_bank(const fs::path& file, const CoefficientFileOptions& options) {
+  return warn_if_silent(load_filter_bank_quietly(file, options));
+}
+
+FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileOptions& options) {
   if (options.channels == 0) throw error_in(file, "the audio has no channels");
   std::error_code error;
   const auto status = fs::status(file, error);
@@ -267,9 +317,76 @@ FilterBank load_filter_bank(const fs::path& file, const CoefficientFileOptions& 
   }
 }
 
+namespace {
+
+void check_finite(const fs::path& file, const std::vector<float>& taps) {
+  if (taps.empty()) throw error_in(file, "no taps to write");
+  for (std::size_t i = 0; i < taps.size(); ++i) {
+    if (!std::isfinite(taps[i])) {
+      throw error_in(file, "tap " + std::to_string(i) + " (counting from 0) is not finite");
+    }
+  }
+}
+
+void write_atomically(const fs::path& file, const std::string& bytes) {
+  try {
+    TemporaryFile temporary(file);
+    std::size_t written = 0;
+    while (written < bytes.size()) {
+      const ssize_t n = ::write(temporary.fd(), bytes.data() + written, bytes.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(std::string("cannot write: ") + std::strerror(errno));
+      }
+      written += static_cast<std::size_t>(n);
+    }
+    temporary.commit();
+  } catch (const std::runtime_error& e) {
+    throw error_in(file, e.what());
+  }
+}
+
+template <typename Sample>
+std::string raw_bytes(const std::vector<float>& taps) {
+  using Bits = std::conditional_t<sizeof(Sample) == 4, std::uint32_t, std::uint64_t>;
+  std::string bytes;
+  bytes.reserve(taps.size() * sizeof(Sample));
+  for (const float tap : taps) {
+    const auto bits = std::bit_cast<Bits>(static_cast<Sample>(tap));
+    for (std::size_t byte = 0; byte < sizeof(Sample); ++byte) {
+      bytes.push_back(static_cast<char>((bits >> (8 * byte)) & 0xff));  // little-endian
+    }
+  }
+  return bytes;
+}
+
+void save_wav(const fs::path& file, const std::vector<float>& taps, double sample_rate) {
+  const auto rate = static_cast<int>(std::lround(sample_rate));
+  if (rate < 1) throw error_in(file, "a WAV file needs a sample rate of at least 1 Hz");
+  try {
+    TemporaryFile temporary(file);
+    SF_INFO info{};
+    info.samplerate = rate;
+    info.channels = 1;
+    info.format = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
+    SndfilePtr sound(sf_open_fd(temporary.fd(), SFM_WRITE, &info, /*close_desc=*/SF_FALSE));
+    if (!sound) throw std::runtime_error(std::string("cannot write WAV: ") + sf_strerror(nullptr));
+    const auto count = static_cast<sf_count_t>(taps.size());
+    if (sf_writef_float(sound.get(), taps.data(), count) != count) {
+      throw std::runtime_error(std::string("cannot write WAV: ") + sf_strerror(sound.get()));
+    }
+    sound.reset();  // sf_close writes the header's sizes
+    temporary.commit();
+  } catch (const std::runtime_error& e) {
+    throw error_in(file, e.what());
+  }
+}
+
+}  // namespace
+
 void save_text_taps(const fs::path& file, const std::vector<float>& taps,
                     const std::string& header_comment) {
-  if (taps.empty()) throw error_in(file, "no taps to write");
+  check_finite(file, taps);
   std::string text;
   std::size_t begin = 0;
   while (begin < header_comment.size()) {
@@ -280,30 +397,37 @@ void save_text_taps(const fs::path& file, const std::vector<float>& taps,
     text += '\n';
     begin = end + 1;
   }
-  for (std::size_t i = 0; i < taps.size(); ++i) {
-    if (!std::isfinite(taps[i])) {
-      throw error_in(file, "tap " + std::to_string(i) + " (counting from 0) is not finite");
-    }
+  for (const float tap : taps) {
     // The shortest text that reads back as exactly the same float.
     char buffer[32];
-    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), taps[i]);
+    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), tap);
     text.append(buffer, result.ptr);
     text += '\n';
   }
-  try {
-    TemporaryFile temporary(file);
-    std::size_t written = 0;
-    while (written < text.size()) {
-      const ssize_t n = ::write(temporary.fd(), text.data() + written, text.size() - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw std::runtime_error(std::string("cannot write: ") + std::strerror(errno));
+  write_atomically(file, text);
+}
+
+std::string save_taps(const fs::path& file, const std::vector<float>& taps,
+                      const std::string& header_comment, double sample_rate) {
+  check_finite(file, taps);
+  switch (kind_of(file)) {
+    case FileKind::raw_f32:
+      write_atomically(file, raw_bytes<float>(taps));
+      return "raw little-endian float32";
+    case FileKind::raw_f64:
+      write_atomically(file, raw_bytes<double>(taps));
+      return "raw little-endian float64";
+    case FileKind::audio:
+      if (lower_extension(file) != ".wav") {
+        throw error_in(file,
+                       "can only write coefficients as text, .wav, .f32/.raw/.bin or .f64, not " +
+                           lower_extension(file));
       }
-      written += static_cast<std::size_t>(n);
-    }
-    temporary.commit();
-  } catch (const std::runtime_error& e) {
-    throw error_in(file, e.what());
+      save_wav(file, taps, sample_rate);
+      return "WAV (mono, 32-bit float)";
+    default:
+      save_text_taps(file, taps, header_comment);
+      return "text";
   }
 }
 

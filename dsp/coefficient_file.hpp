@@ -26,15 +26,31 @@ struct CoefficientFileOptions {
   bool ignore_sample_rate = false;  // accept an IR whose rate differs from the audio's
 };
 
-// Loads a file (format from its extension: .txt/.taps/other text, .f32, .f64,
-// or anything libsndfile opens) into a bank for `options.channels` channels.
+// Loads a file (format from its extension: .txt/.taps/other text; raw
+// little-endian float32 .f32/.raw/.bin; raw little-endian float64 .f64; or
+// anything libsndfile opens) into a bank for `options.channels` channels.
+// A text file may start with a UTF-8 byte order mark, and may declare its rate
+// in a comment ("48000 Hz sample rate", "sample_rate = 48000"); a declared rate
+// (text) or recorded rate (audio) must match options.sample_rate unless
+// ignored. Logs a warning for a channel whose taps are all zero.
 // Throws CoefficientFileError.
 FilterBank load_filter_bank(const std::filesystem::path& file,
                             const CoefficientFileOptions& options);
+// The same without the warning (for `info`, which reports it itself).
+FilterBank load_filter_bank_quietly(const std::filesystem::path& file,
+                                    const CoefficientFileOptions& options);
 
-// Writes taps as text, one per line with full float precision (used by `design`).
-// Writes to a temporary file beside `file` and renames it on success.
+// Writes taps in the container `file`'s extension names: raw float32 (.f32,
+// .raw, .bin), raw float64 (.f64), a mono 32-bit float WAV (.wav) at
+// `sample_rate`, or text (one tap per line, full float precision, the header
+// as '#' comments; any other extension). Other audio extensions are refused.
+// Writes to a temporary file beside `file` and renames it on success. Returns
+// what it wrote, e.g. "text", "WAV (32-bit float)".
+// Writes taps as text whatever the extension (save_taps for one text file).
 void save_text_taps(const std::filesystem::path& file, const std::vector<float>& taps,
                     const std::string& header_comment);
+
+std::string save_taps(const std::filesystem::path& file, const std::vector<float>& taps,
+                      const std::string& header_comment, double sample_rate);
 
 }  // namespace tapstream

@@ -4,6 +4,8 @@
 #include "dsp/coefficient_file.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <iostream>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,7 @@ class CoefficientFileTest : public ::testing::Test {
                                      std::to_string(std::random_device{}()));
     fs::create_directories(directory_);
   }
+  std::ostringstream log_;
   void TearDown() override {
     std::error_code ignored;
     fs::remove_all(directory_, ignored);
@@ -249,6 +253,59 @@ TEST_F(CoefficientFileTest, ImpulseResponseRateMustMatchUnlessIgnored) {
   EXPECT_EQ(load_filter_bank(file, ignoring).max_taps(), 2u);
   EXPECT_EQ(load_filter_bank(file, options_for(1, 0)).max_taps(), 2u);  // rate unknown
   EXPECT_EQ(load_filter_bank(file, options_for(1, 44100)).max_taps(), 2u);
+}
+
+TEST_F(CoefficientFileTest, ATextFileStartingWithAUtf8ByteOrderMarkLoads) {
+  const auto file = write_text("bom.txt",
+                               "\xef\xbb\xbf"
+                               "0.25\n0.75\n");
+  EXPECT_EQ(taps_of(load_filter_bank(file, options_for(1)), 0), (std::vector<float>{0.25f, 0.75f}));
+  const auto bom_then_comment = write_text("bom2.txt", "\xef\xbb\xbf# made by hand\n1\n");
+  EXPECT_EQ(taps_of(load_filter_bank(bom_then_comment, options_for(1)), 0),
+            (std::vector<float>{1.0f}));
+}
+
+TEST_F(CoefficientFileTest, RawAndBinFilesAreLittleEndianFloat32) {
+  const std::vector<float> taps = {0.5f, -0.25f, 0.125f};
+  for (const std::string name : {"taps.raw", "taps.BIN"}) {
+    const auto file = write_raw<float>(name, taps);
+    EXPECT_EQ(taps_of(load_filter_bank(file, options_for(1)), 0), taps) << name;
+  }
+  // Text in a .raw file is refused as raw data, not parsed as text.
+  const auto text = write_text("text.raw", "0.25\n");
+  expect_error(text, options_for(1), text.string() + ": ", "not a multiple of 4");
+}
+
+TEST_F(CoefficientFileTest, ATextFilesDeclaredRateMustMatchTheSignalsUnlessIgnored) {
+  const auto designed = write_text("designed.txt",
+                                   "# tapstream design lowpass --rate 48000 --cutoff 4000\n"
+                                   "# 2 taps, 48000 Hz sample rate\n0.5\n0.5\n");
+  const auto by_key = write_text("key.txt", "# sample_rate = 48000\n0.5\n0.5\n");
+  for (const auto& file : {designed, by_key}) {
+    EXPECT_EQ(load_filter_bank(file, options_for(1, 48000)).max_taps(), 2u);
+    EXPECT_EQ(load_filter_bank(file, options_for(1, 0)).max_taps(), 2u);  // rate unknown
+    expect_error(file, options_for(1, 44100), file.string() + ":",
+                 "48000 Hz differs from the audio's 44100 Hz");
+    auto ignoring = options_for(1, 44100);
+    ignoring.ignore_sample_rate = true;
+    EXPECT_EQ(load_filter_bank(file, ignoring).max_taps(), 2u);
+  }
+  const auto undeclared = write_text("plain.txt", "# made at some rate\n0.5\n");
+  EXPECT_EQ(load_filter_bank(undeclared, options_for(1, 44100)).max_taps(), 1u);
+}
+
+TEST_F(CoefficientFileTest, AnAllZeroFilterLoadsWithAWarningNamingIt) {
+  const auto file = write_text("zeros.txt", "0\n0.0\n-0\n");
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log_);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  const auto bank = load_filter_bank(file, options_for(1));
+  const auto nonzero = load_filter_bank(write_text("one.txt", "0\n1e-30\n"), options_for(1));
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(bank.max_taps(), 3u);
+  const std::string log = log_.str();
+  EXPECT_NE(log.find(file.string() + ": every tap is zero"), std::string::npos) << log;
+  EXPECT_EQ(log.find("one.txt"), std::string::npos) << log;
 }
 
 TEST_F(CoefficientFileTest, BadImpulseResponsesAreRefused) {
