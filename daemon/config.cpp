@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "daemon/gain_range.hpp"
 #include "daemon/toml_reader.hpp"
 
 namespace tapstream {
@@ -116,7 +117,8 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
       config.filter_files.push_back(path);
     }
   }
-  if (auto gain = reader.number(*table, "filter", "gain_db", -120.0, 40.0)) config.gain_db = *gain;
+  if (auto gain = reader.number(*table, "filter", "gain_db", min_gain_db, max_gain_db))
+    config.gain_db = *gain;
   if (auto watch = reader.boolean(*table, "filter", "watch")) config.watch_filters = *watch;
   if (auto ignore = reader.boolean(*table, "filter", "ignore_sample_rate")) {
     config.ignore_filter_sample_rate = *ignore;

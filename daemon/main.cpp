@@ -8,20 +8,33 @@
 #include "daemon/commands/command.hpp"
 
 int main(int argc, char** argv) {
+  using namespace tapstream;
   CLI::App app{"tapstream: streaming multi-channel FIR filtering on GPUs and CPUs"};
   app.require_subcommand(1);
+  // Subcommands inherit this: an option a subcommand does not know (-q, -v)
+  // is tried on the main app, so `tapstream process -q ...` works too.
+  app.fallthrough();
+  app.set_version_flag("--version", TAPSTREAM_VERSION_TEXT);
+  app.footer(
+      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 partial success, 128+N ended by "
+      "signal N.");
   int verbose = 0;
   bool quiet = false;
   app.add_flag("-v,--verbose", verbose, "More log output (-vv for trace)");
   app.add_flag("-q,--quiet", quiet, "Only errors");
 
-  const std::vector<tapstream::Command> commands = {
-      tapstream::add_process_command(app), tapstream::add_design_command(app),
-      tapstream::add_run_command(app),     tapstream::add_devices_command(app),
-      tapstream::add_ctl_command(app),
+  const std::vector<Command> commands = {
+      add_process_command(app), add_design_command(app), add_run_command(app),
+      add_devices_command(app), add_ctl_command(app),
   };
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with exit code 0; every other one is usage.
+    app.exit(e);
+    return e.get_exit_code() == 0 ? exit_code::ok : exit_code::usage;
+  }
   // Logs and errors go to stderr, so that stdout stays free for data.
   spdlog::set_default_logger(spdlog::stderr_color_mt("tapstream"));
   spdlog::set_pattern("%^%l%$: %v");
@@ -33,10 +46,14 @@ int main(int argc, char** argv) {
     if (!command.app->parsed()) continue;
     try {
       return command.run();
+    } catch (const UsageError& e) {
+      spdlog::error("{}: {} (see tapstream {} --help)", command.app->get_name(), e.what(),
+                    command.app->get_name());
+      return exit_code::usage;
     } catch (const std::exception& e) {
       spdlog::error("{}: {}", command.app->get_name(), e.what());
-      return 1;
+      return exit_code::runtime_error;
     }
   }
-  return 2;
+  return exit_code::usage;
 }

@@ -1,9 +1,12 @@
 #include "dsp/filter_design.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
 #include <string>
+
+#include "dsp/filter_response.hpp"
 
 namespace tapstream {
 
@@ -179,6 +182,64 @@ std::vector<float> design_fir(const FilterSpec& spec) {
   std::vector<float> taps(n_taps);
   for (std::size_t n = 0; n < n_taps; ++n) taps[n] = static_cast<float>(h[n] / gain);
   return taps;
+}
+
+StopbandCheck check_stopband(const FilterSpec& spec, const std::vector<float>& taps) {
+  StopbandCheck check;
+  // Attenuation and transition width (in cycles per sample, times taps - 1)
+  // of each window, from Kaiser's formulas and the usual tables.
+  double width_times_length = 0.0;
+  switch (spec.window) {
+    case WindowType::kaiser:
+      check.promised_db = spec.kaiser_beta > 0.0 ? spec.kaiser_beta / 0.1102 + 8.7 : 21.0;
+      width_times_length = std::max(check.promised_db - 7.95, 10.0) / 14.36;
+      break;
+    case WindowType::hann:
+      check.promised_db = 44.0;
+      width_times_length = 3.1;
+      break;
+    case WindowType::hamming:
+      check.promised_db = 53.0;
+      width_times_length = 3.3;
+      break;
+    case WindowType::blackman:
+      check.promised_db = 74.0;
+      width_times_length = 5.5;
+      break;
+    case WindowType::rectangular:
+      check.promised_db = 21.0;
+      width_times_length = 0.9;
+      break;
+  }
+  const double transition_hz = spec.sample_rate * width_times_length /
+                               static_cast<double>(std::max<std::size_t>(taps.size() - 1, 1));
+  const auto in_stopband = [&](double f) {
+    const auto away = [&](double edge) { return std::fabs(f - edge) > transition_hz; };
+    switch (spec.type) {
+      case FilterType::lowpass:
+        return f > spec.cutoff_hz && away(spec.cutoff_hz);
+      case FilterType::highpass:
+        return f < spec.cutoff_hz && away(spec.cutoff_hz);
+      case FilterType::bandpass:
+        return (f < spec.cutoff_hz || f > spec.cutoff2_hz) && away(spec.cutoff_hz) &&
+               away(spec.cutoff2_hz);
+      case FilterType::bandstop:
+        return f > spec.cutoff_hz && f < spec.cutoff2_hz && away(spec.cutoff_hz) &&
+               away(spec.cutoff2_hz);
+    }
+    return false;
+  };
+  const FrequencyResponse response = frequency_response(taps, spec.sample_rate);
+  double worst = 0.0;
+  bool any = false;
+  for (std::size_t k = 0; k < response.value.size(); ++k) {
+    if (!in_stopband(response.frequency_hz[k])) continue;
+    any = true;
+    worst = std::max(worst, std::abs(response.value[k]));
+  }
+  check.has_stopband = any;
+  check.achieved_db = any ? -to_db(worst) : 0.0;
+  return check;
 }
 
 FilterType parse_filter_type(const std::string& name) {

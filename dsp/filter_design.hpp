@@ -24,6 +24,18 @@ struct FilterSpec {
 // Throws std::invalid_argument naming the bad parameter.
 std::vector<float> design_fir(const FilterSpec& spec);
 
+// How deep a design's stopband is against what its window promises (Kaiser:
+// beta / 0.1102 + 8.7 dB; hann 44, hamming 53, blackman 74, rectangular 21),
+// measured beyond one transition width from every edge.
+struct StopbandCheck {
+  double promised_db = 0.0;  // attenuation, positive
+  double achieved_db = 0.0;  // the least attenuation found in the stopband
+  bool has_stopband = true;  // false: the transition bands cover it all (too few taps)
+  // More than 10 dB short of the promise, or no stopband at all.
+  bool missed() const { return !has_stopband || achieved_db < promised_db - 10.0; }
+};
+StopbandCheck check_stopband(const FilterSpec& spec, const std::vector<float>& taps);
+
 FilterType parse_filter_type(const std::string& name);
 WindowType parse_window_type(const std::string& name);
 

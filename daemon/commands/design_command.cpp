@@ -1,6 +1,9 @@
 // `tapstream design TYPE --rate R --cutoff F[,F2] --taps N -o FILE`: windowed-
-// sinc FIR design into a text coefficient file, so that users can make filters
-// without other tools. The file's header records how it was made.
+// sinc FIR design into a coefficient file, so that users can make filters
+// without other tools. The container is the one FILE's extension names (text,
+// .wav, .f32/.raw/.bin, .f64); a text file's header records how it was made.
+// A design whose stopband falls more than 10 dB short of what its window
+// promises (too few taps, float32 rounding at very high beta) is warned about.
 
 #include <spdlog/spdlog.h>
 
@@ -39,7 +42,7 @@ double parse_frequency(const std::string& text) {
     used = 0;
   }
   if (used == 0 || used != text.size() || !std::isfinite(value) || value <= 0.0) {
-    throw std::invalid_argument("--cutoff: '" + text + "' is not a positive frequency in Hz");
+    throw UsageError("--cutoff: '" + text + "' is not a positive frequency in Hz");
   }
   return value;
 }
@@ -59,36 +62,38 @@ int run_design(const DesignArgs& args) {
   spec.window = parse_window_type(args.window);
   spec.kaiser_beta = args.beta;
   if (args.beta_given && spec.window != WindowType::kaiser) {
-    throw std::invalid_argument("--beta: only the kaiser window has a beta (window is " +
-                                args.window + ")");
+    throw UsageError("--beta: only the kaiser window has a beta (window is " + args.window + ")");
   }
 
   const bool two_edges = spec.type == FilterType::bandpass || spec.type == FilterType::bandstop;
   const auto comma = args.cutoff.find(',');
   if (two_edges && comma == std::string::npos) {
-    throw std::invalid_argument("--cutoff: " + args.type +
-                                " needs two edges, e.g. --cutoff 300,3400 (got '" + args.cutoff +
-                                "')");
+    throw UsageError("--cutoff: " + args.type + " needs two edges, e.g. --cutoff 300,3400 (got '" +
+                     args.cutoff + "')");
   }
   if (!two_edges && comma != std::string::npos) {
-    throw std::invalid_argument("--cutoff: " + args.type + " takes one edge (got '" + args.cutoff +
-                                "')");
+    throw UsageError("--cutoff: " + args.type + " takes one edge (got '" + args.cutoff + "')");
   }
   spec.cutoff_hz = parse_frequency(args.cutoff.substr(0, comma));
   if (two_edges) {
     spec.cutoff2_hz = parse_frequency(args.cutoff.substr(comma + 1));
     if (spec.cutoff2_hz <= spec.cutoff_hz) {
-      throw std::invalid_argument("--cutoff: the second edge must be above the first (got '" +
-                                  args.cutoff + "')");
+      throw UsageError("--cutoff: the second edge must be above the first (got '" + args.cutoff +
+                       "')");
     }
   }
   const double nyquist = spec.sample_rate / 2.0;
   if (spec.cutoff_hz >= nyquist || spec.cutoff2_hz >= nyquist) {
-    throw std::invalid_argument("--cutoff: '" + args.cutoff + "' must be below half of --rate (" +
-                                format_number(nyquist) + " Hz)");
+    throw UsageError("--cutoff: '" + args.cutoff + "' must be below half of --rate (" +
+                     format_number(nyquist) + " Hz)");
   }
 
-  const std::vector<float> taps = design_fir(spec);
+  std::vector<float> taps;
+  try {
+    taps = design_fir(spec);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());  // every spec problem is one of the command line's
+  }
 
   std::string how = "tapstream design " + args.type + " --rate " + format_number(args.rate) +
                     " --cutoff " + args.cutoff + " --taps " + std::to_string(args.taps) +
@@ -96,10 +101,25 @@ int run_design(const DesignArgs& args) {
   if (spec.window == WindowType::kaiser) how += " --beta " + format_number(args.beta);
   const std::string header = how + "\n" + std::to_string(taps.size()) + " taps, " +
                              format_number(args.rate) + " Hz sample rate";
-  save_text_taps(args.output, taps, header);
-  spdlog::info("wrote {} taps ({} {} Hz at {} Hz, {} window) to {}", taps.size(), args.type,
-               args.cutoff, format_number(args.rate), args.window, args.output);
-  return 0;
+  const std::string container = save_taps(args.output, taps, header, args.rate);
+  spdlog::info("wrote {} taps ({} {} Hz at {} Hz, {} window) to {} as {}", taps.size(), args.type,
+               args.cutoff, format_number(args.rate), args.window, args.output, container);
+
+  const StopbandCheck stopband = check_stopband(spec, taps);
+  if (!stopband.has_stopband) {
+    spdlog::warn(
+        "{} taps are too few for these edges: the transition bands cover the whole stopband "
+        "(use more taps)",
+        taps.size());
+  } else if (stopband.missed()) {
+    spdlog::warn(
+        "the design reaches only -{:.1f} dB in its stopband where the {} window promises -{:.1f} "
+        "dB (use more taps{})",
+        stopband.achieved_db, args.window, stopband.promised_db,
+        spec.window == WindowType::kaiser ? ", or a lower --beta: float32 taps reach about -150 dB"
+                                          : "");
+  }
+  return exit_code::ok;
 }
 
 }  // namespace
@@ -112,20 +132,23 @@ Command add_design_command(CLI::App& app) {
       ->check(CLI::IsMember({"lowpass", "highpass", "bandpass", "bandstop"}));
   sub->add_option("-r,--rate", args->rate, "Sample rate in Hz")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(number_between(1, 1e7, "Hz"));
   sub->add_option("-c,--cutoff", args->cutoff,
                   "Edge frequency in Hz; two, comma-separated, for bandpass and bandstop")
       ->required();
   sub->add_option("-n,--taps", args->taps, "Number of taps (odd for highpass and bandstop)")
       ->required()
-      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20));
+      ->check(number_between(1, 1 << 20, "taps"));
   sub->add_option("-w,--window", args->window, "kaiser, hann, hamming, blackman or rectangular")
       ->check(CLI::IsMember({"kaiser", "hann", "hamming", "blackman", "rectangular"}))
       ->capture_default_str();
   sub->add_option("--beta", args->beta, "Kaiser window's beta (more: lower sidelobes, wider)")
-      ->check(CLI::Range(0.0, 50.0))
+      ->check(number_between(0, 50, ""))
       ->capture_default_str();
-  sub->add_option("-o,--output", args->output, "Coefficient file to write (text)")->required();
+  sub->add_option("-o,--output", args->output,
+                  "Coefficient file to write: .wav (32-bit float), .f32/.raw/.bin (raw float32), "
+                  ".f64, or text (any other extension)")
+      ->required();
   return Command{sub, [args, sub] {
                    DesignArgs resolved = *args;
                    resolved.beta_given = sub->count("--beta") > 0;

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "daemon/io/audio_device.hpp"
 #include "daemon/commands/command.hpp"
+#include "daemon/io/audio_device.hpp"
 
 namespace tapstream {
 

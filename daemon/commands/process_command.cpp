@@ -15,9 +15,10 @@
 #include <string>
 
 #include "daemon/commands/command.hpp"
-#include "daemon/engine_factory.hpp"
-#include "daemon/pipeline/offline_pipeline.hpp"
 #include "daemon/commands/progress.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/gain_range.hpp"
+#include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 
@@ -28,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::size_t kMaxBlockFrames = 1u << 20;
-constexpr double kMaxGainDb = 200.0;
 
 struct ProcessArgs {
   std::string input;
@@ -121,10 +121,6 @@ int run_process(const ProcessArgs& args) {
   // From here on a signal only sets the flag; the pipeline then stops and the
   // writer's destructor removes its temporary file.
   const InterruptGuard interrupt_guard;
-  if (!std::isfinite(args.gain_db) || std::abs(args.gain_db) > kMaxGainDb) {
-    throw std::invalid_argument("--gain: " + std::to_string(args.gain_db) +
-                                " dB is not a finite gain between -200 and 200 dB");
-  }
   const Backend backend = parse_backend(args.backend);
   const Algorithm algorithm = parse_algorithm(args.algorithm);
   const SampleFormat format =
@@ -196,16 +192,7 @@ Command add_process_command(CLI::App& app) {
                   "Coefficient file: text, .f32, .f64, or an impulse response (WAV, FLAC, ...)")
       ->required();
   sub->add_option("-g,--gain", args->gain_db, "Gain in dB applied to the filters")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            double db = 0.0;
-            if (!CLI::detail::lexical_cast(value, db) || !std::isfinite(db) ||
-                std::abs(db) > kMaxGainDb) {
-              return "'" + value + "' is not a gain in dB between -200 and 200";
-            }
-            return {};
-          },
-          "dB"));
+      ->check(number_between(min_gain_db, max_gain_db, "dB"));
   sub->add_option("-b,--backend", args->backend, "Engine: cpu, cuda or auto (GPU if usable)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
