@@ -36,6 +36,10 @@ const char* type_name(FilterType type) {
       return "bandpass";
     case FilterType::bandstop:
       return "bandstop";
+    case FilterType::lr_lowpass:
+      return "linkwitz-riley lowpass";
+    case FilterType::lr_highpass:
+      return "linkwitz-riley highpass";
   }
   return "filter";
 }
@@ -64,7 +68,12 @@ void validate(const FilterSpec& spec) {
     throw std::invalid_argument("taps " + std::to_string(spec.taps) + " is more than the " +
                                 std::to_string(kMaxDesignTaps) + " that design supports");
   }
-  if ((spec.type == FilterType::highpass || spec.type == FilterType::bandstop) &&
+  if (is_linkwitz_riley(spec.type) && (spec.order < 2 || spec.order > 8 || spec.order % 2 != 0)) {
+    throw std::invalid_argument("linkwitz-riley order " + std::to_string(spec.order) +
+                                " must be 2, 4, 6 or 8");
+  }
+  if ((spec.type == FilterType::highpass || spec.type == FilterType::bandstop ||
+       is_linkwitz_riley(spec.type)) &&
       spec.taps % 2 == 0) {
     throw std::invalid_argument(std::string(type_name(spec.type)) +
                                 " needs an odd number of taps (" + std::to_string(spec.taps) +
@@ -121,10 +130,53 @@ double ideal_lowpass(double omega, double t) {
   return std::sin(omega * t) / (std::numbers::pi * t);
 }
 
+// The linear-phase lowpass half of a Linkwitz-Riley crossover: the zero-phase
+// magnitude 1 / (1 + (f/fc)^order) sampled densely and inverted (a cosine
+// sum over the half band), centred and windowed; unity gain at DC.
+std::vector<double> linkwitz_riley_lowpass(const FilterSpec& spec) {
+  const std::size_t n_taps = spec.taps;
+  const double centre = static_cast<double>(n_taps - 1) / 2.0;
+  const std::size_t grid = std::max<std::size_t>(8192, 16 * n_taps);
+  std::vector<double> magnitude(grid + 1);
+  for (std::size_t k = 0; k <= grid; ++k) {
+    const double f = spec.sample_rate / 2.0 * static_cast<double>(k) / static_cast<double>(grid);
+    magnitude[k] = 1.0 / (1.0 + std::pow(f / spec.cutoff_hz, spec.order));
+  }
+  std::vector<double> h(n_taps);
+  double sum = 0.0;
+  for (std::size_t n = 0; n < n_taps; ++n) {
+    const double t = static_cast<double>(n) - centre;
+    double acc = 0.0;  // trapezoid rule over [0, pi]
+    for (std::size_t k = 0; k <= grid; ++k) {
+      const double w = std::numbers::pi * static_cast<double>(k) / static_cast<double>(grid);
+      acc += (k == 0 || k == grid ? 0.5 : 1.0) * magnitude[k] * std::cos(w * t);
+    }
+    h[n] = acc / static_cast<double>(grid) * window_value(spec, n);
+    sum += h[n];
+  }
+  for (double& v : h) v /= sum;
+  return h;
+}
+
 }  // namespace
+
+bool is_linkwitz_riley(FilterType type) {
+  return type == FilterType::lr_lowpass || type == FilterType::lr_highpass;
+}
 
 std::vector<float> design_fir(const FilterSpec& spec) {
   validate(spec);
+  if (is_linkwitz_riley(spec.type)) {
+    const std::vector<double> low = linkwitz_riley_lowpass(spec);
+    std::vector<float> taps(low.size());
+    const std::size_t centre = (low.size() - 1) / 2;
+    for (std::size_t n = 0; n < low.size(); ++n) {
+      const double value = spec.type == FilterType::lr_lowpass ? low[n] : -low[n];
+      taps[n] = static_cast<float>(n == centre && spec.type == FilterType::lr_highpass ? 1.0 + value
+                                                                                       : value);
+    }
+    return taps;
+  }
   const std::size_t n_taps = spec.taps;
   const double centre = static_cast<double>(n_taps - 1) / 2.0;
   const double omega1 = 2.0 * std::numbers::pi * spec.cutoff_hz / spec.sample_rate;
@@ -148,6 +200,9 @@ std::vector<float> design_fir(const FilterSpec& spec) {
       case FilterType::bandstop:
         ideal = impulse - (ideal_lowpass(omega2, t) - ideal_lowpass(omega1, t));
         break;
+      case FilterType::lr_lowpass:
+      case FilterType::lr_highpass:
+        break;  // designed above
     }
     h[n] = ideal * window_value(spec, n);
   }
@@ -169,6 +224,9 @@ std::vector<float> design_fir(const FilterSpec& spec) {
     case FilterType::bandpass:
       omega_pass = (omega1 + omega2) / 2.0;
       break;
+    case FilterType::lr_lowpass:
+    case FilterType::lr_highpass:
+      break;  // designed above
   }
   double gain = 0.0;
   for (std::size_t n = 0; n < n_taps; ++n) {
@@ -226,6 +284,9 @@ StopbandCheck check_stopband(const FilterSpec& spec, const std::vector<float>& t
       case FilterType::bandstop:
         return f > spec.cutoff_hz && f < spec.cutoff2_hz && away(spec.cutoff_hz) &&
                away(spec.cutoff2_hz);
+      case FilterType::lr_lowpass:
+      case FilterType::lr_highpass:
+        return false;  // a crossover's slope has no stopband to promise
     }
     return false;
   };
@@ -247,8 +308,11 @@ FilterType parse_filter_type(const std::string& name) {
   if (name == "highpass") return FilterType::highpass;
   if (name == "bandpass") return FilterType::bandpass;
   if (name == "bandstop") return FilterType::bandstop;
-  throw std::invalid_argument("unknown filter type '" + name +
-                              "' (expected lowpass, highpass, bandpass or bandstop)");
+  if (name == "lr-lowpass") return FilterType::lr_lowpass;
+  if (name == "lr-highpass") return FilterType::lr_highpass;
+  throw std::invalid_argument(
+      "unknown filter type '" + name +
+      "' (expected lowpass, highpass, bandpass, bandstop, lr-lowpass or lr-highpass)");
 }
 
 WindowType parse_window_type(const std::string& name) {

@@ -8,7 +8,11 @@
 
 namespace tapstream {
 
-enum class FilterType { lowpass, highpass, bandpass, bandstop };
+// lr_lowpass / lr_highpass: linear-phase FIR crossover halves with the
+// magnitude of a Linkwitz-Riley filter of `order` (1 / (1 + (f/fc)^order) and
+// its complement); the highpass is the unit impulse minus the lowpass, so a
+// pair of the same length sums to a pure delay of (taps - 1) / 2 frames.
+enum class FilterType { lowpass, highpass, bandpass, bandstop, lr_lowpass, lr_highpass };
 enum class WindowType { kaiser, hann, hamming, blackman, rectangular };
 
 struct FilterSpec {
@@ -19,7 +23,11 @@ struct FilterSpec {
   std::size_t taps = 255;     // highpass and bandstop need an odd count
   WindowType window = WindowType::kaiser;
   double kaiser_beta = 8.6;
+  int order = 4;  // Linkwitz-Riley order (even, 2..8)
 };
+
+// True for the Linkwitz-Riley crossover types (they have no stopband promise).
+bool is_linkwitz_riley(FilterType type);
 
 // Throws std::invalid_argument naming the bad parameter.
 std::vector<float> design_fir(const FilterSpec& spec);

@@ -154,6 +154,39 @@ void expect_rejected(const FilterSpec& spec, const std::string& must_mention) {
   }
 }
 
+TEST(FilterDesign, LinkwitzRileyHalvesSumToAPureDelayAndCrossAtMinusSixDb) {
+  for (const int order : {2, 4, 8}) {
+    SCOPED_TRACE("order " + std::to_string(order));
+    // Steeper slopes need longer filters to reach their depth an octave away.
+    const std::size_t taps = order == 8 ? 2047 : 511;
+    FilterSpec low = spec_of(FilterType::lr_lowpass, 2000.0, 0.0, taps);
+    low.order = order;
+    FilterSpec high = low;
+    high.type = FilterType::lr_highpass;
+    const auto lp = design_fir(low);
+    const auto hp = design_fir(high);
+    expect_symmetric(lp);
+    expect_symmetric(hp);
+    for (std::size_t n = 0; n < lp.size(); ++n) {
+      EXPECT_NEAR(double(lp[n]) + double(hp[n]), n == taps / 2 ? 1.0 : 0.0, 1e-6) << "tap " << n;
+    }
+    // |H| = 1 / (1 + (f/fc)^order): -6.02 dB at the crossover for both halves,
+    // and one octave away 1 / (1 + 2^order) (order 4: -24.6 dB).
+    EXPECT_NEAR(decibels(magnitude(lp, 2000.0, 48000.0)), -6.02, 0.1);
+    EXPECT_NEAR(decibels(magnitude(hp, 2000.0, 48000.0)), -6.02, 0.1);
+    const double octave_db = decibels(1.0 / (1.0 + std::pow(2.0, order)));
+    EXPECT_NEAR(decibels(magnitude(lp, 4000.0, 48000.0)), octave_db, 0.5);
+    EXPECT_NEAR(decibels(magnitude(hp, 1000.0, 48000.0)), octave_db, 0.5);
+    EXPECT_NEAR(magnitude(lp, 0.0, 48000.0), 1.0, 1e-6);
+  }
+  FilterSpec bad = spec_of(FilterType::lr_lowpass, 2000.0, 0.0, 511);
+  bad.order = 3;
+  EXPECT_THROW(design_fir(bad), std::invalid_argument);
+  bad.order = 4;
+  bad.taps = 512;
+  EXPECT_THROW(design_fir(bad), std::invalid_argument);  // the pair needs a centre tap
+}
+
 TEST(FilterDesign, BadParametersAreRejectedNamingTheProblem) {
   auto bad_rate = spec_of(FilterType::lowpass, 1000.0, 0.0, 31);
   bad_rate.sample_rate = 0.0;

@@ -30,6 +30,8 @@ struct DesignArgs {
   std::string window = "kaiser";
   double beta = 8.6;
   bool beta_given = false;
+  int order = 4;
+  bool order_given = false;
   std::string output;
 };
 
@@ -61,6 +63,11 @@ int run_design(const DesignArgs& args) {
   spec.taps = args.taps;
   spec.window = parse_window_type(args.window);
   spec.kaiser_beta = args.beta;
+  spec.order = args.order;
+  if (args.order_given && !is_linkwitz_riley(spec.type)) {
+    throw UsageError("--order: only lr-lowpass and lr-highpass have an order (type is " +
+                     args.type + ")");
+  }
   if (args.beta_given && spec.window != WindowType::kaiser) {
     throw UsageError("--beta: only the kaiser window has a beta (window is " + args.window + ")");
   }
@@ -99,6 +106,7 @@ int run_design(const DesignArgs& args) {
                     " --cutoff " + args.cutoff + " --taps " + std::to_string(args.taps) +
                     " --window " + args.window;
   if (spec.window == WindowType::kaiser) how += " --beta " + format_number(args.beta);
+  if (is_linkwitz_riley(spec.type)) how += " --order " + std::to_string(spec.order);
   const std::string header = how + "\n" + std::to_string(taps.size()) + " taps, " +
                              format_number(args.rate) + " Hz sample rate";
   const std::string container = save_taps(args.output, taps, header, args.rate);
@@ -106,7 +114,9 @@ int run_design(const DesignArgs& args) {
                args.cutoff, format_number(args.rate), args.window, args.output, container);
 
   const StopbandCheck stopband = check_stopband(spec, taps);
-  if (!stopband.has_stopband) {
+  if (is_linkwitz_riley(spec.type)) {
+    // A crossover's slope is its design: there is no stopband promise to check.
+  } else if (!stopband.has_stopband) {
     spdlog::warn(
         "{} taps are too few for these edges: the transition bands cover the whole stopband "
         "(use more taps)",
@@ -127,9 +137,13 @@ int run_design(const DesignArgs& args) {
 Command add_design_command(CLI::App& app) {
   auto args = std::make_shared<DesignArgs>();
   CLI::App* sub = app.add_subcommand("design", "Design a windowed-sinc FIR filter into a file");
-  sub->add_option("type", args->type, "lowpass, highpass, bandpass or bandstop")
+  sub->add_option("type", args->type,
+                  "lowpass, highpass, bandpass, bandstop, or the halves of a linear-phase "
+                  "Linkwitz-Riley crossover, lr-lowpass and lr-highpass (same --taps: they sum "
+                  "to a pure delay)")
       ->required()
-      ->check(CLI::IsMember({"lowpass", "highpass", "bandpass", "bandstop"}));
+      ->check(CLI::IsMember(
+          {"lowpass", "highpass", "bandpass", "bandstop", "lr-lowpass", "lr-highpass"}));
   sub->add_option("-r,--rate", args->rate, "Sample rate in Hz")
       ->required()
       ->check(number_between(1, 1e7, "Hz"));
@@ -145,6 +159,11 @@ Command add_design_command(CLI::App& app) {
   sub->add_option("--beta", args->beta, "Kaiser window's beta (more: lower sidelobes, wider)")
       ->check(number_between(0, 50, ""))
       ->capture_default_str();
+  sub->add_option("--order", args->order,
+                  "Linkwitz-Riley order for lr-lowpass and lr-highpass: 2, 4, 6 or 8 (slope "
+                  "6 x order dB/octave)")
+      ->check(CLI::IsMember({2, 4, 6, 8}))
+      ->capture_default_str();
   sub->add_option("-o,--output", args->output,
                   "Coefficient file to write: .wav (32-bit float), .f32/.raw/.bin (raw float32), "
                   ".f64, or text (any other extension)")
@@ -152,6 +171,7 @@ Command add_design_command(CLI::App& app) {
   return Command{sub, [args, sub] {
                    DesignArgs resolved = *args;
                    resolved.beta_given = sub->count("--beta") > 0;
+                   resolved.order_given = sub->count("--order") > 0;
                    return run_design(resolved);
                  }};
 }
