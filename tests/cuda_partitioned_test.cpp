@@ -8,18 +8,23 @@
 // the whole length, the last one included): the reference visits only those,
 // while the GPU still runs every partition.
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/cuda_resources.hpp"
 #include "kernels/partitioned/partitioned_convolver.hpp"
 #include "tests/reference.hpp"
 
@@ -129,6 +134,49 @@ std::unique_ptr<Engine> partitioned_engine(const FilterBank& b, std::size_t max_
   return engine;
 }
 
+// The convolver alone behind the Engine interface (planar only; device copies
+// per call), so that a test can hand it any plan: e.g. the plan made for
+// thousands of channels (a tail segment of every size up to 8192) run on two.
+class ConvolverEngine final : public Engine {
+ public:
+  ConvolverEngine(const FilterBank& b, std::size_t max_block, PartitionPlan plan)
+      : channels_(b.channels()),
+        max_block_(max_block),
+        taps_(b.max_taps()),
+        convolver_(b, b.max_taps(), max_block, std::move(plan)),
+        in_(channels_ * max_block),
+        out_(channels_ * max_block) {
+    std::printf("convolver: %s\n", convolver_.description().c_str());
+  }
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    if (layout != Layout::planar) throw std::invalid_argument("ConvolverEngine: planar only");
+    const std::size_t bytes = channels_ * frames * sizeof(float);
+    TAPSTREAM_CUDA_CHECK(
+        cudaMemcpyAsync(in_.get(), in.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
+    convolver_.process({in_.get(), (long long)frames, 1}, out_.get(), (long long)frames, 1, frames,
+                       0, frames, stream_.get());
+    TAPSTREAM_CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), out_.get(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.synchronize();
+  }
+  void set_filters(const FilterBank& b, bool crossfade) override {
+    convolver_.set_filters(b, crossfade);
+  }
+  void reset() override { convolver_.reset(stream_.get()); }
+  std::size_t channels() const override { return channels_; }
+  std::size_t max_block_frames() const override { return max_block_; }
+  std::size_t max_taps() const override { return taps_; }
+  std::string name() const override { return "convolver"; }
+  std::string description() const override { return convolver_.description(); }
+
+ private:
+  std::size_t channels_, max_block_, taps_;
+  cuda::PartitionedConvolver convolver_;
+  cuda::Stream stream_;
+  cuda::DeviceBuffer<float> in_, out_;
+};
+
 TEST(CudaPartitionedPlan, GpuPlansAreValidAndHaveATailForLongFilters) {
   for (std::size_t channels : {1, 8, 1024, 4096})
     for (std::size_t block : {32, 64, 128, 256, 1024})
@@ -197,21 +245,21 @@ TEST_F(CudaPartitioned, OutputDoesNotDependOnHowTheStreamIsCut) {
         << "channel " << ch;
 }
 
-TEST_F(CudaPartitioned, SwapsWhileTailsAreInFlightCrossfadeOverOneCall) {
-  const std::uint64_t seed = announce("swaps", 8103);
+// Streams through `make(first)` with three swaps: early (tails of every size
+// in flight), then without crossfade and, before the same call, with (the
+// second replaces the first); checks every frame against float64.
+template <typename MakeEngine>
+void check_swaps(MakeEngine make, Layout layout, std::uint64_t seed) {
   const std::size_t channels = 2, taps = 65536, frames = 120000, max_block = 64;
   const FilterBank first = bank(channels, taps, 2000, seed);
   const FilterBank second = bank(channels, taps, 2000, seed + 500);
   const FilterBank third = bank(channels, taps / 2, 2000, seed + 900);
-  auto engine = partitioned_engine(first, max_block);
+  auto engine = make(first, max_block);
   const Signals in = inputs(channels, frames, seed);
   const std::vector<std::size_t> sizes = call_sizes(frames, max_block, seed + 3);
-  // Swap early (tails of every size in flight), then again without crossfade,
-  // and twice before one call (the second replaces the first).
   const std::size_t s1 = sizes.size() / 3, s2 = 2 * sizes.size() / 3;
   const std::vector<Swap> swaps = {{s1, &second, true}, {s2, &first, false}, {s2, &third, true}};
-  const Signals out = stream(*engine, in, sizes, Layout::interleaved, swaps);
-
+  const Signals out = stream(*engine, in, sizes, layout, swaps);
   std::vector<std::size_t> starts(sizes.size() + 1, 0);
   for (std::size_t i = 0; i < sizes.size(); ++i) starts[i + 1] = starts[i] + sizes[i];
   for (std::size_t c = 0; c < channels; ++c) {
@@ -246,6 +294,20 @@ TEST_F(CudaPartitioned, SwapsWhileTailsAreInFlightCrossfadeOverOneCall) {
     }
     EXPECT_LE(relative_error(out[c], want), kTolerance) << "channel " << c << ", whole stream";
   }
+}
+
+TEST_F(CudaPartitioned, SwapsWhileTailsAreInFlightCrossfadeOverOneCall) {
+  check_swaps(partitioned_engine, Layout::interleaved, announce("swaps", 8103));
+}
+
+TEST_F(CudaPartitioned, SwapsCrossfadeWithTailStepsOfEverySizeInFlight) {
+  // The plan made for 4096 channels: 64x4 + 128x2 + ... + 4096x2 + 8192x6.
+  check_swaps(
+      [](const FilterBank& b, std::size_t max_block) {
+        return std::make_unique<ConvolverEngine>(
+            b, max_block, cuda::plan_gpu_partitions(4096, max_block, b.max_taps()));
+      },
+      Layout::planar, announce("swaps, every tail size", 8106));
 }
 
 TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {
