@@ -32,10 +32,12 @@ namespace tapstream::cuda {
 
 namespace {
 
-// Measured on the H100 (bench/cuda_engine_bench --partitioned-costs; see
-// docs/performance.md): the device time of one tail kernel launch when the
-// kernel is small, the bandwidth the tail's transforms and multiply-accumulate
-// sustain, and the direct head kernel's multiply-adds per nanosecond.
+// The cost of one tail kernel launch when the kernel is small, the bandwidth
+// the tail's transforms and multiply-accumulate sustain, and the direct head
+// kernel's multiply-adds per nanosecond. Estimates from issue 3's H100
+// measurements (launch gaps, the 2.98 TB/s copy ceiling) and the head
+// kernel's shared-memory bound, not yet measured on this path: see
+// docs/performance.md, "Cost model constants"; the capacity run replaces them.
 constexpr double kTailLaunchNs = 2500.0;
 constexpr double kTailLaunches = 6.0;
 constexpr double kTailBytesPerNs = 2000.0;
@@ -86,9 +88,6 @@ struct PartitionedConvolver::State {
     std::int64_t next_step = 0;      // steps taken (blocks of P completed)
     RealFftPlan* forward = nullptr;  // 2P points, batch channels
     RealFftPlan* inverse = nullptr;
-  };
-  struct PendingStep {
-    std::int64_t output_start = 0;
   };
 
   std::size_t channels = 0, max_taps = 0, max_block = 0, head_taps = 0;

@@ -38,10 +38,10 @@
 
 namespace tapstream::cuda {
 
-// The GPU's costs for plan_partitions, from constants measured on an H100
-// (docs/performance.md, "Partitioned streaming path"): a per-kernel launch
-// cost, a sustained memory bandwidth for the transforms and the spectral
-// multiply-accumulate, and the direct head kernel's rate.
+// The GPU's costs for plan_partitions: a per-kernel launch cost, a sustained
+// memory bandwidth for the transforms and the spectral multiply-accumulate,
+// and the direct head kernel's rate (H100 estimates until measured; see
+// docs/performance.md, "Cost model constants").
 class GpuPartitionCosts final : public PartitionCostModel {
  public:
   explicit GpuPartitionCosts(std::size_t channels) : channels_(channels) {}
