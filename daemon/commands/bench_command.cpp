@@ -98,6 +98,8 @@ Probe probe(const std::string& engine_name, std::size_t channels, std::size_t fr
   std::vector<float> host_in, host_out;
 #ifdef TAPSTREAM_HAVE_CUDA
   if (engine_name == "cuda") {
+    std::string reason;
+    if (!cuda_device_available(&reason)) throw std::runtime_error(reason);
     std::unique_ptr<CudaEngine> cuda = make_cuda_device_engine(bank, options);
     in = cuda->pinned_input().first(channels * frames);
     out = cuda->pinned_output().first(channels * frames);
@@ -261,6 +263,13 @@ int run_capacity(const CapacityArgs& args) {
       parse_backend(engine);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--engines: ") + e.what());
+    }
+    // An engine that cannot run at all (no GPU, not built in) is an error,
+    // not a capacity of zero.
+    try {
+      probe(engine, 1, 64, 64, 10, 1e30);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
     for (const std::size_t taps : args.taps)
       for (const std::size_t frames : args.blocks) {
