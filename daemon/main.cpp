@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
 
   const std::vector<Command> commands = {
       add_process_command(app), add_design_command(app), add_run_command(app),
-      add_devices_command(app), add_ctl_command(app),
+      add_devices_command(app), add_ctl_command(app),    add_bench_command(app),
   };
 
   try {

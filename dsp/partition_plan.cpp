@@ -1,5 +1,6 @@
 #include "dsp/partition_plan.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <limits>
 #include <map>
@@ -36,7 +37,8 @@ class TailSearch {
     // The least count after which the next (doubled) size has its slack.
     const std::size_t next = size * 2;
     std::size_t least = 1;
-    while (least < covering && offset + least * size < next + head_) ++least;
+    const std::size_t start_next = next + slack(next);
+    while (least < covering && offset + least * size < start_next) ++least;
     for (std::size_t count = least; count <= covering && count <= least + kExtraCountsSearched;
          ++count) {
       const double own = costs_.tail_step_ns(size, count) / double(size);
@@ -46,7 +48,7 @@ class TailSearch {
       }
       if (next > max_size_) continue;
       const std::size_t end = offset + count * size;
-      if (end < next + head_) continue;
+      if (end < start_next) continue;
       const double total = own + this->best(end, next).cost;
       if (total < best.cost) best = {total, count, next};
     }
@@ -59,6 +61,11 @@ class TailSearch {
   }
 
  private:
+  // Where a segment of `size` may start: its partition plus its least slack.
+  std::size_t slack(std::size_t size) const {
+    return std::max(head_, costs_.min_slack_frames(size, head_));
+  }
+
   std::size_t head_, taps_, max_size_;
   const PartitionCostModel& costs_;
   std::map<std::pair<std::size_t, std::size_t>, Choice> memo_;
@@ -143,7 +150,8 @@ PartitionPlan plan_partitions(std::size_t head_frames, std::size_t taps,
     std::size_t next = 0;
     if (count < covering) {
       next = head_frames * 2;
-      if (next > max_partition_frames || end < next + head_frames) continue;
+      const std::size_t slack = std::max(head_frames, costs.min_slack_frames(next, head_frames));
+      if (next > max_partition_frames || end < next + slack) continue;
       cost += search.best(end, next).cost;
     }
     if (cost < best_cost) {

@@ -48,6 +48,15 @@ class PartitionCostModel {
   // Work of one tail step: when a block of `partition_frames` input frames
   // completes, transform it and multiply-accumulate `count` partitions.
   virtual double tail_step_ns(std::size_t partition_frames, std::size_t count) const = 0;
+  // The least slack (frames between a block of `partition_frames` completing
+  // and its first use) a tail segment of that size gets, so that its step can
+  // be spread over the calls in between instead of landing on one. Never
+  // below one call (head_frames), which is also the default.
+  virtual std::size_t min_slack_frames(std::size_t partition_frames,
+                                       std::size_t head_frames) const {
+    (void)partition_frames;
+    return head_frames;
+  }
 };
 
 struct PartitionPlan {

@@ -30,6 +30,7 @@
 #include "kernels/cuda_resources.hpp"
 #include "kernels/direct_kernels.hpp"
 #include "kernels/fft_convolver.hpp"
+#include "kernels/partitioned/partitioned_convolver.hpp"
 
 namespace tapstream {
 
@@ -57,6 +58,9 @@ std::size_t round_up(std::size_t n, std::size_t m) {
 // the bus cost more than the two copies save.
 // TAPSTREAM_CUDA_ZERO_COPY_SAMPLES overrides it (for measurements).
 constexpr std::size_t kDefaultZeroCopySamples = 1024;
+// EngineOptions::kernel naming the non-uniformly partitioned path (forced,
+// whatever the cost model says).
+constexpr const char* kPartitionedKernel = "partitioned";
 // Larger calls are cut into chunks of at least this many samples, pipelined over
 // the streams.
 constexpr std::size_t kMinChunkSamples = 65536;
@@ -79,6 +83,18 @@ constexpr double kBytesPerUs = 2.0e6;
 constexpr double kFftBytesPerSample = 64.0;
 constexpr double kLaunchUs = 3.0;
 constexpr double kFftLaunches = 4.0;
+
+// Whether Algorithm::automatic may choose the non-uniformly partitioned path.
+// Off by default until its exactness suites have run on a GPU (the device
+// loans were paused when it was written; see docs/performance.md);
+// TAPSTREAM_CUDA_PARTITIONED=1 turns it on, =0 off.
+constexpr bool kPartitionedByDefault = false;
+
+bool partitioned_by_cost_model() {
+  const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED");
+  if (env == nullptr) return kPartitionedByDefault;
+  return std::string(env) == "1";
+}
 
 double direct_cost_us(std::size_t C, std::size_t F, std::size_t M, bool global) {
   return double(C) * double(F) * double(M) / kDirectMacsPerUs *
@@ -118,7 +134,8 @@ class CudaEngineImpl final : public CudaEngine {
         max_block_frames_(options.max_block_frames),
         max_taps_(options.max_taps ? options.max_taps : bank.max_taps()),
         device_(options.device),
-        kernel_(cuda::parse_direct_kernel(options.kernel)) {
+        force_partitioned_(options.kernel == kPartitionedKernel),
+        kernel_(cuda::parse_direct_kernel(force_partitioned_ ? "auto" : options.kernel)) {
     if (max_block_frames_ == 0) throw std::invalid_argument("max_block_frames must be at least 1");
     if (options.streams < 1 || options.streams > 16)
       throw std::invalid_argument("streams must be 1..16, got " + std::to_string(options.streams));
@@ -141,7 +158,10 @@ class CudaEngineImpl final : public CudaEngine {
         cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
     device_name_ = device_name(device_);
 
-    for (int s = 0; s < options.streams; ++s) streams_.emplace_back();
+    // The engine's streams run ahead of the partitioned path's tail stream.
+    int least_priority = 0, greatest_priority = 0;
+    TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+    for (int s = 0; s < options.streams; ++s) streams_.emplace_back(greatest_priority);
     slot_frames_ = std::min(max_block_frames_, kMaxSlotFrames);
     const std::size_t block_samples = channels_ * max_block_frames_;
     pinned_in_ = PinnedBuffer<float>(block_samples, /*mapped=*/true);
@@ -155,12 +175,12 @@ class CudaEngineImpl final : public CudaEngine {
 
     choose_algorithm(bank, options.algorithm);
 
-    if (algorithm_ == Algorithm::fft) {
+    if (fft_) {
       for (std::size_t s = 0; s < streams_.size(); ++s) {
         fft_in_.emplace_back(channels_ * slot_frames_);
         fft_out_.emplace_back(channels_ * slot_frames_);
       }
-    } else {
+    } else if (!partitioned_) {
       history_len_ = int(max_taps_ - 1);
       history_end_ = int(round_up(std::size_t(history_len_), 4));
       for (auto& h : history_) {
@@ -183,6 +203,7 @@ class CudaEngineImpl final : public CudaEngine {
 
   ~CudaEngineImpl() override {
     for (auto& s : streams_) cudaStreamSynchronize(s.get());
+    if (partitioned_) partitioned_->synchronize_tail();
   }
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
@@ -271,6 +292,10 @@ class CudaEngineImpl final : public CudaEngine {
       throw std::invalid_argument("set_filters: the bank has " + std::to_string(bank.max_taps()) +
                                   " taps, the engine holds at most " + std::to_string(max_taps_));
     DeviceGuard guard(device_);
+    if (partitioned_) {
+      partitioned_->set_filters(bank, crossfade);
+      return;
+    }
     if (fft_) {
       synchronize();
       fft_->set_filters(bank, crossfade);
@@ -287,7 +312,9 @@ class CudaEngineImpl final : public CudaEngine {
     DeviceGuard guard(device_);
     cudaStream_t stream = streams_[0].get();
     wait_chain(0);
-    if (fft_) {
+    if (partitioned_) {
+      partitioned_->reset(stream);
+    } else if (fft_) {
       fft_->reset(stream);
     } else {
       for (auto& h : history_) h.zero(stream);
@@ -299,6 +326,7 @@ class CudaEngineImpl final : public CudaEngine {
   void synchronize() override {
     DeviceGuard guard(device_);
     for (auto& s : streams_) s.synchronize();
+    if (partitioned_) partitioned_->synchronize_tail();
   }
 
   CUstream_st* stream() const override { return streams_[0].get(); }
@@ -322,7 +350,9 @@ class CudaEngineImpl final : public CudaEngine {
   std::string description() const override {
     std::ostringstream d;
     d << "cuda (" << device_name_ << "): ";
-    if (algorithm_ == Algorithm::fft) {
+    if (partitioned_) {
+      d << partitioned_->description();
+    } else if (algorithm_ == Algorithm::fft) {
       d << fft_->description();
     } else {
       d << "direct form, kernel " << kernel() << ", taps in " << taps_memory() << " memory";
@@ -361,6 +391,13 @@ class CudaEngineImpl final : public CudaEngine {
       algorithm_ = Algorithm::direct;
       return;
     }
+    if (force_partitioned_) {
+      partitioned_ = std::make_unique<cuda::PartitionedConvolver>(
+          bank, M, F, cuda::plan_gpu_partitions(C, F, M));
+      algorithm_ = Algorithm::fft;
+      choice_note_ = "partitioned path requested";
+      return;
+    }
     if (requested == Algorithm::fft) {
       fft_ = std::make_unique<cuda::FftConvolver>(bank, M, F);
       algorithm_ = Algorithm::fft;
@@ -380,6 +417,20 @@ class CudaEngineImpl final : public CudaEngine {
       note.precision(3);
       note << "cost model: direct " << direct_us << " us, FFT " << fft_us << " us per " << F
            << "-frame block";
+      // Streaming with long filters and short calls: the non-uniform plan,
+      // when it has a tail at all and its per-call share of the work is the least.
+      if (partitioned_by_cost_model()) {
+        PartitionPlan plan = cuda::plan_gpu_partitions(C, F, M);
+        const double partitioned_us =
+            plan.cost_ns_per_frame(cuda::GpuPartitionCosts(C)) * double(F) / 1000.0;
+        note << ", partitioned " << partitioned_us << " us";
+        if (plan.segments.size() > 1 && partitioned_us < std::min(fft_us, direct_us)) {
+          choice_note_ = note.str();
+          partitioned_ = std::make_unique<cuda::PartitionedConvolver>(bank, M, F, std::move(plan));
+          algorithm_ = Algorithm::fft;
+          return;
+        }
+      }
       choice_note_ = note.str();
       if (fft_us < direct_us) {
         fft_ = std::move(fft);
@@ -499,7 +550,10 @@ class CudaEngineImpl final : public CudaEngine {
               std::size_t call_frames, bool mapped) {
     cudaStream_t stream = streams_[s].get();
     wait_chain(s);
-    if (fft_) {
+    if (partitioned_) {
+      partitioned_->process(x, y, y_channel_stride, y_frame_stride, frames, offset, call_frames,
+                            stream);
+    } else if (fft_) {
       // The convolver wants planar device memory: (de)interleave (or read the
       // mapped host staging) through the slot's scratch when it is not.
       const bool stage_in = mapped || x.frame_stride != 1;
@@ -553,6 +607,7 @@ class CudaEngineImpl final : public CudaEngine {
   std::size_t max_block_frames_;
   std::size_t max_taps_;
   int device_;
+  bool force_partitioned_;
   DirectKernel kernel_;
   int multiprocessors_ = 1;
   std::string device_name_;
@@ -582,6 +637,8 @@ class CudaEngineImpl final : public CudaEngine {
 
   // FFT state.
   std::unique_ptr<cuda::FftConvolver> fft_;
+  // Non-uniformly partitioned state (streaming, long filters, short calls).
+  std::unique_ptr<cuda::PartitionedConvolver> partitioned_;
 };
 
 }  // namespace

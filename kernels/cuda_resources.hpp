@@ -34,6 +34,11 @@ class DeviceGuard {
 class Stream {
  public:
   Stream() { TAPSTREAM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  // A stream of the given scheduling priority (cudaDeviceGetStreamPriorityRange:
+  // numerically lower is more urgent).
+  explicit Stream(int priority) {
+    TAPSTREAM_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+  }
   ~Stream() {
     if (stream_) cudaStreamDestroy(stream_);
   }

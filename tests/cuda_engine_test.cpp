@@ -586,15 +586,20 @@ double percentile(std::vector<double> v, double p) {
 TEST_F(CudaEngineTest, DISABLED_LatencyAndThroughputProbe) {
   struct Latency {
     std::size_t channels, frames, taps;
+    const char* kernel = "auto";
   };
   std::printf("\nstreaming round trip per block (engine pinned staging, interleaved), us\n");
   std::printf("%-16s %-10s %8s %8s %8s\n", "config", "path", "p50", "p99", "max");
   for (const char* zero_copy : {"32768", "0"}) {
     setenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES", zero_copy, 1);
-    for (const Latency l : {Latency{2, 256, 2048}, Latency{8, 256, 2048}, Latency{2, 64, 512},
-                            Latency{32, 1024, 4096}, Latency{2, 256, 1}}) {
+    // The last three: long filters at small blocks, the partitioned path.
+    for (const Latency l :
+         {Latency{2, 256, 2048}, Latency{8, 256, 2048}, Latency{2, 64, 512},
+          Latency{32, 1024, 4096}, Latency{2, 256, 1}, Latency{8, 64, 65536, "partitioned"},
+          Latency{64, 64, 65536, "partitioned"}, Latency{8, 256, 262144, "partitioned"}}) {
       EngineOptions options;
       options.max_block_frames = l.frames;
+      options.kernel = l.kernel;
       auto engine = make_cuda_device_engine(
           FilterBank::shared(random_signal(l.taps, 1), l.channels), options);
       auto in = engine->pinned_input().first(l.channels * l.frames);
@@ -609,7 +614,8 @@ TEST_F(CudaEngineTest, DISABLED_LatencyAndThroughputProbe) {
         if (i >= 2000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
       char config[64];
-      std::snprintf(config, sizeof config, "%zux%zux%zu", l.channels, l.frames, l.taps);
+      std::snprintf(config, sizeof config, "%zux%zux%zu%s", l.channels, l.frames, l.taps,
+                    std::string(l.kernel) == "partitioned" ? " (nupc)" : "");
       std::printf("%-16s %-10s %8.1f %8.1f %8.1f\n", config,
                   std::string(zero_copy) == "0" ? "copies" : "zero-copy", percentile(us, 0.5),
                   percentile(us, 0.99), percentile(us, 1.0));

@@ -80,6 +80,25 @@ TEST(PartitionPlan, CostlierTransformsMakeFewerSegments) {
   EXPECT_LE(dear.segments.size(), cheap.segments.size());
 }
 
+// An engine whose tail steps must be spread over at least their own length.
+class SpreadCosts : public ModelCosts {
+ public:
+  std::size_t min_slack_frames(std::size_t p, std::size_t) const override { return p; }
+};
+
+TEST(PartitionPlan, EveryTailSegmentGetsTheSlackItsEngineAsksFor) {
+  const SpreadCosts costs;
+  for (std::size_t head : {32u, 64u, 256u})
+    for (std::size_t taps : {4096u, 65536u, 262144u}) {
+      const PartitionPlan plan = plan_partitions(head, taps, costs);
+      SCOPED_TRACE(plan.describe());
+      EXPECT_NO_THROW(plan.validate());
+      for (std::size_t i = 1; i < plan.segments.size(); ++i)
+        EXPECT_GE(plan.segments[i].slack_frames(),
+                  static_cast<long long>(plan.segments[i].partition_frames));
+    }
+}
+
 TEST(PartitionPlan, ValidateNamesTheBrokenRule) {
   PartitionPlan plan;
   plan.head_frames = 64;

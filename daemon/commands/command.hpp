@@ -42,5 +42,6 @@ Command add_design_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_ctl_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
 
 }  // namespace tapstream

@@ -1,0 +1,327 @@
+// `tapstream bench capacity`: how many channels each engine carries live. For
+// every (block size, filter length) it finds, by search, the largest channel
+// count whose per-block time (host input in, host output back, one
+// Engine::process call) stays under half the block period at p99.9, with a
+// distinct filter per channel; then it measures that count over --blocks
+// blocks and prints p50 / p99 / p99.9. The CUDA engine reads and writes its
+// own pinned staging (the live pipeline's path); the CPU engine uses all
+// cores. Prints a table and writes JSON (--json); bench/capacity_bench runs the
+// same code.
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/commands/command.hpp"
+#include "daemon/engine_factory.hpp"
+#include "dsp/engine.hpp"
+#include "dsp/filter_bank.hpp"
+#ifdef TAPSTREAM_HAVE_CUDA
+#include "kernels/cuda_engine.hpp"
+#endif
+
+namespace tapstream {
+
+namespace {
+
+struct CapacityArgs {
+  std::vector<std::string> engines = {"cuda", "cpu"};
+  std::vector<std::size_t> blocks = {32, 64, 128, 256, 1024};
+  std::vector<std::size_t> taps = {4096, 65536, 262144};
+  double rate = 48000.0;
+  std::size_t measure_blocks = 10000;  // blocks timed at the capacity found
+  std::size_t probe_blocks = 1000;     // blocks timed per search step
+  std::size_t max_channels = 16384;
+  std::size_t max_samples = std::size_t(1) << 30;  // channels x taps held (memory)
+  std::string json;
+  std::string commit = "unknown";
+};
+
+struct Percentiles {
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;  // microseconds
+};
+
+Percentiles percentiles(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) {
+    return us[std::min(us.size() - 1, std::size_t(std::ceil(q * double(us.size()))) - 1)];
+  };
+  return {at(0.50), at(0.99), at(0.999), us.back()};
+}
+
+// A distinct filter per channel, made from one random decaying filter by a
+// per-channel rotation and gain (cheap for thousands of long filters).
+FilterBank capacity_bank(std::size_t channels, std::size_t taps) {
+  std::mt19937 rng(20261123);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> base(taps);
+  const double decay = 6.9 / double(taps);  // -60 dB at the last tap
+  for (std::size_t k = 0; k < taps; ++k) base[k] = noise(rng) * float(std::exp(-decay * double(k)));
+  std::vector<std::vector<float>> filters(channels);
+  for (std::size_t c = 0; c < channels; ++c) {
+    auto& h = filters[c];
+    h.resize(taps);
+    const std::size_t shift = (c * 7919) % taps;
+    const float gain = 0.5f + float(c % 97) / 97.0f;
+    for (std::size_t k = 0; k < taps; ++k) h[k] = gain * base[(k + shift) % taps];
+  }
+  return FilterBank::per_channel(std::move(filters));
+}
+
+struct Probe {
+  std::size_t channels = 0;
+  Percentiles us;
+  std::string description;
+  bool fits = false;
+};
+
+// Times `blocks` calls of `frames` frames after a warm-up.
+Probe probe(const std::string& engine_name, std::size_t channels, std::size_t frames,
+            std::size_t taps, std::size_t blocks, double budget_us) {
+  const FilterBank bank = capacity_bank(channels, taps);
+  EngineOptions options;
+  options.max_block_frames = frames;
+  options.max_taps = taps;
+  std::unique_ptr<Engine> engine;
+  std::span<float> in, out;
+  std::vector<float> host_in, host_out;
+#ifdef TAPSTREAM_HAVE_CUDA
+  if (engine_name == "cuda") {
+    std::string reason;
+    if (!cuda_device_available(&reason)) throw std::runtime_error(reason);
+    std::unique_ptr<CudaEngine> cuda = make_cuda_device_engine(bank, options);
+    in = cuda->pinned_input().first(channels * frames);
+    out = cuda->pinned_output().first(channels * frames);
+    engine = std::move(cuda);
+  }
+#endif
+  if (!engine) {
+    engine = make_engine(parse_backend(engine_name), bank, options);
+    host_in.resize(channels * frames);
+    host_out.resize(channels * frames);
+    in = host_in;
+    out = host_out;
+  }
+  Engine& e = *engine;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : in) x = dist(rng);
+  const std::size_t warm = std::max<std::size_t>(100, blocks / 10);
+  // Paced like a live stream would not be (back to back): the tail's
+  // background work then competes with the next call, the harder case.
+  std::vector<double> us;
+  us.reserve(blocks);
+  for (std::size_t i = 0; i < warm + blocks; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    e.process(in, out, frames, Layout::interleaved);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= warm) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  Probe p;
+  p.channels = channels;
+  p.us = percentiles(std::move(us));
+  p.description = e.description();
+  p.fits = p.us.p999 < budget_us;
+  return p;
+}
+
+struct Capacity {
+  std::string engine;
+  std::size_t frames = 0, taps = 0;
+  double budget_us = 0;
+  Probe best;  // measured over measure_blocks; channels 0 when none fits
+  bool capped = false;
+  std::vector<Probe> search;
+  std::string error;
+};
+
+Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std::size_t frames,
+                       std::size_t taps) {
+  Capacity cap;
+  cap.engine = engine;
+  cap.frames = frames;
+  cap.taps = taps;
+  cap.budget_us = 0.5 * double(frames) / args.rate * 1e6;
+  const std::size_t most =
+      std::max<std::size_t>(1, std::min(args.max_channels, args.max_samples / taps));
+  auto try_count = [&](std::size_t channels, std::size_t blocks) {
+    Probe p;
+    try {
+      p = probe(engine, channels, frames, taps, blocks, cap.budget_us);
+    } catch (const std::exception& e) {  // out of memory counts as not fitting
+      p.channels = channels;
+      p.description = std::string("failed: ") + e.what();
+      p.fits = false;
+    }
+    std::printf("  %-4s %5zu frames %7zu taps %6zu ch: p50 %9.1f p99 %9.1f p99.9 %9.1f us %s\n",
+                engine.c_str(), frames, taps, channels, p.us.p50, p.us.p99, p.us.p999,
+                p.fits ? "fits" : "over");
+    std::fflush(stdout);
+    cap.search.push_back(p);
+    return p;
+  };
+  // Double while it fits, then bisect to within ~6 %.
+  std::size_t lo = 0, hi = 0;
+  for (std::size_t c = 1; c <= most; c = std::min(most, c * 2)) {
+    if (try_count(c, args.probe_blocks).fits) {
+      lo = c;
+      if (c == most) break;
+    } else {
+      hi = c;
+      break;
+    }
+  }
+  if (hi == 0) cap.capped = lo == most;
+  while (hi != 0 && lo != 0 && hi - lo > std::max<std::size_t>(1, lo / 16)) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (try_count(mid, args.probe_blocks).fits)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  // Confirm over the full count; step down while the long run does not fit.
+  for (int attempt = 0; lo != 0 && attempt < 4; ++attempt) {
+    Probe p = try_count(lo, args.measure_blocks);
+    cap.best = p;
+    if (p.fits) break;
+    lo = lo * 7 / 8;
+    cap.best = Probe{};
+  }
+  return cap;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& results) {
+  std::ostringstream j;
+  j.precision(6);
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char date[32];
+  std::strftime(date, sizeof date, "%FT%TZ", std::gmtime(&now));
+  std::string gpu = "none";
+#ifdef TAPSTREAM_HAVE_CUDA
+  for (const Capacity& c : results)
+    if (c.engine == "cuda" && !c.search.empty()) {
+      const std::string& d = c.search.front().description;
+      const auto open = d.find('('), close = d.find(')');
+      if (open != std::string::npos && close != std::string::npos)
+        gpu = d.substr(open + 1, close - open - 1);
+    }
+#endif
+  j << "{\n  \"benchmark\": \"capacity\",\n  \"commit\": \"" << json_escape(args.commit)
+    << "\",\n  \"date\": \"" << date << "\",\n  \"gpu\": \"" << json_escape(gpu)
+    << "\",\n  \"cpu_threads\": " << std::thread::hardware_concurrency()
+    << ",\n  \"rate\": " << args.rate << ",\n  \"measure_blocks\": " << args.measure_blocks
+    << ",\n  \"probe_blocks\": " << args.probe_blocks << ",\n  \"results\": [";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Capacity& c = results[i];
+    j << (i ? "," : "") << "\n    {\"engine\": \"" << c.engine << "\", \"frames\": " << c.frames
+      << ", \"taps\": " << c.taps << ", \"budget_us\": " << c.budget_us
+      << ", \"channels\": " << c.best.channels << ", \"capped\": " << (c.capped ? "true" : "false")
+      << ", \"p50_us\": " << c.best.us.p50 << ", \"p99_us\": " << c.best.us.p99
+      << ", \"p999_us\": " << c.best.us.p999 << ", \"max_us\": " << c.best.us.max
+      << ", \"engine_description\": \"" << json_escape(c.best.description) << "\", \"search\": [";
+    for (std::size_t k = 0; k < c.search.size(); ++k) {
+      const Probe& p = c.search[k];
+      j << (k ? ", " : "") << "[" << p.channels << ", " << p.us.p50 << ", " << p.us.p99 << ", "
+        << p.us.p999 << "]";
+    }
+    j << "]}";
+  }
+  j << "\n  ]\n}\n";
+  return j.str();
+}
+
+int run_capacity(const CapacityArgs& args) {
+  for (const std::size_t b : args.blocks)
+    if (b == 0 || b > 65536)
+      throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
+  for (const std::size_t t : args.taps)
+    if (t == 0 || t > (std::size_t(1) << 24))
+      throw UsageError("--taps: " + std::to_string(t) + " is not between 1 and 16777216 taps");
+  std::vector<Capacity> results;
+  for (const std::string& engine : args.engines) {
+    try {
+      parse_backend(engine);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--engines: ") + e.what());
+    }
+    // An engine that cannot run at all (no GPU, not built in) is an error,
+    // not a capacity of zero.
+    try {
+      probe(engine, 1, 64, 64, 10, 1e30);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
+    }
+    for (const std::size_t taps : args.taps)
+      for (const std::size_t frames : args.blocks) {
+        std::printf("== %s, %zu-frame blocks, %zu taps (budget %.1f us at p99.9)\n", engine.c_str(),
+                    frames, taps, 0.5 * double(frames) / args.rate * 1e6);
+        results.push_back(find_capacity(args, engine, frames, taps));
+      }
+  }
+  std::printf("\n%-5s %6s %8s %9s %9s %9s %9s %9s\n", "engine", "block", "taps", "channels",
+              "p50 us", "p99 us", "p99.9 us", "budget");
+  for (const Capacity& c : results)
+    std::printf("%-5s %6zu %8zu %8zu%s %9.1f %9.1f %9.1f %9.1f\n", c.engine.c_str(), c.frames,
+                c.taps, c.best.channels, c.capped ? "+" : " ", c.best.us.p50, c.best.us.p99,
+                c.best.us.p999, c.budget_us);
+  if (!args.json.empty()) {
+    std::ofstream f(args.json);
+    f << json_for(args, results);
+    if (!f) throw std::runtime_error("cannot write " + args.json);
+    std::printf("wrote %s\n", args.json.c_str());
+  }
+  return exit_code::ok;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure what this machine's engines carry");
+  bench->require_subcommand(1);
+  CLI::App* capacity = bench->add_subcommand(
+      "capacity",
+      "Largest channel count per engine, block size and filter length whose p99.9 block time "
+      "stays under half the block period");
+  auto args = std::make_shared<CapacityArgs>();
+  capacity->add_option("--engines", args->engines, "Engines to measure (cuda, cpu)")
+      ->delimiter(',');
+  capacity->add_option("--blocks", args->blocks, "Block sizes in frames")->delimiter(',');
+  capacity->add_option("--taps", args->taps, "Filter lengths")->delimiter(',');
+  capacity->add_option("--rate", args->rate, "Sample rate in Hz")
+      ->check(number_between(1, 1e7, "Hz"));
+  capacity
+      ->add_option("--measure-blocks", args->measure_blocks, "Blocks timed at the capacity found")
+      ->check(number_between(100, 1e7, "blocks"));
+  capacity->add_option("--probe-blocks", args->probe_blocks, "Blocks timed per search step")
+      ->check(number_between(10, 1e7, "blocks"));
+  capacity->add_option("--max-channels", args->max_channels, "Largest channel count tried")
+      ->check(number_between(1, 1 << 20, "channels"));
+  capacity->add_option("--json", args->json, "Write the results as JSON to this file");
+  capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
+  return {bench, [args, capacity] {
+            if (!capacity->parsed()) return exit_code::usage;
+            return run_capacity(*args);
+          }};
+}
+
+}  // namespace tapstream

@@ -1,0 +1,432 @@
+// Non-uniformly partitioned convolution (see partitioned_convolver.hpp).
+//
+// Stream frames are counted from 0 on the host (position_); samples, spectra
+// and rings stay on the device. Ordering between the caller's stream (the
+// "main" stream: head kernels) and the tail stream:
+// - a tail step reads the input ring up to the frame its block completes, so
+//   the tail stream waits for the call that wrote it (input_ready_);
+// - a call reads (and zeroes) the output ring for its frames, so the main
+//   stream waits for the last tail step whose output starts inside the call;
+//   by the plan's slack (>= head size >= any call) that step was launched in an
+//   earlier call, so the wait never points at work not yet enqueued;
+// - rings are longer than the last segment's end plus one call, so a tail step
+//   never writes a slot the main stream has yet to read for an earlier frame,
+//   and the input a step reads is never overwritten before the step is done
+//   (the main stream waits for that step before it gets that far).
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/cuda_resources.hpp"
+#include "kernels/cufft_plan.hpp"
+#include "kernels/partitioned/partitioned_convolver.hpp"
+#include "kernels/partitioned/partitioned_kernels.hpp"
+
+namespace tapstream::cuda {
+
+namespace {
+
+// The cost of one tail kernel launch when the kernel is small, the bandwidth
+// the tail's transforms and multiply-accumulate sustain, and the direct head
+// kernel's multiply-adds per nanosecond. Estimates from issue 3's H100
+// measurements (launch gaps, the 2.98 TB/s copy ceiling) and the head
+// kernel's shared-memory bound, not yet measured on this path: see
+// docs/performance.md, "Cost model constants"; the capacity run replaces them.
+constexpr double kTailLaunchNs = 2500.0;
+constexpr double kTailLaunches = 6.0;
+constexpr double kTailBytesPerNs = 2000.0;
+constexpr double kHeadLaunchNs = 4000.0;
+constexpr double kHeadMacsPerNs = 3000.0;
+// ... reached with at least this many head blocks (128 frames of one channel
+// each; two per multiprocessor of an H100); fewer get a proportional share.
+constexpr double kHeadBlocksForFullRate = 264.0;
+// Tail partitions no longer than this (cuFFT 2P-point transforms).
+constexpr std::size_t kMaxTailPartition = 65536;
+
+}  // namespace
+
+double GpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partition_frames,
+                                  std::size_t count) const {
+  const double blocks = double(channels_) * double((block_frames + 127) / 128);
+  const double rate = kHeadMacsPerNs * std::min(1.0, blocks / kHeadBlocksForFullRate);
+  return kHeadLaunchNs +
+         double(channels_) * double(block_frames) * double(partition_frames * count) / rate;
+}
+
+double GpuPartitionCosts::tail_step_ns(std::size_t P, std::size_t count) const {
+  // Bytes per channel: window gather (2P floats in and out), forward and
+  // inverse transforms (~2P floats and P + 1 bins each way), the
+  // multiply-accumulate (X and H of every partition) and the ring update.
+  const double bytes = 40.0 * double(P) + 16.0 * double(count) * double(P + 1);
+  return kTailLaunches * kTailLaunchNs + double(channels_) * bytes / kTailBytesPerNs;
+}
+
+std::size_t GpuPartitionCosts::min_slack_frames(std::size_t partition_frames,
+                                                std::size_t head_frames) const {
+  return std::max(partition_frames, head_frames);
+}
+
+PartitionPlan plan_gpu_partitions(std::size_t channels, std::size_t max_block_frames,
+                                  std::size_t taps) {
+  const GpuPartitionCosts costs(channels);
+  return plan_partitions(std::bit_ceil(std::max<std::size_t>(max_block_frames, 1)), taps, costs,
+                         kMaxTailPartition);
+}
+
+struct PartitionedConvolver::State {
+  struct Segment {
+    std::size_t P = 0, count = 0, first_tap = 0;
+    std::size_t slots = 0;           // delay-line depth
+    std::size_t delay_offset = 0;    // float2 offset of its delay line
+    std::size_t spectra_offset = 0;  // float2 offset of its filter spectra
+    std::int64_t next_step = 0;      // steps taken (blocks of P completed)
+    RealFftPlan* forward = nullptr;  // 2P points, batch channels
+    RealFftPlan* inverse = nullptr;
+  };
+
+  std::size_t channels = 0, max_taps = 0, max_block = 0, head_taps = 0;
+  std::size_t taps_stride = 0;  // raw taps per channel row (>= the plan's last tap)
+  PartitionPlan plan;
+  std::vector<Segment> segments;
+  std::map<std::size_t, std::pair<RealFftPlan, RealFftPlan>> step_plans;  // by P
+  std::int64_t ring_len = 0;
+
+  Stream tail;
+  DeviceBuffer<float> in_ring;
+  DeviceBuffer<float> out_ring[2];
+  int ring = 0;  // the output ring the current filters' tail adds into
+  DeviceBuffer<float2> delay_line;
+  DeviceBuffer<float2> spectra[2];
+  DeviceBuffer<float> raw_taps[2];
+  int bank = 0;  // the filters in use
+  DeviceBuffer<float> window;
+  DeviceBuffer<float2> acc;
+  DeviceBuffer<char> fft_work;
+  PinnedBuffer<float> staging;
+  Event staging_free;
+
+  std::int64_t position = 0;
+  bool swap_pending = false;
+  bool swap_crossfade = false;
+  bool fading = false;  // the current call is a swap's crossfade
+  int old_bank = 0;
+
+  // Tail steps launched and not yet waited for, in launch order (a ring).
+  std::vector<Event> step_done;
+  std::vector<std::int64_t> step_output;
+  std::size_t pending_first = 0, pending_count = 0;
+
+  Event input_ready, main_mark, swap_ready;
+  cudaStream_t last_main = nullptr;
+
+  static int lowest_priority() {
+    int least = 0, greatest = 0;
+    TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return least;
+  }
+
+  State(const FilterBank& bank_in, std::size_t max_taps_in, std::size_t max_block_in,
+        PartitionPlan plan_in)
+      : channels(bank_in.channels()),
+        max_taps(max_taps_in),
+        max_block(max_block_in),
+        plan(std::move(plan_in)),
+        tail(lowest_priority()) {
+    plan.validate();
+    if (plan.head_frames < max_block)
+      throw std::invalid_argument("partitioned convolver: plan head " +
+                                  std::to_string(plan.head_frames) + " is below the largest call " +
+                                  std::to_string(max_block));
+    if (plan.taps < max_taps)
+      throw std::invalid_argument("partitioned convolver: plan covers " +
+                                  std::to_string(plan.taps) + " taps, the engine holds " +
+                                  std::to_string(max_taps));
+    const PartitionSegment& head = plan.segments.front();
+    head_taps = head.end_tap();
+    const std::size_t end_tap = plan.segments.back().end_tap();
+    taps_stride = end_tap;
+    ring_len = std::int64_t(std::bit_ceil(end_tap + max_block + 1));
+
+    std::size_t delay_total = 0, spectra_total = 0, max_P = 0, work = 0;
+    for (std::size_t i = 1; i < plan.segments.size(); ++i) {
+      const PartitionSegment& p = plan.segments[i];
+      Segment s;
+      s.P = p.partition_frames;
+      s.count = p.count;
+      s.first_tap = p.first_tap;
+      // A swap recomputes the steps whose output is still ahead: up to
+      // first_tap / P + 1 of them, each reading count spectra back.
+      s.slots = s.count + s.first_tap / s.P + 2;
+      const std::size_t bins = s.P + 1;
+      s.delay_offset = delay_total;
+      delay_total += s.slots * channels * bins;
+      s.spectra_offset = spectra_total;
+      spectra_total += s.count * channels * bins;
+      max_P = std::max(max_P, s.P);
+      auto [it, fresh] = step_plans.try_emplace(s.P);
+      if (fresh) {
+        it->second.first = RealFftPlan(2 * s.P, channels, CUFFT_R2C);
+        it->second.second = RealFftPlan(2 * s.P, channels, CUFFT_C2R);
+        work = std::max({work, it->second.first.work_bytes(), it->second.second.work_bytes()});
+      }
+      s.forward = &it->second.first;
+      s.inverse = &it->second.second;
+      segments.push_back(s);
+    }
+    fft_work = DeviceBuffer<char>(std::max<std::size_t>(work, 1));
+    for (auto& [P, pair] : step_plans) {
+      pair.first.attach_work_area(fft_work.get());
+      pair.second.attach_work_area(fft_work.get());
+    }
+
+    const std::size_t ring_samples = channels * std::size_t(ring_len);
+    in_ring = DeviceBuffer<float>(ring_samples);
+    for (auto& r : out_ring) r = DeviceBuffer<float>(ring_samples);
+    delay_line = DeviceBuffer<float2>(delay_total);
+    for (auto& s : spectra) s = DeviceBuffer<float2>(spectra_total);
+    for (auto& t : raw_taps) t = DeviceBuffer<float>(channels * taps_stride);
+    window = DeviceBuffer<float>(channels * 2 * max_P);
+    acc = DeviceBuffer<float2>(channels * (max_P + 1));
+    staging = PinnedBuffer<float>(channels * taps_stride);
+
+    std::size_t most_pending = 8;
+    for (const Segment& s : segments) most_pending += s.first_tap / s.P + 2;
+    step_done.resize(most_pending);
+    step_output.resize(most_pending);
+
+    clear(tail.get());
+    upload(bank_in, 0);
+    bank = 0;
+    tail.synchronize();
+  }
+
+  ~State() { cudaStreamSynchronize(tail.get()); }
+
+  void clear(cudaStream_t stream) {
+    in_ring.zero(stream);
+    for (auto& r : out_ring) r.zero(stream);
+    delay_line.zero(stream);
+  }
+
+  // Packs `b`'s taps into the staging, then (on the tail stream, after the
+  // last call) uploads them to raw_taps[slot] and transforms every tail
+  // segment's partitions into spectra[slot], the inverse FFT's 1 / (2P) folded in.
+  void upload(const FilterBank& b, int slot) {
+    staging_free.synchronize();
+    float* dst = staging.get();
+    for (std::size_t c = 0; c < channels; ++c) {
+      const auto taps = b.taps(c);
+      std::copy(taps.begin(), taps.end(), dst + c * taps_stride);
+      std::fill(dst + c * taps_stride + taps.size(), dst + (c + 1) * taps_stride, 0.0f);
+    }
+    cudaStream_t t = tail.get();
+    if (last_main != nullptr) {
+      main_mark.record(last_main);
+      main_mark.wait_on(t);
+    }
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(raw_taps[slot].get(), dst,
+                                         channels * taps_stride * sizeof(float),
+                                         cudaMemcpyHostToDevice, t));
+    staging_free.record(t);
+    // One partition of every channel at a time, through the step's own plan
+    // and window buffer (no extra memory for thousands of long filters).
+    for (const Segment& s : segments) {
+      for (std::size_t i = 0; i < s.count; ++i) {
+        launch_scatter_partitions(raw_taps[slot].get(), taps_stride, channels,
+                                  s.first_tap + i * s.P, s.P, 1, 1.0f / float(2 * s.P),
+                                  window.get(), t);
+        s.forward->forward(window.get(),
+                           spectra[slot].get() + s.spectra_offset + i * channels * (s.P + 1), t);
+      }
+    }
+  }
+
+  // The multiply-accumulate, inverse transform and ring update of step j of
+  // segment s with the filters in spectra[slot], into out_ring[r]; frames
+  // before min_frame are left alone.
+  void finish_step(Segment& s, std::int64_t j, int slot, int r, std::int64_t min_frame) {
+    cudaStream_t t = tail.get();
+    TailMacArgs m;
+    m.delay_line = delay_line.get() + s.delay_offset;
+    m.slots = s.slots;
+    m.step = j;
+    m.spectra = spectra[slot].get() + s.spectra_offset;
+    m.count = s.count;
+    m.channels = channels;
+    m.bins = s.P + 1;
+    m.acc = acc.get();
+    launch_tail_mac(m, t);
+    s.inverse->inverse(acc.get(), window.get(), t);
+    launch_accumulate_tail(window.get() + s.P, 2 * s.P, s.P, channels, out_ring[r].get(), ring_len,
+                           std::int64_t(s.first_tap) + j * std::int64_t(s.P), min_frame, t);
+  }
+
+  void take_step(Segment& s) {
+    cudaStream_t t = tail.get();
+    const std::int64_t j = s.next_step++;
+    const std::int64_t P = std::int64_t(s.P);
+    launch_gather_windows(in_ring.get(), ring_len, (j - 1) * P, window.get(), 2 * s.P, channels, t);
+    const std::size_t slot = std::size_t(j % std::int64_t(s.slots));
+    s.forward->forward(window.get(),
+                       delay_line.get() + s.delay_offset + slot * channels * (s.P + 1), t);
+    finish_step(s, j, bank, ring, 0);
+    push_pending(std::int64_t(s.first_tap) + j * P);
+  }
+
+  void push_pending(std::int64_t output_start) {
+    if (pending_count == step_done.size()) {  // cannot happen by the sizing; stay correct anyway
+      step_done[pending_first].synchronize();
+      pending_first = (pending_first + 1) % step_done.size();
+      --pending_count;
+    }
+    const std::size_t i = (pending_first + pending_count) % step_done.size();
+    step_done[i].record(tail.get());
+    step_output[i] = output_start;
+    ++pending_count;
+  }
+
+  // Makes `stream` wait for every tail step whose output starts before `end`.
+  void wait_for_tail(std::int64_t end, cudaStream_t stream) {
+    std::size_t last = pending_count;  // none
+    for (std::size_t k = 0; k < pending_count; ++k)
+      if (step_output[(pending_first + k) % step_done.size()] < end) last = k;
+    if (last == pending_count) return;
+    step_done[(pending_first + last) % step_done.size()].wait_on(stream);
+    pending_first = (pending_first + last + 1) % step_done.size();
+    pending_count -= last + 1;
+  }
+
+  // The first call after set_filters(): every tail output still ahead is
+  // recomputed with the new filters into the other ring.
+  void take_swap(cudaStream_t stream) {
+    cudaStream_t t = tail.get();
+    main_mark.record(stream);
+    main_mark.wait_on(t);
+    const int new_bank = 1 - bank, new_ring = 1 - ring;
+    out_ring[new_ring].zero(t);
+    for (Segment& s : segments) {
+      const std::int64_t P = std::int64_t(s.P), a = std::int64_t(s.first_tap);
+      const std::int64_t first = std::max<std::int64_t>(0, (position - a) / P);
+      for (std::int64_t j = first; j < s.next_step; ++j)
+        finish_step(s, j, new_bank, new_ring, position);
+    }
+    swap_ready.record(t);
+    swap_ready.wait_on(stream);
+    pending_first = pending_count = 0;  // swap_ready follows them all
+    old_bank = bank;
+    bank = new_bank;
+    ring = new_ring;
+    fading = swap_crossfade;
+    swap_pending = false;
+  }
+
+  void process(const SampleView& in, float* out, long long out_cs, long long out_fs,
+               std::size_t frames, std::size_t call_offset, std::size_t call_frames,
+               cudaStream_t stream) {
+    if (call_offset == 0 && swap_pending) take_swap(stream);
+    last_main = stream;
+    const std::int64_t end = position + std::int64_t(frames);
+    wait_for_tail(end, stream);
+    HeadArgs h;
+    h.in = in;
+    h.channels = int(channels);
+    h.frames = int(frames);
+    h.first_frame = position;
+    h.in_ring = in_ring.get();
+    h.tail_ring = out_ring[ring].get();
+    h.ring_len = ring_len;
+    h.taps = raw_taps[bank].get();
+    h.taps_channel_stride = std::int64_t(taps_stride);
+    h.head_taps = int(head_taps);
+    if (fading) {
+      h.old_taps = raw_taps[old_bank].get();
+      h.old_tail_ring = out_ring[1 - ring].get();
+      h.blend_offset = std::int64_t(call_offset);
+      h.blend_frames = std::int64_t(call_frames);
+    }
+    h.out = out;
+    h.out_channel_stride = out_cs;
+    h.out_frame_stride = out_fs;
+    launch_partitioned_head(h, stream);
+    position = end;
+    if (call_offset + frames >= call_frames) fading = false;
+
+    bool ordered = false;
+    for (Segment& s : segments) {
+      while ((s.next_step + 1) * std::int64_t(s.P) <= end) {
+        if (!ordered) {
+          input_ready.record(stream);
+          input_ready.wait_on(tail.get());
+          ordered = true;
+        }
+        take_step(s);
+      }
+    }
+  }
+
+  void reset(cudaStream_t stream) {
+    main_mark.record(stream);
+    main_mark.wait_on(tail.get());
+    clear(tail.get());
+    swap_ready.record(tail.get());
+    swap_ready.wait_on(stream);
+    position = 0;
+    for (Segment& s : segments) s.next_step = 0;
+    pending_first = pending_count = 0;
+    fading = false;
+    last_main = stream;
+  }
+};
+
+PartitionedConvolver::PartitionedConvolver(const FilterBank& bank, std::size_t max_taps,
+                                           std::size_t max_block_frames, PartitionPlan plan)
+    : state_(std::make_unique<State>(bank, max_taps, max_block_frames, std::move(plan))) {}
+
+PartitionedConvolver::~PartitionedConvolver() = default;
+
+void PartitionedConvolver::process(const SampleView& in, float* out, long long out_channel_stride,
+                                   long long out_frame_stride, std::size_t frames,
+                                   std::size_t call_offset, std::size_t call_frames,
+                                   cudaStream_t stream) {
+  state_->process(in, out, out_channel_stride, out_frame_stride, frames, call_offset, call_frames,
+                  stream);
+}
+
+void PartitionedConvolver::set_filters(const FilterBank& bank, bool crossfade) {
+  State& s = *state_;
+  if (bank.channels() != s.channels || bank.max_taps() > s.max_taps)
+    throw std::invalid_argument("partitioned convolver: the bank does not fit (" +
+                                std::to_string(bank.channels()) + " channels, " +
+                                std::to_string(bank.max_taps()) + " taps)");
+  // A swap not yet taken is replaced: its slot is the spare one still.
+  s.upload(bank, 1 - s.bank);
+  s.swap_pending = true;
+  s.swap_crossfade = crossfade;
+}
+
+void PartitionedConvolver::reset(cudaStream_t stream) {
+  state_->reset(stream);
+}
+
+void PartitionedConvolver::synchronize_tail() {
+  state_->tail.synchronize();
+}
+
+const PartitionPlan& PartitionedConvolver::plan() const {
+  return state_->plan;
+}
+
+std::string PartitionedConvolver::description() const {
+  std::ostringstream d;
+  d << "non-uniformly partitioned (" << state_->plan.describe() << "; head of " << state_->head_taps
+    << " taps in direct form per call, tail on a low-priority stream)";
+  return d.str();
+}
+
+}  // namespace tapstream::cuda

@@ -1,0 +1,101 @@
+#pragma once
+// Non-uniformly partitioned convolution for the CUDA engine's streaming path
+// (Gardner 1995, Garcia 2002, Wefers 2015), laid out by dsp/partition_plan.
+//
+// - The head (the plan's first segment, taps [0, H)) is computed inside every
+//   call in direct form: one kernel reads the call's input (device or mapped
+//   host memory, any strides), appends it to the device input ring, convolves
+//   it with the head taps, adds what the tail has left for those frames in the
+//   output ring and writes the call's output. Exact for any call size, no
+//   latency added.
+// - Each tail segment (partition P, `count` partitions from tap a) takes one
+//   step whenever the stream crosses a multiple of P: transform the 2P-frame
+//   window of the input ring (cuFFT), multiply-accumulate against its filter
+//   spectra over all partitions in parallel, inverse-transform, and add the P
+//   frames of output into the output ring at stream frame a + jP. The steps run
+//   on a low-priority stream of their own, ordered after the call that
+//   completed their input; a call waits (on the device) only for the steps
+//   whose output falls inside it, which by the plan's slack (>= one call) were
+//   launched at least one call earlier.
+// - A filter swap transforms the new filters on the tail stream; the first call
+//   after it recomputes, with the new filters, every tail step whose output is
+//   still ahead (the frequency-domain delay line keeps the spectra it needs),
+//   into the second output ring, and crossfades head + ring of the old filters
+//   into head + ring of the new over that call.
+//
+// Every operation is enqueued without host synchronisation; calls must be
+// issued in stream order.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dsp/filter_bank.hpp"
+#include "dsp/partition_plan.hpp"
+#include "kernels/direct_kernels.hpp"
+
+namespace tapstream::cuda {
+
+// The GPU's costs for plan_partitions: a per-kernel launch cost, a sustained
+// memory bandwidth for the transforms and the spectral multiply-accumulate,
+// and the direct head kernel's rate (H100 estimates until measured; see
+// docs/performance.md, "Cost model constants").
+class GpuPartitionCosts final : public PartitionCostModel {
+ public:
+  explicit GpuPartitionCosts(std::size_t channels) : channels_(channels) {}
+  double head_ns(std::size_t block_frames, std::size_t partition_frames,
+                 std::size_t count) const override;
+  double tail_step_ns(std::size_t partition_frames, std::size_t count) const override;
+  // A tail step of P frames gets P frames of slack: the big transforms then
+  // run in the background over many calls instead of delaying the next one.
+  std::size_t min_slack_frames(std::size_t partition_frames,
+                               std::size_t head_frames) const override;
+
+ private:
+  std::size_t channels_;
+};
+
+// The plan the engine uses for `channels` channels of up to `taps` taps under
+// calls of up to max_block_frames frames (head size: max_block_frames rounded
+// up to a power of two).
+PartitionPlan plan_gpu_partitions(std::size_t channels, std::size_t max_block_frames,
+                                  std::size_t taps);
+
+class PartitionedConvolver {
+ public:
+  PartitionedConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
+                       PartitionPlan plan);
+  ~PartitionedConvolver();
+  PartitionedConvolver(const PartitionedConvolver&) = delete;
+  PartitionedConvolver& operator=(const PartitionedConvolver&) = delete;
+
+  // Filters `frames` (1..max_block_frames) new frames of every channel on
+  // `stream`: sample (c, f) read from `in` and written to
+  // out[c * out_channel_stride + f * out_frame_stride]. A call may be cut into
+  // pieces: this piece is frames [call_offset, call_offset + frames) of a call
+  // of call_frames (only the crossfade after a swap looks at the call).
+  void process(const SampleView& in, float* out, long long out_channel_stride,
+               long long out_frame_stride, std::size_t frames, std::size_t call_offset,
+               std::size_t call_frames, cudaStream_t stream);
+
+  // Transforms the new filters on the tail stream (no host synchronisation
+  // with tail work in flight); they take effect at the next call.
+  void set_filters(const FilterBank& bank, bool crossfade);
+
+  // Forgets the stream (as if it started again); orders after `stream`.
+  void reset(cudaStream_t stream);
+
+  // Waits for the tail stream (for teardown and tests).
+  void synchronize_tail();
+
+  const PartitionPlan& plan() const;
+  std::string description() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tapstream::cuda

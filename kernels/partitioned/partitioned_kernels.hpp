@@ -1,0 +1,74 @@
+#pragma once
+// Kernels of the non-uniformly partitioned path (partitioned_convolver.hpp)
+// and their typed launch wrappers. Rings are planar, one row of ring_len
+// (a power of two) floats per channel; stream frame n lives at n & (ring_len-1).
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/direct_kernels.hpp"
+
+namespace tapstream::cuda {
+
+// The in-call kernel: y(c, f) = sum_{k < head_taps} h_c[k] x(c, f - k) plus the
+// tail's output for that frame (taken from the output ring, which it zeroes);
+// x(c, f) for f >= 0 is the call's input, for f < 0 the input ring. Also
+// appends the call's input to the input ring. With old_taps, the call is the
+// crossfade after a swap: old (old_taps + old_tail_ring) fades into new.
+struct HeadArgs {
+  SampleView in;
+  int channels = 0;
+  int frames = 0;
+  std::int64_t first_frame = 0;  // stream frame of the call's frame 0
+  float* in_ring = nullptr;
+  float* tail_ring = nullptr;
+  std::int64_t ring_len = 0;
+  const float* taps = nullptr;  // channel c's head at taps + c * taps_channel_stride
+  std::int64_t taps_channel_stride = 0;
+  int head_taps = 0;
+  const float* old_taps = nullptr;  // non-null: crossfade from these
+  float* old_tail_ring = nullptr;
+  std::int64_t blend_offset = 0;  // w = (blend_offset + f + 1) / blend_frames
+  std::int64_t blend_frames = 1;
+  float* out = nullptr;
+  std::int64_t out_channel_stride = 0;
+  std::int64_t out_frame_stride = 1;
+};
+void launch_partitioned_head(const HeadArgs& args, cudaStream_t stream);
+
+// window[c][t] = x(c, first_frame + t) for t < window_frames, from the input ring.
+void launch_gather_windows(const float* in_ring, std::int64_t ring_len, std::int64_t first_frame,
+                           float* window, std::size_t window_frames, std::size_t channels,
+                           cudaStream_t stream);
+
+// acc[c][bin] = sum_{i < count} X_{step - i}[c][bin] * H_i[c][bin], X_n in delay
+// line slot n mod slots ([slot][channel][bin]), H_i at spectra + i *
+// partition_stride + c * (bins). Parallel over bins, channels and groups of
+// partitions (groups > 1 accumulate with atomics into a zeroed acc).
+struct TailMacArgs {
+  const float2* delay_line = nullptr;
+  std::size_t slots = 0;
+  std::int64_t step = 0;
+  const float2* spectra = nullptr;
+  std::size_t count = 0;
+  std::size_t channels = 0;
+  std::size_t bins = 0;
+  float2* acc = nullptr;
+};
+void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream);
+
+// ring[c][(first_frame + u) & mask] += block[c * block_stride + u] for u < frames
+// and first_frame + u >= min_frame.
+void launch_accumulate_tail(const float* block, std::size_t block_stride, std::size_t frames,
+                            std::size_t channels, float* ring, std::int64_t ring_len,
+                            std::int64_t first_frame, std::int64_t min_frame, cudaStream_t stream);
+
+// For the filter spectra: out[(i * rows + r) * 2P + t] = scale * taps[r *
+// taps_stride + first_tap + i * P + t] for t < P, zero for P <= t < 2P.
+void launch_scatter_partitions(const float* taps, std::size_t taps_stride, std::size_t rows,
+                               std::size_t first_tap, std::size_t partition_frames,
+                               std::size_t count, float scale, float* out, cudaStream_t stream);
+
+}  // namespace tapstream::cuda
