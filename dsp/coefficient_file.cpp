@@ -19,6 +19,7 @@
 #include <regex>
 #include <string_view>
 
+#include "dsp/sound_file.hpp"
 #include "dsp/temporary_file.hpp"
 
 namespace tapstream {
@@ -247,6 +248,13 @@ FilterBank load_audio(const fs::path& file, SndfilePtr sound, const SF_INFO& inf
     throw error_in(file, std::string("read failed: ") + sf_strerror(sound.get()));
   }
   if (frames_total == 0) throw error_in(file, "no taps (the impulse response has no frames)");
+  if (const std::int64_t declared = declared_frames(sound.get(), info);
+      declared > std::int64_t(frames_total)) {
+    const std::string problem = "cut short: the header promises " + std::to_string(declared) +
+                                " frames, the file holds " + std::to_string(frames_total);
+    if (options.strict) throw error_in(file, problem + " (refused: --strict)");
+    if (options.damage != nullptr) options.damage->push_back(file.string() + ": " + problem);
+  }
   if (ir_channels == 1)
     return FilterBank::shared(std::move(taps[0]), options.channels, file.string());
   std::vector<std::string> sources;

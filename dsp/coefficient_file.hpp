@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dsp/filter_bank.hpp"
 
@@ -24,6 +25,11 @@ struct CoefficientFileOptions {
   std::size_t max_taps = 1u << 20;  // more taps than this is an error
   int sample_rate = 0;              // the audio's rate; 0 = do not check
   bool ignore_sample_rate = false;  // accept an IR whose rate differs from the audio's
+  // An impulse response cut short (its header promises more frames than it
+  // holds) is an error when strict, else loaded as far as it goes with a
+  // message, naming the file and both counts, appended here (when given).
+  bool strict = false;
+  std::vector<std::string>* damage = nullptr;
 };
 
 // Loads a file (format from its extension: .txt/.taps/other text; raw

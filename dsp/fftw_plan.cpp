@@ -1,9 +1,13 @@
 #include "dsp/fftw_plan.hpp"
 
 #include <fftw3.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -52,14 +56,36 @@ bool measuring() {
   return !(p && std::string(p) == "estimate");
 }
 
+// A cache never stops a run: a wisdom file that cannot be read or parsed
+// (another user's HOME after `su`, a half-written or foreign file) is named
+// in one warning per process and then ignored; plans are measured again and
+// the file is rewritten where that is allowed.
+void warn_once_about_wisdom(const std::filesystem::path& path, const std::string& problem) {
+  static bool warned = false;
+  if (warned) return;
+  warned = true;
+  spdlog::warn("FFTW wisdom cache {}: {}; ignoring it (plans are measured again)", path.string(),
+               problem);
+}
+
 // Loads the wisdom file once per process (caller holds the planner mutex).
 void load_wisdom_once() {
   static bool loaded = false;
   if (loaded) return;
   loaded = true;
   const auto path = wisdom_path();
-  if (!path.empty() && std::filesystem::exists(path)) {
-    fftwf_import_wisdom_from_filename(path.c_str());  // a bad file only costs re-measuring
+  if (path.empty()) return;
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) {
+    if (errno != ENOENT) warn_once_about_wisdom(path, std::strerror(errno));
+    return;  // no cache yet: the first run makes it
+  }
+  const int imported = fftwf_import_wisdom_from_file(file);
+  const bool read_error = std::ferror(file) != 0;
+  std::fclose(file);
+  if (!imported || read_error) {
+    fftwf_forget_wisdom();  // whatever part of it was taken in
+    warn_once_about_wisdom(path, read_error ? "cannot be read" : "not FFTW wisdom (corrupt?)");
   }
 }
 
@@ -75,6 +101,10 @@ void save_wisdom() {
   if (fftwf_export_wisdom_to_filename(tmp.c_str())) {
     std::filesystem::rename(tmp, path, ec);
     if (ec) std::filesystem::remove(tmp, ec);
+  }
+  if (ec || !std::filesystem::exists(path, ec)) {
+    spdlog::debug("cannot save FFTW wisdom to {}: the next run measures its plans again",
+                  path.string());
   }
 }
 

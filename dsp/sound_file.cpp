@@ -1,6 +1,13 @@
 #include "dsp/sound_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -110,62 +117,208 @@ int output_format(int input_format, SampleFormat requested) {
   return format;
 }
 
-namespace {
-
-// libsndfile's container for a file extension ("flac" -> SF_FORMAT_FLAC), 0 if unknown.
-int container_for_extension(std::string extension) {
-  for (auto& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (extension == "aif") extension = "aiff";
-  if (extension == "ogg") extension = "oga";
+int container_for_name(std::string name) {
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!name.empty() && name.front() == '.') name.erase(0, 1);
+  if (name == "aif") name = "aiff";
+  if (name == "ogg") name = "oga";
+  if (name == "wave") name = "wav";
+  if (name.empty()) return 0;
   int count = 0;
   sf_command(nullptr, SFC_GET_FORMAT_MAJOR_COUNT, &count, sizeof(count));
   for (int i = 0; i < count; ++i) {
     SF_FORMAT_INFO info{};
     info.format = i;
     if (sf_command(nullptr, SFC_GET_FORMAT_MAJOR, &info, sizeof(info)) != 0) continue;
-    if (info.extension != nullptr && extension == info.extension) return info.format;
+    if (info.extension != nullptr && name == info.extension) return info.format;
   }
   return 0;
 }
 
+std::string known_container_names() {
+  std::vector<std::string> names = {"aif", "ogg", "wave"};
+  int count = 0;
+  sf_command(nullptr, SFC_GET_FORMAT_MAJOR_COUNT, &count, sizeof(count));
+  for (int i = 0; i < count; ++i) {
+    SF_FORMAT_INFO info{};
+    info.format = i;
+    if (sf_command(nullptr, SFC_GET_FORMAT_MAJOR, &info, sizeof(info)) != 0) continue;
+    if (info.extension != nullptr) names.emplace_back(info.extension);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string list;
+  for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
+OutputFormat choose_output_format(int input_format, SampleFormat requested,
+                                  const std::string& type,
+                                  const std::filesystem::path& destination, bool stream) {
+  const std::string shown = is_standard_stream(destination) ? "standard output" : destination.string();
+  int container = 0;
+  if (!type.empty()) {
+    container = container_for_name(type);
+    if (container == 0) {
+      throw SoundFileError("--type: unknown type '" + type + "' (known: " +
+                           known_container_names() + ")");
+    }
+  } else if (is_standard_stream(destination)) {
+    container = SF_FORMAT_WAV;
+  } else {
+    const std::string extension = destination.extension().string();
+    container = container_for_name(extension);
+    if (container == 0 && stream) {
+      container = input_format & SF_FORMAT_TYPEMASK;
+      if (!StreamOutput::can_stream(container)) container = SF_FORMAT_WAV;
+    } else if (container == 0) {
+      throw SoundFileError(
+          shown + ": " +
+          (extension.empty() ? std::string("no extension") : "unknown extension '" + extension + "'") +
+          " to choose the output type from (known: " + known_container_names() +
+          "; or name one with --type)");
+    }
+  }
+  // An extensible WAV input (a channel mask, more than two channels) stays extensible.
+  const int input_container = input_format & SF_FORMAT_TYPEMASK;
+  if (container == SF_FORMAT_WAV && input_container == SF_FORMAT_WAVEX) container = SF_FORMAT_WAVEX;
+  if (stream && !StreamOutput::can_stream(container)) {
+    throw SoundFileError(shown + ": cannot write a " + major_name(container) +
+                         " file as a stream (it needs seeking); stream types: " +
+                         StreamOutput::streamable_names());
+  }
+  OutputFormat chosen;
+  const int endianness = container == input_container ? input_format & SF_FORMAT_ENDMASK : 0;
+  if (requested != SampleFormat::same_as_input) {
+    chosen.format = output_format(container | endianness, requested);
+    return chosen;
+  }
+  const int input_subtype = input_format & SF_FORMAT_SUBMASK;
+  chosen.format = container | endianness | input_subtype;
+  if (format_is_writable(chosen.format, 1)) return chosen;
+  if (container == SF_FORMAT_OGG) {
+    chosen.format = container | SF_FORMAT_VORBIS;  // Ogg holds only compressed encodings
+    return chosen;
+  }
+  for (const int subtype : {SF_FORMAT_PCM_24, SF_FORMAT_PCM_16}) {
+    if (format_is_writable(container | subtype, 1)) {
+      chosen.format = container | subtype;
+      chosen.note = shown + ": a " + major_name(container) + " file cannot hold " +
+                    subtype_name(input_subtype) + " samples: writing " + subtype_name(subtype) +
+                    " (choose another with --format)";
+      return chosen;
+    }
+  }
+  throw SoundFileError(shown + ": a " + major_name(container) + " file cannot hold the input's " +
+                       subtype_name(input_format) + " samples; choose one with --format");
+}
+
+namespace {
+
+// Bytes per sample of the encodings whose size a header's byte count gives; 0 for others.
+int bytes_per_sample(int format) {
+  switch (format & SF_FORMAT_SUBMASK) {
+    case SF_FORMAT_PCM_S8:
+    case SF_FORMAT_PCM_U8:
+    case SF_FORMAT_ULAW:
+    case SF_FORMAT_ALAW:
+      return 1;
+    case SF_FORMAT_PCM_16:
+      return 2;
+    case SF_FORMAT_PCM_24:
+      return 3;
+    case SF_FORMAT_PCM_32:
+    case SF_FORMAT_FLOAT:
+      return 4;
+    case SF_FORMAT_DOUBLE:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+std::string display_name(const std::filesystem::path& file) {
+  return is_standard_stream(file) ? std::string("standard input") : file.string();
+}
+
+SoundFileMetadata read_metadata(SNDFILE* file, int channels) {
+  SoundFileMetadata metadata;
+  std::vector<int> map(static_cast<std::size_t>(channels));
+  if (sf_command(file, SFC_GET_CHANNEL_MAP_INFO, map.data(),
+                 static_cast<int>(map.size() * sizeof(int))) == SF_TRUE) {
+    metadata.channel_map = std::move(map);
+  }
+  for (int kind = SF_STR_FIRST; kind <= SF_STR_LAST; ++kind) {
+    const char* text = sf_get_string(file, kind);
+    if (text != nullptr && *text != '\0') metadata.strings.emplace_back(kind, text);
+  }
+  return metadata;
+}
+
+// Follows a chain of symlinks to the path that is finally written.
+std::filesystem::path follow_symlinks(const std::filesystem::path& file) {
+  std::filesystem::path path = file;
+  std::error_code error;
+  for (int hops = 0; std::filesystem::is_symlink(path, error); ++hops) {
+    if (hops == 40) throw error_for(file, "too many levels of symbolic links");
+    const std::filesystem::path target = std::filesystem::read_symlink(path, error);
+    if (error) throw error_for(file, "cannot read the link: " + error.message());
+    path = target.is_absolute() ? target : path.parent_path() / target;
+  }
+  return path;
+}
+
 }  // namespace
 
-int output_format(int input_format, SampleFormat requested,
-                  const std::filesystem::path& destination) {
-  std::string extension = destination.extension().string();
-  if (!extension.empty()) extension.erase(0, 1);
-  const int container = container_for_extension(extension);
-  if (container == 0 || container == (input_format & SF_FORMAT_TYPEMASK)) {
-    return output_format(input_format, requested);
-  }
-  int format = container | (input_format & SF_FORMAT_SUBMASK);
-  if (requested == SampleFormat::same_as_input && container == SF_FORMAT_OGG) {
-    format = container | SF_FORMAT_VORBIS;  // Ogg holds only compressed encodings
-  } else if (requested == SampleFormat::same_as_input && !format_is_writable(format, 1)) {
-    throw SoundFileError(destination.string() + ": a " + major_name(container) +
-                         " file cannot hold the input's " + subtype_name(input_format) +
-                         " samples; choose one with --format");
-  }
-  return output_format(format, requested);
+std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
+  // Only libsndfile's log says what the header promised once it found less.
+  std::string log(16384, '\0');
+  sf_command(file, SFC_GET_LOG_INFO, log.data(), static_cast<int>(log.size()));
+  log.resize(std::strlen(log.c_str()));
+  const int sample_bytes = bytes_per_sample(info.format);
+  const std::size_t at = log.find("\ndata : ");
+  if (at == std::string::npos || sample_bytes == 0 || info.channels < 1) return info.frames;
+  const std::size_t end = log.find('\n', at + 1);
+  const std::string line = log.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+  if (line.find("(should be") == std::string::npos) return info.frames;
+  const long long declared_bytes = std::atoll(line.c_str() + std::strlen("data : "));
+  // Lengths a streaming writer puts in a header it cannot come back to: unknown, not a promise.
+  if (declared_bytes <= 0 || declared_bytes >= 0x7ffff000LL) return info.frames;
+  const std::int64_t frames = declared_bytes / (std::int64_t(sample_bytes) * info.channels);
+  return std::max<std::int64_t>(frames, info.frames);
+}
+
+bool output_is_stream(const std::filesystem::path& file) {
+  if (is_standard_stream(file)) return true;
+  struct stat status {};
+  if (::stat(follow_symlinks(file).c_str(), &status) != 0) return false;
+  return !S_ISREG(status.st_mode) && !S_ISDIR(status.st_mode);
 }
 
 // ---------------------------------------------------------------- reading
 
 SoundFileReader::SoundFileReader(const std::filesystem::path& file) : path_(file) {
-  std::error_code error;
-  if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
   SF_INFO sf_info{};
-  file_ = sf_open(file.c_str(), SFM_READ, &sf_info);
-  if (file_ == nullptr) throw error_for(file, library_error(nullptr));
+  if (is_standard_stream(file)) {
+    file_ = sf_open_fd(STDIN_FILENO, SFM_READ, &sf_info, SF_FALSE);
+  } else {
+    std::error_code error;
+    if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
+    file_ = sf_open(file.c_str(), SFM_READ, &sf_info);
+  }
+  if (file_ == nullptr) throw error_for(display_name(file), library_error(nullptr));
   info_.sample_rate = sf_info.samplerate;
   info_.channels = sf_info.channels;
-  info_.frames = sf_info.frames;
+  // From a pipe libsndfile reports the header's length, or a guess: unknown.
+  info_.frames = sf_info.seekable ? sf_info.frames : 0;
   info_.format = sf_info.format;
   if (info_.channels < 1 || info_.sample_rate < 1) {
     sf_close(file_);
     file_ = nullptr;
-    throw error_for(file, "no channels or no sample rate in the header");
+    throw error_for(display_name(file), "no channels or no sample rate in the header");
   }
+  declared_frames_ = sf_info.seekable ? tapstream::declared_frames(file_, sf_info) : 0;
+  metadata_ = read_metadata(file_, info_.channels);
 }
 
 SoundFileReader::~SoundFileReader() {
@@ -178,49 +331,108 @@ std::size_t SoundFileReader::read(std::span<float> interleaved) {
   if (wanted == 0) return 0;
   const sf_count_t got = sf_readf_float(file_, interleaved.data(), wanted);
   if (got < wanted && sf_error(file_) != SF_ERR_NO_ERROR) {
-    throw error_for(path_, "read failed: " + library_error(file_));
+    throw error_for(display_name(path_), "read failed: " + library_error(file_));
   }
   return static_cast<std::size_t>(std::max<sf_count_t>(got, 0));
 }
 
 // ---------------------------------------------------------------- writing
 
+namespace {
+
+int integer_bits(int format) {
+  switch (format & SF_FORMAT_SUBMASK) {
+    case SF_FORMAT_PCM_S8:
+    case SF_FORMAT_PCM_U8:
+      return 8;
+    case SF_FORMAT_PCM_16:
+      return 16;
+    case SF_FORMAT_PCM_24:
+      return 24;
+    case SF_FORMAT_PCM_32:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
 SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_rate, int channels,
-                                 int format)
+                                 int format, const SoundFileWriterOptions& options)
     : destination_(file), channels_(channels) {
+  const std::string shown = is_standard_stream(file) ? "standard output" : file.string();
   if (sample_rate < 1) {
-    throw error_for(file, "invalid sample rate " + std::to_string(sample_rate));
+    throw error_for(shown, "invalid sample rate " + std::to_string(sample_rate));
   }
-  if (channels < 1) throw error_for(file, "invalid channel count " + std::to_string(channels));
+  if (channels < 1) throw error_for(shown, "invalid channel count " + std::to_string(channels));
   if (!format_is_writable(format, channels)) {
-    throw error_for(file, "libsndfile cannot write " + describe_format(format) + " with " +
-                              std::to_string(channels) + " channels");
+    throw error_for(shown, "libsndfile cannot write " + describe_format(format) + " with " +
+                               std::to_string(channels) + " channels");
   }
-  // Found now rather than by the rename at the very end of a long run.
-  std::error_code error;
-  if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
   const int subtype = format & SF_FORMAT_SUBMASK;
-  integer_format_ = subtype != SF_FORMAT_FLOAT && subtype != SF_FORMAT_DOUBLE;
-  try {
-    temporary_ = std::make_unique<TemporaryFile>(file);
-  } catch (const std::runtime_error& e) {
-    throw error_for(file, e.what());
-  }
+  float_format_ = subtype == SF_FORMAT_FLOAT || subtype == SF_FORMAT_DOUBLE;
+  if (const int bits = integer_bits(format); bits != 0) quantiser_.emplace(bits, options.dither);
+
   SF_INFO sf_info{};
   sf_info.samplerate = sample_rate;
   sf_info.channels = channels;
   sf_info.format = format;
-  // The descriptor stays the TemporaryFile's (close_desc = false): it flushes
-  // it to disk before the rename, and closes it exactly once on every path.
-  file_ = sf_open_fd(temporary_->fd(), SFM_WRITE, &sf_info, SF_FALSE);
-  if (file_ == nullptr) throw error_for(file, library_error(nullptr));
-  // We clip ourselves (and count), but ask libsndfile to clip as well so that
-  // no conversion it does internally can wrap around.
-  if (integer_format_) sf_command(file_, SFC_SET_CLIPPING, nullptr, SF_TRUE);
+  bool seekable = true;
+  if (is_standard_stream(file)) {
+    struct stat status {};
+    seekable = ::fstat(STDOUT_FILENO, &status) == 0 && S_ISREG(status.st_mode) &&
+               ::lseek(STDOUT_FILENO, 0, SEEK_CUR) >= 0;
+    direct_fd_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+    if (direct_fd_ < 0) throw error_for(shown, std::string("cannot use: ") + std::strerror(errno));
+  } else {
+    // Found now rather than by the rename at the very end of a long run.
+    const std::filesystem::path target = follow_symlinks(file);
+    struct stat status {};
+    const bool exists = ::stat(target.c_str(), &status) == 0;
+    if (exists && S_ISDIR(status.st_mode)) throw error_for(file, "is a directory");
+    if (exists && !S_ISREG(status.st_mode)) {
+      // A FIFO, a device: written through. Opening a FIFO waits for its reader, as a shell would.
+      seekable = false;
+      direct_fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+      if (direct_fd_ < 0) throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
+    } else {
+      removed_stale_ = TemporaryFile::remove_stale(target);
+      try {
+        temporary_ = std::make_unique<TemporaryFile>(target);
+      } catch (const std::runtime_error& e) {
+        throw error_for(file, e.what());
+      }
+    }
+  }
+  if (!seekable) {
+    if (!StreamOutput::can_stream(format)) {
+      throw error_for(shown, "cannot write a " + major_name(format) +
+                                 " file as a stream (it needs seeking); stream types: " +
+                                 StreamOutput::streamable_names());
+    }
+    stream_ = std::make_unique<StreamOutput>(direct_fd_, format);
+    file_ = sf_open_virtual(stream_->io(), SFM_WRITE, &sf_info, stream_.get());
+  } else {
+    // The descriptor stays ours (close_desc = false): the TemporaryFile
+    // flushes it to disk before the rename and closes it exactly once.
+    file_ = sf_open_fd(temporary_ ? temporary_->fd() : direct_fd_, SFM_WRITE, &sf_info, SF_FALSE);
+  }
+  if (file_ == nullptr) throw error_for(shown, library_error(nullptr));
+  // A PEAK chunk sent ahead of the samples could only hold zeros.
+  if (stream_) sf_command(file_, SFC_SET_ADD_PEAK_CHUNK, nullptr, SF_FALSE);
+  // Before the first write, so that the header (rewritten then) holds them.
+  const SoundFileMetadata& metadata = options.metadata;
+  if (metadata.channel_map.size() == static_cast<std::size_t>(channels)) {
+    std::vector<int> map = metadata.channel_map;
+    sf_command(file_, SFC_SET_CHANNEL_MAP_INFO, map.data(), static_cast<int>(map.size() * sizeof(int)));
+  }
+  for (const auto& [kind, text] : metadata.strings) sf_set_string(file_, kind, text.c_str());
 }
 
 SoundFileWriter::~SoundFileWriter() {
   close_file();
+  if (direct_fd_ >= 0) ::close(direct_fd_);
   // temporary_ removes the temporary file unless it was committed.
 }
 
@@ -239,37 +451,31 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
                                       " samples is not a whole number of " +
                                       std::to_string(channels) + "-channel frames");
   }
-  std::span<const float> to_write = interleaved;
   float peak = clip_.peak;
-  if (integer_format_) {
-    clipped_.resize(interleaved.size());
-    std::uint64_t clipped = 0;
-    for (std::size_t i = 0; i < interleaved.size(); ++i) {
-      const float x = interleaved[i];
-      const float magnitude = std::fabs(x);
-      if (std::isnan(x)) {
-        clipped_[i] = 0.0f;
-        ++clipped;
-        continue;
-      }
-      peak = std::max(peak, magnitude);
-      if (magnitude > 1.0f) {
-        clipped_[i] = std::copysign(1.0f, x);
-        ++clipped;
-      } else {
-        clipped_[i] = x;
-      }
-    }
-    clip_.clipped_samples += clipped;
-    to_write = clipped_;
-  } else {
-    for (const float x : interleaved) {
-      if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
-    }
+  for (const float x : interleaved) {
+    if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
   }
   clip_.peak = peak;
   const auto frames = static_cast<sf_count_t>(interleaved.size() / channels);
-  const sf_count_t written = sf_writef_float(file_, to_write.data(), frames);
+  sf_count_t written = 0;
+  if (quantiser_) {
+    codes_.resize(interleaved.size());
+    quantiser_->quantise(interleaved, codes_);
+    clip_.clipped_samples = quantiser_->clipped_samples();
+    written = sf_writef_int(file_, codes_.data(), frames);
+  } else if (!float_format_) {
+    // Other encodings (A-law, Vorbis...) take floats in [-1, 1].
+    clipped_.resize(interleaved.size());
+    for (std::size_t i = 0; i < interleaved.size(); ++i) {
+      const float x = interleaved[i];
+      const bool outside = std::isnan(x) || std::fabs(x) > 1.0f;
+      clipped_[i] = std::isnan(x) ? 0.0f : outside ? std::copysign(1.0f, x) : x;
+      clip_.clipped_samples += outside ? 1 : 0;
+    }
+    written = sf_writef_float(file_, clipped_.data(), frames);
+  } else {
+    written = sf_writef_float(file_, interleaved.data(), frames);
+  }
   if (written != frames) {
     throw error_for(destination_, "write failed: " + library_error(file_));
   }
@@ -284,9 +490,11 @@ void SoundFileWriter::commit() {
     throw error_for(destination_, "closing failed: " + std::string(sf_error_number(close_result)));
   }
   try {
-    temporary_->commit();
+    if (stream_) stream_->finish();
+    if (temporary_) temporary_->commit();
   } catch (const std::runtime_error& e) {
-    throw error_for(destination_, e.what());
+    throw error_for(is_standard_stream(destination_) ? "standard output" : destination_.string(),
+                    e.what());
   }
   committed_ = true;
 }

@@ -1,17 +1,23 @@
 #include "dsp/temporary_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <charconv>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace tapstream {
 
 namespace {
+
+constexpr char kMarker[] = ".tapstream-tmp-";
 
 std::string random_suffix(std::mt19937_64& rng) {
   static constexpr char kAlphabet[] =
@@ -35,7 +41,7 @@ TemporaryFile::TemporaryFile(const std::filesystem::path& destination) : destina
   // then we simply try another.
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::filesystem::path candidate = destination;
-    candidate += ".tmp-" + random_suffix(rng);
+    candidate += kMarker + std::to_string(::getpid()) + "-" + random_suffix(rng);
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       path_ = std::move(candidate);
@@ -85,6 +91,37 @@ void TemporaryFile::commit() {
                              " onto it: " + error.message());
   }
   committed_ = true;
+}
+
+std::vector<std::filesystem::path> TemporaryFile::remove_stale(
+    const std::filesystem::path& destination) {
+  std::vector<std::filesystem::path> removed;
+  const std::string prefix = destination.filename().string() + kMarker;
+  const std::filesystem::path directory =
+      destination.parent_path().empty() ? std::filesystem::path(".") : destination.parent_path();
+  std::error_code error;
+  std::filesystem::directory_iterator entries(directory, error);
+  for (; !error && entries != std::filesystem::directory_iterator(); entries.increment(error)) {
+    const std::string name = entries->path().filename().string();
+    if (name.size() <= prefix.size() + 7 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    // <pid>-XXXXXX after the prefix
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    const std::size_t dash = rest.find('-');
+    if (dash == std::string_view::npos || rest.size() - dash - 1 != 6) continue;
+    pid_t pid = 0;
+    const auto [end, status] = std::from_chars(rest.data(), rest.data() + dash, pid);
+    if (status != std::errc() || end != rest.data() + dash || pid <= 0) continue;
+    // A live process (or one we may not signal, hence someone else's) keeps its file.
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat status_of_file {};
+    if (::lstat(entries->path().c_str(), &status_of_file) != 0 ||
+        !S_ISREG(status_of_file.st_mode) || status_of_file.st_uid != ::geteuid()) {
+      continue;
+    }
+    std::error_code ignored;
+    if (std::filesystem::remove(entries->path(), ignored)) removed.push_back(entries->path());
+  }
+  return removed;
 }
 
 }  // namespace tapstream

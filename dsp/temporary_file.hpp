@@ -6,13 +6,14 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 namespace tapstream {
 
 class TemporaryFile {
  public:
-  // Creates `<destination>.tmp-XXXXXX` (exclusive create, mode 0666 less the
-  // umask). Throws std::runtime_error whose message names the problem but not
+  // Creates `<destination>.tapstream-tmp-<pid>-XXXXXX` (exclusive create,
+  // mode 0666 less the umask). Throws std::runtime_error whose message names the problem but not
   // the destination, so that callers can prefix it in their own error type.
   explicit TemporaryFile(const std::filesystem::path& destination);
   ~TemporaryFile();
@@ -29,6 +30,12 @@ class TemporaryFile {
   // onto the destination. Throws std::runtime_error; the temporary file is
   // then still removed by the destructor.
   void commit();
+
+  // Removes temporary files of `destination` left by earlier runs: named as
+  // above, regular files owned by this user, whose process no longer exists.
+  // Returns what was removed (for the caller to log); never throws.
+  static std::vector<std::filesystem::path> remove_stale(
+      const std::filesystem::path& destination);
 
  private:
   std::filesystem::path destination_;

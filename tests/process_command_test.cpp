@@ -20,6 +20,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/process_support.hpp"
@@ -438,28 +440,42 @@ TEST(ProcessCommand, AFailingRunLeavesNoOutputNoTemporaryFileAndNamesTheCulprit)
   }
 }
 
-TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputAndNoTemporaryFile) {
+// Each of SIGHUP (the terminal closed), SIGINT and SIGTERM, sent while the
+// temporary output is being written: no output, no temporary file, exit
+// 128 + the signal, and a line that names it.
+TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputNoTemporaryFileAndExits128PlusTheSignal) {
   TempDir dir;
-  // Direct form with a long filter: many seconds of work, so the signal
-  // surely lands while the output is being written.
-  write_sound(dir / "in.wav", scaled(random_signal(48000 * 60, 16), 0.5f), 1, 48000, kFloatWav);
-  write_text_taps(dir / "taps.txt", scaled(random_signal(65536, 17), 0.01f));
+  // Direct form with a long filter: seconds of work, so the signal surely
+  // lands while the output is being written.
+  write_sound(dir / "in.wav", scaled(random_signal(48000 * 20, 16), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", scaled(random_signal(16384, 17), 0.01f));
   const auto listing = entries(dir.path());
-  const fs::path err_file = dir.path().string() + ".interrupt.err";
-  // Start it, wait until its temporary output exists, then send SIGTERM.
-  const std::string script =
-      quote(TAPSTREAM_BINARY) + " process " + quote((dir / "in.wav").string()) + " " +
-      quote((dir / "out.wav").string()) + " --taps " + quote((dir / "taps.txt").string()) +
-      " --algorithm direct --backend cpu --block 4096 2>" + quote(err_file.string()) +
-      " & pid=$!; for i in $(seq 400); do ls " + quote(dir.path().string()) +
-      " | grep -q '^out.wav.tmp' && break; sleep 0.05; done; kill -TERM $pid; wait $pid";
-  const int status = std::system(("bash -c " + quote(script)).c_str());
-  const std::string err = read_text(err_file);
-  fs::remove(err_file);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(WEXITSTATUS(status), 0) << err;
-  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
-  EXPECT_EQ(entries(dir.path()), listing) << err;
+  for (const auto& [signal_number, name] :
+       std::vector<std::pair<int, std::string>>{{SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"},
+                                                {SIGTERM, "SIGTERM"}}) {
+    SCOPED_TRACE(name);
+    const fs::path err_file = dir.path().string() + ".interrupt.err";
+    testing::Child child({TAPSTREAM_BINARY, "process", (dir / "in.wav").string(),
+                          (dir / "out.wav").string(), "--taps", (dir / "taps.txt").string(),
+                          "--algorithm", "direct", "--backend", "cpu", "--block", "4096"},
+                         "/dev/null", err_file);
+    ASSERT_TRUE(child.started());
+    bool writing = false;
+    for (int i = 0; i < 2000 && !writing && child.running(); ++i) {
+      for (const auto& name_in_dir : entries(dir.path())) {
+        writing = writing || name_in_dir.rfind("out.wav.tapstream-tmp-", 0) == 0;
+      }
+      if (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(writing) << "the run ended before its temporary file was seen";
+    child.signal(signal_number);
+    const int status = child.wait_for(std::chrono::seconds(30));
+    const std::string err = read_text(err_file);
+    fs::remove(err_file);
+    EXPECT_EQ(status, 128 + signal_number) << err;
+    EXPECT_NE(err.find("interrupted by " + name), std::string::npos) << err;
+    EXPECT_EQ(entries(dir.path()), listing) << err;
+  }
 }
 
 TEST(ProcessCommand, ErrorsAreOneLine) {
@@ -656,6 +672,407 @@ TEST(DesignCommand, BadOptionsAreNamedAndLeaveNoFile) {
     EXPECT_NE(run.exit_code, 0);
     EXPECT_NE(run.err.find(culprit), std::string::npos) << "stderr: " << run.err;
     EXPECT_TRUE(fs::is_empty(dir.path())) << "stderr: " << run.err;
+  }
+}
+
+// ---------------------------------------------------------------- files (issue 12)
+
+// Runs a bash script in `dir` with $T the tapstream binary and pipefail on;
+// stderr of the whole script is captured.
+RunResult shell(const TempDir& dir, const std::string& script) {
+  const fs::path err_file = dir.path().parent_path() / (dir.path().filename().string() + ".sh.err");
+  const std::string body = "set -o pipefail; cd " + quote(dir.path().string()) +
+                           " || exit 99; T=" + quote(TAPSTREAM_BINARY) + "; " + script;
+  const int status =
+      std::system(("bash -c " + quote(body) + " </dev/null 2>" + quote(err_file.string())).c_str());
+  RunResult run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.err = read_text(err_file);
+  fs::remove(err_file);
+  return run;
+}
+
+// Integer codes of a PCM file (libsndfile's left-justified ints, shifted back).
+std::vector<int> read_codes(const fs::path& file, int bits) {
+  SF_INFO info{};
+  SNDFILE* f = sf_open(file.c_str(), SFM_READ, &info);
+  if (f == nullptr) {
+    ADD_FAILURE() << "cannot read " << file;
+    return {};
+  }
+  std::vector<int> codes(std::size_t(info.frames * info.channels));
+  EXPECT_EQ(sf_readf_int(f, codes.data(), info.frames), info.frames);
+  sf_close(f);
+  for (auto& c : codes) c >>= (32 - bits);
+  return codes;
+}
+
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(ProcessFiles, StandardInputAndOutputWorkInPipelinesAndMatchAFileRun) {
+  TempDir dir;
+  // 300 frames go out whole at the end; 40000 stereo frames (over StreamOutput's
+  // 64 KiB) go out as they come, with the lengths marked unknown.
+  for (const std::size_t frames : {std::size_t(300), std::size_t(40000)}) {
+    SCOPED_TRACE(frames);
+    write_sound(dir / "in.wav", scaled(random_signal(frames * 2, 21), 0.5f), 2, 44100, kPcm16Wav);
+    write_text_taps(dir / "taps.txt", {0.5f, 0.25f, -0.125f});
+    const std::string taps = " --taps taps.txt --backend cpu";
+    ASSERT_EQ(shell(dir, "$T process in.wav file.wav" + taps).exit_code, 0);
+    const RunResult piped = shell(dir, "$T process in.wav -" + taps + " | cat > piped.wav");
+    ASSERT_EQ(piped.exit_code, 0) << piped.err;
+    EXPECT_NE(piped.err.find("-> standard output"), std::string::npos) << piped.err;
+    const RunResult from_stdin = shell(dir, "cat in.wav | $T process - stdin.wav" + taps);
+    ASSERT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
+    const RunResult both = shell(dir, "cat in.wav | $T process - -" + taps + " | cat > both.wav");
+    ASSERT_EQ(both.exit_code, 0) << both.err;
+    const RunResult raw = shell(dir, "$T process in.wav - --type raw" + taps + " | cat > out.raw");
+    ASSERT_EQ(raw.exit_code, 0) << raw.err;
+
+    const std::vector<int> want = read_codes(dir / "file.wav", 16);
+    ASSERT_EQ(want.size(), frames * 2);
+    for (const char* name : {"piped.wav", "stdin.wav", "both.wav"}) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(read_codes(dir / name, 16), want);
+    }
+    EXPECT_EQ(fs::file_size(dir / "out.raw"), frames * 2 * 2) << "raw: samples only";
+    // sox, where installed, reads the streamed WAV to its end.
+    if (std::system("command -v sox >/dev/null 2>&1") == 0) {
+      const RunResult sox = shell(dir, "$T -q process in.wav -" + taps + " | sox - sox.flac");
+      ASSERT_EQ(sox.exit_code, 0) << sox.err;
+      EXPECT_EQ(sox.err, "");
+      EXPECT_EQ(read_codes(dir / "sox.flac", 16), want);
+    }
+  }
+}
+
+TEST(ProcessFiles, AFifoOutputIsWrittenThroughAndStaysAFifo) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(30000, 22), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.5f});
+  ASSERT_EQ(shell(dir, "mkfifo pipe.wav").exit_code, 0);
+  const RunResult run = shell(dir,
+                              "cat pipe.wav > got.wav & reader=$!; "
+                              "$T process in.wav pipe.wav --taps taps.txt && wait $reader && "
+                              "$T process in.wav file.wav --taps taps.txt");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::is_fifo(dir / "pipe.wav"));
+  EXPECT_EQ(read_sound(dir / "got.wav").samples, read_sound(dir / "file.wav").samples);
+  EXPECT_EQ(entries(dir.path()),
+            (std::set<std::string>{"file.wav", "got.wav", "in.wav", "pipe.wav", "taps.txt"}));
+}
+
+TEST(ProcessFiles, ASymlinkOutputWritesItsTargetAndKeepsTheLink) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(1000, 23), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  fs::create_directory(dir / "sub");
+  std::ofstream(dir / "sub/target.wav") << "old";
+  fs::create_symlink("sub/target.wav", dir / "link.wav");
+  fs::create_symlink("sub/new.wav", dir / "dangling.wav");
+  for (const char* link : {"link.wav", "dangling.wav"}) {
+    const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                          (dir / link).string(), "--taps", (dir / "taps.txt").string()});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_TRUE(fs::is_symlink(dir / link)) << link;
+  }
+  EXPECT_EQ(fs::read_symlink(dir / "link.wav"), "sub/target.wav");
+  EXPECT_EQ(read_sound(dir / "sub/target.wav").frames(), 1000u);
+  EXPECT_EQ(read_sound(dir / "sub/new.wav").frames(), 1000u);
+  EXPECT_EQ(entries(dir / "sub"), (std::set<std::string>{"new.wav", "target.wav"}));
+}
+
+TEST(ProcessFiles, AnUnknownOutputTypeIsRefusedWithTheKnownOnesAndNothingIsWritten) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(100, 24), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  const auto listing = entries(dir.path());
+  for (const std::vector<std::string>& out :
+       {std::vector<std::string>{"out.mp3"}, {"out.xyz"}, {"out"}, {"out.wav", "--type", "xyz"}}) {
+    SCOPED_TRACE(out[0]);
+    std::vector<std::string> args = {"process", (dir / "in.wav").string(), (dir / out[0]).string(),
+                                     "--taps", (dir / "taps.txt").string()};
+    args.insert(args.end(), out.begin() + 1, out.end());
+    const RunResult run = tapstream(dir, args);
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_NE(run.err.find("known: "), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("flac"), std::string::npos) << run.err;
+    EXPECT_EQ(entries(dir.path()), listing);
+  }
+}
+
+TEST(ProcessFiles, IntegerOutputIsRoundedToNearestExactly) {
+  TempDir dir;
+  // Samples worth +0.6, -0.4, 1.5, -1.5, 100.5, -100.5 and 32767.4 LSB at 16 bits;
+  // sox gives 1, 0, 2, -1, 101, -100, 32767.
+  const std::vector<double> lsb = {0.6, -0.4, 1.5, -1.5, 100.5, -100.5, 32767.4};
+  std::vector<float> input;
+  for (const double x : lsb) input.push_back(float(x / 32768.0));
+  write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
+  write_text_taps(dir / "one.txt", {1.0f});
+  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                        (dir / "out.wav").string(), "--taps",
+                                        (dir / "one.txt").string(), "--format", "pcm16",
+                                        "--dither", "none", "--algorithm", "direct"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(read_codes(dir / "out.wav", 16), (std::vector<int>{1, 0, 2, -1, 101, -100, 32767}));
+  EXPECT_EQ(run.err.find("clipped"), std::string::npos) << run.err;
+
+  // 24 bits: no dither by default, the same rounding (x256 for the same values).
+  std::vector<float> input24;
+  for (const double x : lsb) input24.push_back(float(x / 8388608.0));
+  write_sound(dir / "in24.wav", input24, 1, 48000, kFloatWav);
+  const RunResult run24 =
+      tapstream(dir, {"process", (dir / "in24.wav").string(), (dir / "out24.wav").string(),
+                      "--taps", (dir / "one.txt").string(), "--format", "pcm24"});
+  ASSERT_EQ(run24.exit_code, 0) << run24.err;
+  EXPECT_EQ(read_codes(dir / "out24.wav", 24), (std::vector<int>{1, 0, 2, -1, 101, -100, 32767}));
+}
+
+TEST(ProcessFiles, SixteenBitOutputIsDitheredByDefaultWithinOneStep) {
+  TempDir dir;
+  const std::size_t n = 20000;
+  // A constant a quarter step above zero: rounding alone gives 0 everywhere;
+  // TPDF dither gives -1, 0 or 1 with a mean of a quarter.
+  write_sound(dir / "in.wav", std::vector<float>(n, float(0.25 / 32768.0)), 1, 48000, kFloatWav);
+  write_text_taps(dir / "one.txt", {1.0f});
+  for (const std::string dither : {"auto", "tpdf", "none"}) {
+    SCOPED_TRACE(dither);
+    const RunResult run =
+        tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                        (dir / "one.txt").string(), "--format", "pcm16", "--dither", dither});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const std::vector<int> codes = read_codes(dir / "out.wav", 16);
+    ASSERT_EQ(codes.size(), n);
+    double sum = 0.0;
+    for (const int c : codes) {
+      ASSERT_GE(c, -1);
+      ASSERT_LE(c, 1);
+      sum += c;
+    }
+    if (dither == "none") {
+      EXPECT_EQ(sum, 0.0);
+    } else {
+      EXPECT_NEAR(sum / double(n), 0.25, 0.02);
+    }
+  }
+}
+
+TEST(ProcessFiles, ACutShortInputIsFilteredAsFarAsItGoesWithExit3UnlessStrict) {
+  TempDir dir;
+  write_sound(dir / "full.wav", scaled(random_signal(10000 * 2, 25), 0.5f), 2, 48000, kPcm16Wav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  // Cut mid-file: 44 header bytes, then 4 bytes a frame; 6001 frames and 2 stray bytes remain.
+  const std::string whole = read_text(dir / "full.wav");
+  ASSERT_EQ(whole.size(), 44u + 10000u * 4u);
+  std::ofstream(dir / "cut.wav", std::ios::binary) << whole.substr(0, 44 + 6001 * 4 + 2);
+  fs::remove(dir / "full.wav");
+  for (const bool quiet : {false, true}) {
+    std::vector<std::string> args = {"process", (dir / "cut.wav").string(),
+                                     (dir / "out.wav").string(), "--taps",
+                                     (dir / "taps.txt").string()};
+    if (quiet) args.insert(args.begin(), "-q");
+    const RunResult run = tapstream(dir, args);
+    EXPECT_EQ(run.exit_code, 3) << run.err;
+    EXPECT_NE(run.err.find((dir / "cut.wav").string() +
+                           ": cut short: the header promises 10000 frames, the file holds 6001"),
+              std::string::npos)
+        << run.err;
+    EXPECT_EQ(read_sound(dir / "out.wav").frames(), 6001u);
+  }
+  fs::remove(dir / "out.wav");
+  const auto listing = entries(dir.path());
+  const RunResult strict = tapstream(dir, {"process", (dir / "cut.wav").string(),
+                                           (dir / "out.wav").string(), "--taps",
+                                           (dir / "taps.txt").string(), "--strict"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.err;
+  EXPECT_NE(strict.err.find("--strict"), std::string::npos) << strict.err;
+  EXPECT_EQ(entries(dir.path()), listing);
+}
+
+TEST(ProcessFiles, ACutShortImpulseResponseIsUsedAsFarAsItGoesWithExit3UnlessStrict) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(2000, 26), 0.5f), 1, 48000, kFloatWav);
+  write_sound(dir / "ir_full.wav", scaled(random_signal(1000, 27), 0.1f), 1, 48000, kFloatWav);
+  const std::string whole = read_text(dir / "ir_full.wav");
+  const std::size_t header = whole.size() - 1000 * 4;
+  std::ofstream(dir / "ir.wav", std::ios::binary) << whole.substr(0, header + 700 * 4);
+  const RunResult run = tapstream(dir, {"-q", "process", (dir / "in.wav").string(),
+                                        (dir / "out.wav").string(), "--taps",
+                                        (dir / "ir.wav").string(), "--tail"});
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_NE(run.err.find("ir.wav: cut short: the header promises 1000 frames, the file holds 700"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(read_sound(dir / "out.wav").frames(), 2000u + 699u) << "the tail of 700 taps";
+  const RunResult strict = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                           (dir / "strict.wav").string(), "--taps",
+                                           (dir / "ir.wav").string(), "--strict"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.err;
+  EXPECT_FALSE(fs::exists(dir / "strict.wav"));
+}
+
+TEST(ProcessFiles, LevelsAboveFullScaleAreWarnedAndQuietKeepsOnlyDataChanges) {
+  TempDir dir;
+  std::vector<float> input = scaled(random_signal(4000, 28), 0.5f);
+  input[100] = 0.75f;  // the peak: 0.75 x 4 = 3.0, +9.54 dBFS
+  write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
+  write_text_taps(dir / "four.txt", {4.0f});
+  const auto run = [&](bool quiet, const std::string& format) {
+    std::vector<std::string> args = {"process", (dir / "in.wav").string(),
+                                     (dir / "out.wav").string(), "--taps",
+                                     (dir / "four.txt").string(), "--format", format};
+    if (quiet) args.insert(args.begin(), "-q");
+    return tapstream(dir, args);
+  };
+  const RunResult loud = run(false, "float");
+  ASSERT_EQ(loud.exit_code, 0) << loud.err;
+  EXPECT_NE(loud.err.find("peak 9.54 dBFS is above full scale"), std::string::npos) << loud.err;
+  EXPECT_EQ(run(true, "float").err, "") << "a level warning, not a data change";
+  const RunResult clipped = run(true, "pcm16");
+  ASSERT_EQ(clipped.exit_code, 0) << clipped.err;
+  EXPECT_NE(clipped.err.find("warning: clipped"), std::string::npos) << clipped.err;
+  EXPECT_NE(clipped.err.find("peak 9.54 dBFS"), std::string::npos) << clipped.err;
+  EXPECT_EQ(std::count(clipped.err.begin(), clipped.err.end(), '\n'), 1) << clipped.err;
+}
+
+TEST(ProcessFiles, NormalizePutsThePeakAtTheAskedLevel) {
+  TempDir dir;
+  std::vector<float> input = scaled(random_signal(50000, 29), 0.5f);
+  input[777] = -0.9f;
+  write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {3.0f, 1.0f});
+  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                        (dir / "out.wav").string(), "--taps",
+                                        (dir / "taps.txt").string(), "--normalize", "-6",
+                                        "--block", "1000"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("normalize: peak"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("above full scale"), std::string::npos) << run.err;
+  const Sound out = read_sound(dir / "out.wav");
+  ASSERT_EQ(out.frames(), input.size());
+  float peak = 0.0f;
+  for (const float x : out.samples) peak = std::max(peak, std::abs(x));
+  EXPECT_NEAR(peak, std::pow(10.0, -6.0 / 20.0), 1e-6);
+  // The same as the plain run, scaled.
+  ASSERT_EQ(tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "plain.wav").string(),
+                            "--taps", (dir / "taps.txt").string()})
+                .exit_code,
+            0);
+  const Sound plain = read_sound(dir / "plain.wav");
+  for (std::size_t i = 0; i < out.samples.size(); i += 997) {
+    EXPECT_NEAR(out.samples[i], plain.samples[i] * (out.samples[777] / plain.samples[777]), 1e-6)
+        << i;
+  }
+  const RunResult both = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                         (dir / "x.wav").string(), "--taps",
+                                         (dir / "taps.txt").string(), "--normalize", "-1",
+                                         "--gain", "3"});
+  EXPECT_NE(both.exit_code, 0) << "--normalize and --gain together are a usage error";
+  EXPECT_NE(both.err.find("--normalize"), std::string::npos) << both.err;
+  EXPECT_FALSE(fs::exists(dir / "x.wav"));
+}
+
+TEST(ProcessFiles, FlacFromFloatInputIs24BitWithANote) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(1000, 30), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                        (dir / "out.flac").string(), "--taps",
+                                        (dir / "taps.txt").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("writing pcm24"), std::string::npos) << run.err;
+  EXPECT_EQ(read_sound(dir / "out.flac").info.format, SF_FORMAT_FLAC | SF_FORMAT_PCM_24);
+}
+
+TEST(ProcessFiles, ChannelMaskAndTagsAreCarriedToTheOutput) {
+  TempDir dir;
+  const std::vector<int> map = {SF_CHANNEL_MAP_LEFT, SF_CHANNEL_MAP_RIGHT, SF_CHANNEL_MAP_CENTER,
+                                SF_CHANNEL_MAP_LFE,  SF_CHANNEL_MAP_REAR_LEFT,
+                                SF_CHANNEL_MAP_REAR_RIGHT};
+  {
+    SF_INFO info{};
+    info.channels = 6;
+    info.samplerate = 48000;
+    info.format = SF_FORMAT_WAVEX | SF_FORMAT_PCM_16;
+    SNDFILE* f = sf_open((dir / "in.wav").c_str(), SFM_WRITE, &info);
+    ASSERT_NE(f, nullptr) << sf_strerror(nullptr);
+    std::vector<int> m = map;
+    ASSERT_EQ(sf_command(f, SFC_SET_CHANNEL_MAP_INFO, m.data(), int(m.size() * sizeof(int))),
+              SF_TRUE);
+    sf_set_string(f, SF_STR_TITLE, "Front and back");
+    sf_set_string(f, SF_STR_ARTIST, "tapstream tests");
+    sf_set_string(f, SF_STR_COMMENT, "5.1");
+    const std::vector<float> samples = scaled(random_signal(600 * 6, 31), 0.5f);
+    sf_writef_float(f, samples.data(), 600);
+    sf_close(f);
+  }
+  write_text_taps(dir / "taps.txt", {0.5f});
+  for (const std::string out : {"out.wav", "out.flac"}) {
+    SCOPED_TRACE(out);
+    const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                          (dir / out).string(), "--taps",
+                                          (dir / "taps.txt").string(), "--format", "pcm24"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    SF_INFO info{};
+    SNDFILE* f = sf_open((dir / out).c_str(), SFM_READ, &info);
+    ASSERT_NE(f, nullptr);
+    const char* title = sf_get_string(f, SF_STR_TITLE);
+    const char* artist = sf_get_string(f, SF_STR_ARTIST);
+    EXPECT_STREQ(title, "Front and back");
+    EXPECT_STREQ(artist, "tapstream tests");
+    if (out == "out.wav") {
+      std::vector<int> got(6);
+      EXPECT_EQ(sf_command(f, SFC_GET_CHANNEL_MAP_INFO, got.data(), int(got.size() * sizeof(int))),
+                SF_TRUE);
+      EXPECT_EQ(got, map);
+      EXPECT_EQ(info.format, SF_FORMAT_WAVEX | SF_FORMAT_PCM_24);
+    }
+    sf_close(f);
+  }
+}
+
+TEST(ProcessFiles, StaleTemporaryFilesOfEndedRunsAreRemovedWithALogLine) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(100, 32), 0.5f), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  // A process id that surely ended: a child we waited for.
+  testing::Child ended({"true"}, "/dev/null", "/dev/null");
+  const pid_t dead = ended.pid();
+  ASSERT_EQ(ended.wait_for(std::chrono::seconds(10)), 0);
+  const std::string stale = "out.wav.tapstream-tmp-" + std::to_string(dead) + "-abcdef";
+  const std::string live = "out.wav.tapstream-tmp-" + std::to_string(::getpid()) + "-ghijkl";
+  const std::string other = "other.wav.tapstream-tmp-" + std::to_string(dead) + "-mnopqr";
+  for (const auto& name : {stale, live, other}) std::ofstream(dir / name) << "partial";
+  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
+                                        (dir / "out.wav").string(), "--taps",
+                                        (dir / "taps.txt").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("removed " + (dir / stale).string()), std::string::npos) << run.err;
+  EXPECT_EQ(entries(dir.path()),
+            (std::set<std::string>{"in.wav", "out.wav", "taps.txt", live, other}));
+}
+
+TEST(ProcessFiles, ABadFftwWisdomCacheWarnsOnceAndTheRunGoesOn) {
+  TempDir dir;
+  write_sound(dir / "in.wav", scaled(random_signal(20000, 33), 0.5f), 2, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", scaled(random_signal(3000, 34), 0.005f));
+  std::ofstream(dir / "corrupt") << "(fftw-3.3.10 fftwf_wisdom #x garbage garbage\n";
+  fs::create_directory(dir / "a-directory");
+  std::ofstream(dir / "a-file") << "not a directory";
+  for (const std::string wisdom : {"corrupt", "a-directory", "a-file/wisdom"}) {
+    SCOPED_TRACE(wisdom);
+    const RunResult run =
+        shell(dir, "TAPSTREAM_FFTW_WISDOM=" + wisdom + " TAPSTREAM_FFTW_PLANNER=estimate $T process "
+                   "in.wav out.wav --taps taps.txt --backend cpu --algorithm fft --block 512");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(count_of(run.err, "FFTW wisdom cache"), 1u) << run.err;
+    EXPECT_NE(run.err.find(wisdom), std::string::npos) << run.err;
+    EXPECT_EQ(read_sound(dir / "out.wav").frames(), 10000u);
   }
 }
 

@@ -129,7 +129,9 @@ TEST_F(SoundFileTest, ClippingIsCountedWithItsPeakAndNeverWrapsAround) {
   const std::vector<float> samples = {0.5f, 1.0f, 1.5f, -1.0f, -2.25f, 0.0f, 1.0001f, -0.25f};
   ClipStats stats;
   write_file(file, 48000, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16, samples, &stats);
-  EXPECT_EQ(stats.clipped_samples, 3u);
+  // +1.0 is 32768 LSB, one above the largest code: clipped, as sox counts it;
+  // -1.0 is -32768, a code.
+  EXPECT_EQ(stats.clipped_samples, 4u);
   EXPECT_FLOAT_EQ(stats.peak, 2.25f);
   const auto back = read_all(file);
   ASSERT_EQ(back.size(), samples.size());
@@ -276,29 +278,76 @@ TEST(OutputFormat, RefusesFloatAndPcm32InFlacNamingTheCombination) {
   }
 }
 
-TEST(OutputFormat, TakesTheContainerFromTheDestinationsExtension) {
-  const int wav16 = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out.flac"),
-            SF_FORMAT_FLAC | SF_FORMAT_PCM_16);
-  EXPECT_EQ(output_format(wav16, SampleFormat::pcm24, "out.AIF"),
-            SF_FORMAT_AIFF | SF_FORMAT_PCM_24);
-  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out.ogg"),
-            SF_FORMAT_OGG | SF_FORMAT_VORBIS);
-  // Unknown or missing extensions keep the input's container.
-  EXPECT_EQ(output_format(wav16, SampleFormat::float32, "out.data"),
-            SF_FORMAT_WAV | SF_FORMAT_FLOAT);
-  EXPECT_EQ(output_format(wav16, SampleFormat::same_as_input, "out"), wav16);
+int chosen(int input, SampleFormat requested, const std::string& type, const fs::path& out,
+           bool stream = false) {
+  return choose_output_format(input, requested, type, out, stream).format;
 }
 
-TEST(OutputFormat, AsksForAFormatWhenTheNewContainerCannotHoldTheInputsEncoding) {
+TEST(OutputFormat, TakesTheContainerFromTheDestinationsExtensionOrTheType) {
+  const int wav16 = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  EXPECT_EQ(chosen(wav16, SampleFormat::same_as_input, "", "out.flac"),
+            SF_FORMAT_FLAC | SF_FORMAT_PCM_16);
+  EXPECT_EQ(chosen(wav16, SampleFormat::pcm24, "", "out.AIF"), SF_FORMAT_AIFF | SF_FORMAT_PCM_24);
+  EXPECT_EQ(chosen(wav16, SampleFormat::same_as_input, "", "out.ogg"),
+            SF_FORMAT_OGG | SF_FORMAT_VORBIS);
+  // --type wins over the name; standard output is WAV unless told otherwise.
+  EXPECT_EQ(chosen(wav16, SampleFormat::same_as_input, "au", "out.wav"),
+            SF_FORMAT_AU | SF_FORMAT_PCM_16);
+  EXPECT_EQ(chosen(SF_FORMAT_FLAC | SF_FORMAT_PCM_24, SampleFormat::same_as_input, "", "-", true),
+            SF_FORMAT_WAV | SF_FORMAT_PCM_24);
+  EXPECT_EQ(chosen(wav16, SampleFormat::float32, "raw", "-", true), SF_FORMAT_RAW | SF_FORMAT_FLOAT);
+  // A FIFO or device without a known extension takes the input's container.
+  EXPECT_EQ(chosen(SF_FORMAT_AU | SF_FORMAT_PCM_16, SampleFormat::same_as_input, "", "fifo", true),
+            SF_FORMAT_AU | SF_FORMAT_PCM_16);
+  // A 5.1 WAV stays WAVE_FORMAT_EXTENSIBLE, so that its channel mask survives.
+  EXPECT_EQ(chosen(SF_FORMAT_WAVEX | SF_FORMAT_PCM_16, SampleFormat::float32, "", "out.wav"),
+            SF_FORMAT_WAVEX | SF_FORMAT_FLOAT);
+}
+
+TEST(OutputFormat, RefusesAnUnknownExtensionOrTypeListingTheKnownOnes) {
+  const int wav16 = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
+  for (const auto& [type, out] : std::vector<std::pair<std::string, std::string>>{
+           {"", "out.mp3"}, {"", "out.xyz"}, {"", "out"}, {"xyz", "out.wav"}}) {
+    SCOPED_TRACE(type + " " + out);
+    try {
+      chosen(wav16, SampleFormat::same_as_input, type, out);
+      FAIL() << "accepted";
+    } catch (const SoundFileError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(type.empty() ? out : "--type"), std::string::npos) << message;
+      EXPECT_NE(message.find("known: "), std::string::npos) << message;
+      EXPECT_NE(message.find("flac"), std::string::npos) << message;
+      EXPECT_NE(message.find("wav"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(OutputFormat, RefusesAContainerThatCannotBeStreamed) {
   try {
-    output_format(SF_FORMAT_WAV | SF_FORMAT_FLOAT, SampleFormat::same_as_input, "out.flac");
-    FAIL() << "FLAC accepted float samples";
+    chosen(SF_FORMAT_WAV | SF_FORMAT_PCM_16, SampleFormat::same_as_input, "aiff", "-", true);
+    FAIL() << "AIFF accepted on a stream";
   } catch (const SoundFileError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("out.flac"), std::string::npos) << message;
-    EXPECT_NE(message.find("--format"), std::string::npos) << message;
+    EXPECT_NE(message.find("standard output"), std::string::npos) << message;
+    EXPECT_NE(message.find("wav, au, flac, raw"), std::string::npos) << message;
   }
+}
+
+TEST(OutputFormat, FloatIntoFlacPicks24BitsWithANote) {
+  const OutputFormat format = choose_output_format(
+      SF_FORMAT_WAV | SF_FORMAT_FLOAT, SampleFormat::same_as_input, "", "out.flac", false);
+  EXPECT_EQ(format.format, SF_FORMAT_FLAC | SF_FORMAT_PCM_24);
+  EXPECT_NE(format.note.find("out.flac"), std::string::npos) << format.note;
+  EXPECT_NE(format.note.find("pcm24"), std::string::npos) << format.note;
+  // Asked for explicitly, float into FLAC is still refused.
+  EXPECT_THROW(choose_output_format(SF_FORMAT_WAV | SF_FORMAT_FLOAT, SampleFormat::float32, "",
+                                    "out.flac", false),
+               SoundFileError);
+  // Nothing to say when the input's encoding fits.
+  EXPECT_EQ(choose_output_format(SF_FORMAT_WAV | SF_FORMAT_PCM_16, SampleFormat::same_as_input, "",
+                                 "out.flac", false)
+                .note,
+            "");
 }
 
 // The WAV files alsa-utils installs are real recordings.

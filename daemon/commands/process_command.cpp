@@ -1,14 +1,20 @@
 // `tapstream process IN OUT --taps FILE ...`: filters a sound file offline.
 // Nothing is lost or half-written: IN is only read, OUT appears (atomically,
 // by rename) only when the whole job succeeded, and every failure is one line
-// naming the culprit.
+// naming the culprit. "-" is standard input or output; a FIFO or device
+// output is written through (dsp/sound_file.hpp). Exit status: 0 done, 1
+// failed, 3 done from damaged input (cut short), 128 + n ended by signal n.
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <limits>
+#include <vector>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -20,6 +26,7 @@
 #include "daemon/gain_range.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
+#include "dsp/float_spool.hpp"
 #include "dsp/sound_file.hpp"
 
 namespace tapstream {
@@ -42,41 +49,77 @@ struct ProcessArgs {
   bool ignore_rate = false;
   std::size_t max_taps = 1u << 20;
   std::string algorithm = "auto";
+  std::string type;             // --type: output container; empty: from the name
+  std::string dither = "auto";  // auto: tpdf for 16 bits or fewer, as sox does
+  bool strict = false;          // refuse damaged input instead of exit 3
+  double normalize_dbfs = std::numeric_limits<double>::quiet_NaN();  // NaN: not asked
 };
 
-// Set by SIGINT/SIGTERM so that an interrupted run still removes its
-// temporary file; a lock-free atomic is safe to store from a signal handler.
-std::atomic<bool> interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
+constexpr int kExitPartial = 3;  // done, from input that was cut short
 
-extern "C" void on_interrupt(int) {
+// Set by SIGHUP/SIGINT/SIGTERM so that an interrupted run still removes its
+// temporary file and exits with 128 + the signal; lock-free atomics are safe
+// to store from a signal handler. The main thread reads them between blocks.
+std::atomic<bool> interrupted{false};
+std::atomic<int> interrupting_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+extern "C" void on_interrupt(int signal_number) {
+  interrupting_signal.store(signal_number, std::memory_order_relaxed);
   interrupted.store(true, std::memory_order_relaxed);
 }
 
-// Installs on_interrupt for SIGINT and SIGTERM while alive. SA_RESETHAND: a
-// second signal kills the process the ordinary way.
+// Installs on_interrupt for SIGHUP, SIGINT and SIGTERM while alive, except
+// where the signal was ignored when we started (nohup, a background job):
+// that stays ignored. SA_RESETHAND: a second signal kills the process the
+// ordinary way.
 class InterruptGuard {
  public:
+  static constexpr int kSignals[] = {SIGHUP, SIGINT, SIGTERM};
+
   InterruptGuard() {
     interrupted.store(false);
+    interrupting_signal.store(0);
     struct sigaction action {};
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+    }
   }
   ~InterruptGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &old_[i], nullptr);
   }
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
  private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
+  struct sigaction old_[std::size(kSignals)] {};
 };
+
+// -q hides warnings, but not those that say the output differs from what
+// was asked (clipping, damaged input): those are logged at warning level
+// whatever the level. Called from the main thread only, after the pipeline.
+void warn_data_changed(const std::string& message) {
+  auto& logger = *spdlog::default_logger();
+  const auto level = logger.level();
+  if (level > spdlog::level::warn) logger.set_level(spdlog::level::warn);
+  logger.warn(message);
+  logger.set_level(level);
+}
+
+// The dither for an encoding: --dither, or for "auto" TPDF when the samples
+// have 16 bits or fewer (what sox does by default; at 24 bits and more the
+// quantisation noise is below any converter's own) and none otherwise.
+Dither dither_for(const std::string& choice, int format) {
+  if (choice != "auto") return parse_dither(choice);
+  const int subtype = format & SF_FORMAT_SUBMASK;
+  return subtype == SF_FORMAT_PCM_16 || subtype == SF_FORMAT_PCM_S8 || subtype == SF_FORMAT_PCM_U8
+             ? Dither::tpdf
+             : Dither::none;
+}
 
 Algorithm parse_algorithm(const std::string& name) {
   if (name == "auto") return Algorithm::automatic;
@@ -86,6 +129,7 @@ Algorithm parse_algorithm(const std::string& name) {
 }
 
 bool same_file(const fs::path& a, const fs::path& b) {
+  if (is_standard_stream(a) || is_standard_stream(b)) return false;
   std::error_code ec_a, ec_b;
   const fs::path canonical_a = fs::weakly_canonical(a, ec_a);
   const fs::path canonical_b = fs::weakly_canonical(b, ec_b);
@@ -106,6 +150,9 @@ void check_paths(const ProcessArgs& args) {
     throw std::invalid_argument("output '" + args.output + "' is the taps file '" + args.taps +
                                 "': refusing to overwrite it");
   }
+  if (is_standard_stream(taps)) {
+    throw std::invalid_argument("--taps: the coefficients must come from a file, not '-'");
+  }
   std::error_code ec;
   if (fs::is_directory(out, ec)) {
     throw std::invalid_argument("output '" + args.output + "' is a directory");
@@ -114,6 +161,57 @@ void check_paths(const ProcessArgs& args) {
 
 std::string plural(std::uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+std::string signal_name(int signal_number) {
+  switch (signal_number) {
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "signal " + std::to_string(signal_number);
+  }
+}
+
+double dbfs(double linear) {
+  return 20.0 * std::log10(linear);
+}
+
+// --normalize: the first pass filters into a spool and measures the peak; the
+// second scales the spool so that the peak lands on `target_dbfs`. Returns
+// what the first pass returned.
+OfflineResult run_normalized(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
+                             const OfflineOptions& options, double target_dbfs) {
+  FloatSpool spool;
+  float peak = 0.0f;
+  const OfflineResult result = run_offline(
+      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
+      [&spool, &peak](std::span<const float> frames) {
+        for (const float x : frames) {
+          if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
+        }
+        spool.write(frames);
+      },
+      options);
+  double gain = 1.0;
+  if (peak > 0.0f) {
+    gain = std::pow(10.0, target_dbfs / 20.0) / double(peak);
+    spdlog::info("normalize: peak {:.2f} dBFS to {:.2f} dBFS ({:+.2f} dB)", dbfs(peak),
+                 target_dbfs, dbfs(gain));
+  } else {
+    spdlog::warn("normalize: the output is silent; nothing to scale");
+  }
+  spool.rewind();
+  std::vector<float> block(options.block_frames * engine.channels());
+  for (std::size_t got; (got = spool.read(block)) > 0;) {
+    if (interrupted.load(std::memory_order_relaxed)) throw std::runtime_error("interrupted");
+    for (std::size_t i = 0; i < got; ++i) block[i] = float(double(block[i]) * gain);
+    writer.write(std::span<const float>(block.data(), got));
+  }
+  return result;
 }
 
 int run_process(const ProcessArgs& args) {
@@ -129,14 +227,33 @@ int run_process(const ProcessArgs& args) {
 
   SoundFileReader reader(args.input);
   const SoundFileInfo info = reader.info();
-  spdlog::debug("input {}: {} Hz, {}, {} frames", args.input, info.sample_rate,
+  const std::string input_name = is_standard_stream(args.input) ? "standard input" : args.input;
+  spdlog::debug("input {}: {} Hz, {}, {} frames", input_name, info.sample_rate,
                 plural(std::uint64_t(info.channels), "channel"), info.frames);
+  // Before the filters are loaded and planned: a bad output name fails at once.
+  const bool stream = output_is_stream(args.output);
+  const OutputFormat chosen =
+      choose_output_format(info.format, format, args.type, args.output, stream);
+  if (!chosen.note.empty()) spdlog::info("{}", chosen.note);
+  // Damaged input: a file whose header promises more frames than it holds.
+  std::vector<std::string> damage;
+  const auto cut_short = [&](std::int64_t promised, std::uint64_t held) {
+    return input_name + ": cut short: the header promises " + std::to_string(promised) +
+           " frames, the file holds " + std::to_string(held);
+  };
+  if (reader.declared_frames() > info.frames) {
+    const std::string problem = cut_short(reader.declared_frames(), std::uint64_t(info.frames));
+    if (args.strict) throw std::runtime_error(problem + " (refused: --strict)");
+    damage.push_back(problem + "; filtering what is there");
+  }
 
   CoefficientFileOptions taps_options;
   taps_options.channels = std::size_t(info.channels);
   taps_options.max_taps = args.max_taps;
   taps_options.sample_rate = info.sample_rate;
   taps_options.ignore_sample_rate = args.ignore_rate;
+  taps_options.strict = args.strict;
+  taps_options.damage = &damage;
   FilterBank bank = load_filter_bank(args.taps, taps_options);
   if (args.gain_db != 0.0) bank = bank.scaled(float(std::pow(10.0, args.gain_db / 20.0)));
   spdlog::debug("taps {}: {} per channel at most, {}", args.taps, bank.max_taps(),
@@ -148,8 +265,18 @@ int run_process(const ProcessArgs& args) {
   const std::unique_ptr<Engine> engine = make_engine(backend, bank, engine_options);
   spdlog::debug("engine: {}", engine->description());
 
-  SoundFileWriter writer(args.output, info.sample_rate, info.channels,
-                         output_format(info.format, format, args.output));
+  SoundFileWriterOptions writer_options;
+  writer_options.dither = dither_for(args.dither, chosen.format);
+  writer_options.metadata = reader.metadata();
+  SoundFileWriter writer(args.output, info.sample_rate, info.channels, chosen.format,
+                         writer_options);
+  for (const auto& stale : writer.removed_stale()) {
+    spdlog::info("removed {}, a temporary file left by an earlier run that ended abruptly",
+                 stale.string());
+  }
+  const std::string output_name = is_standard_stream(args.output) ? "standard output" : args.output;
+  spdlog::debug("output {}: {}, dither {}", output_name, describe_format(chosen.format),
+                writer_options.dither == Dither::tpdf ? "tpdf" : "none");
 
   OfflineOptions options;
   options.block_frames = args.block_frames;
@@ -160,14 +287,41 @@ int run_process(const ProcessArgs& args) {
   options.on_progress = [&progress](std::uint64_t done) { progress.update(done); };
   options.cancel = &interrupted;
 
-  const OfflineResult result = run_offline(*engine, reader, writer, options);
-  writer.commit();
+  OfflineResult result;
+  try {
+    result = std::isnan(args.normalize_dbfs)
+                 ? run_offline(*engine, reader, writer, options)
+                 : run_normalized(*engine, reader, writer, options, args.normalize_dbfs);
+    const std::int64_t promised = std::max(reader.declared_frames(), info.frames);
+    if (promised > std::int64_t(result.input_frames) && damage.empty()) {
+      const std::string problem = cut_short(promised, result.input_frames);
+      if (args.strict) throw std::runtime_error(problem + " (refused: --strict)");
+      damage.push_back(problem + "; filtered what was there");
+    }
+    if (interrupted.load()) throw std::runtime_error("interrupted");
+    writer.commit();
+  } catch (const std::exception&) {
+    const int signal_number = interrupting_signal.load();
+    if (signal_number == 0) throw;
+    progress.finish();
+    spdlog::error("process: interrupted by {}: {}", signal_name(signal_number),
+                  writer.is_stream() ? output_name + " is incomplete"
+                                     : "nothing written to " + output_name);
+    return 128 + signal_number;  // the writer's destructor removes its temporary file
+  }
   progress.finish();
 
+  for (const auto& problem : damage) warn_data_changed(problem);
   const ClipStats& clip = writer.clip_stats();
   if (clip.clipped_samples > 0) {
-    spdlog::warn("clipped {} samples, peak {:.2f} dBFS (lower --gain or write --format float)",
-                 clip.clipped_samples, 20.0 * std::log10(double(clip.peak)));
+    warn_data_changed(fmt::format(
+        "clipped {} samples, peak {:.2f} dBFS (lower --gain, --normalize, or write --format float)",
+        clip.clipped_samples, dbfs(double(clip.peak))));
+  } else if (clip.peak > 1.0f) {
+    spdlog::warn(
+        "peak {:.2f} dBFS is above full scale: kept in the float output, but players and "
+        "integer conversions will clip it (lower --gain, or --normalize)",
+        dbfs(double(clip.peak)));
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -175,8 +329,8 @@ int run_process(const ProcessArgs& args) {
   spdlog::info("{:.2f} s of audio ({}, {}, {} Hz) through {} in {:.3f} s ({:.1f}x real time) -> {}",
                audio_seconds, plural(result.output_frames, "frame"),
                plural(std::uint64_t(info.channels), "channel"), info.sample_rate,
-               engine->description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, args.output);
-  return 0;
+               engine->description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, output_name);
+  return damage.empty() ? 0 : kExitPartial;
 }
 
 }  // namespace
@@ -184,10 +338,18 @@ int run_process(const ProcessArgs& args) {
 Command add_process_command(CLI::App& app) {
   auto args = std::make_shared<ProcessArgs>();
   CLI::App* sub = app.add_subcommand("process", "Filter a sound file offline");
-  sub->add_option("input", args->input, "Sound file to filter (any format libsndfile reads)")
+  sub->add_option("input", args->input,
+                  "Sound file to filter (any format libsndfile reads), or - for standard input")
       ->required()
-      ->check(CLI::ExistingFile);
-  sub->add_option("output", args->output, "Where to write the result")->required();
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value == "-" ? std::string() : CLI::ExistingFile(value);
+          },
+          "FILE or -"));
+  sub->add_option("output", args->output,
+                  "Where to write the result: a file (type from its extension), - for standard "
+                  "output, a FIFO or a device")
+      ->required();
   sub->add_option("-t,--taps", args->taps,
                   "Coefficient file: text, .f32, .f64, or an impulse response (WAV, FLAC, ...)")
       ->required();
@@ -211,6 +373,22 @@ Command add_process_command(CLI::App& app) {
   sub->add_option("--algorithm", args->algorithm, "auto, direct or fft")
       ->check(CLI::IsMember({"auto", "direct", "fft"}))
       ->capture_default_str();
+  sub->add_option("--type", args->type,
+                  "Output type (wav, flac, aiff, au, raw, ...) when the name does not say it, "
+                  "e.g. for standard output (default there: wav)");
+  sub->add_option("--dither", args->dither,
+                  "Dither for integer output: tpdf, none, or auto (tpdf at 16 bits or fewer)")
+      ->check(CLI::IsMember({"auto", "tpdf", "none"}))
+      ->capture_default_str();
+  sub->add_flag("--strict", args->strict,
+                "Refuse input or impulse responses that are cut short (default: filter what is "
+                "there, warn, exit 3)");
+  auto* normalize =
+      sub->add_option("--normalize", args->normalize_dbfs,
+                      "Scale the output so that its peak is at this level in dBFS (-200 to 0; a "
+                      "second pass, like sox's gain -n)")
+          ->check(CLI::Range(-200.0, 0.0));
+  sub->get_option("--gain")->excludes(normalize);
   return Command{sub, [args] { return run_process(*args); }};
 }
 
