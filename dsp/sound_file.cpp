@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace tapstream {
 
@@ -152,16 +152,16 @@ std::string known_container_names() {
   return list;
 }
 
-OutputFormat choose_output_format(int input_format, SampleFormat requested,
-                                  const std::string& type,
+OutputFormat choose_output_format(int input_format, SampleFormat requested, const std::string& type,
                                   const std::filesystem::path& destination, bool stream) {
-  const std::string shown = is_standard_stream(destination) ? "standard output" : destination.string();
+  const std::string shown =
+      is_standard_stream(destination) ? "standard output" : destination.string();
   int container = 0;
   if (!type.empty()) {
     container = container_for_name(type);
     if (container == 0) {
-      throw SoundFileError("--type: unknown type '" + type + "' (known: " +
-                           known_container_names() + ")");
+      throw SoundFileError("--type: unknown type '" + type +
+                           "' (known: " + known_container_names() + ")");
     }
   } else if (is_standard_stream(destination)) {
     container = SF_FORMAT_WAV;
@@ -172,20 +172,20 @@ OutputFormat choose_output_format(int input_format, SampleFormat requested,
       container = input_format & SF_FORMAT_TYPEMASK;
       if (!StreamOutput::can_stream(container)) container = SF_FORMAT_WAV;
     } else if (container == 0) {
-      throw SoundFileError(
-          shown + ": " +
-          (extension.empty() ? std::string("no extension") : "unknown extension '" + extension + "'") +
-          " to choose the output type from (known: " + known_container_names() +
-          "; or name one with --type)");
+      throw SoundFileError(shown + ": " +
+                           (extension.empty() ? std::string("no extension")
+                                              : "unknown extension '" + extension + "'") +
+                           " to choose the output type from (known: " + known_container_names() +
+                           "; or name one with --type)");
     }
   }
   // An extensible WAV input (a channel mask, more than two channels) stays extensible.
   const int input_container = input_format & SF_FORMAT_TYPEMASK;
   if (container == SF_FORMAT_WAV && input_container == SF_FORMAT_WAVEX) container = SF_FORMAT_WAVEX;
   if (stream && !StreamOutput::can_stream(container)) {
-    throw SoundFileError(shown + ": cannot write a " + major_name(container) +
-                         " file as a stream (it needs seeking); stream types: " +
-                         StreamOutput::streamable_names());
+    throw SoundFileError(
+        shown + ": cannot write a " + major_name(container) +
+        " file as a stream (it needs seeking); stream types: " + StreamOutput::streamable_names());
   }
   OutputFormat chosen;
   const int endianness = container == input_container ? input_format & SF_FORMAT_ENDMASK : 0;
@@ -395,7 +395,8 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
       // A FIFO, a device: written through. Opening a FIFO waits for its reader, as a shell would.
       seekable = false;
       direct_fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
-      if (direct_fd_ < 0) throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
+      if (direct_fd_ < 0)
+        throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
     } else {
       removed_stale_ = TemporaryFile::remove_stale(target);
       try {
@@ -425,7 +426,8 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
   const SoundFileMetadata& metadata = options.metadata;
   if (metadata.channel_map.size() == static_cast<std::size_t>(channels)) {
     std::vector<int> map = metadata.channel_map;
-    sf_command(file_, SFC_SET_CHANNEL_MAP_INFO, map.data(), static_cast<int>(map.size() * sizeof(int)));
+    sf_command(file_, SFC_SET_CHANNEL_MAP_INFO, map.data(),
+               static_cast<int>(map.size() * sizeof(int)));
   }
   for (const auto& [kind, text] : metadata.strings) sf_set_string(file_, kind, text.c_str());
 }

@@ -127,7 +127,7 @@ class SoundFileWriter {
   std::filesystem::path destination_;
   std::unique_ptr<TemporaryFile> temporary_;  // a regular file
   std::unique_ptr<StreamOutput> stream_;      // an unseekable output
-  int direct_fd_ = -1;                        // standard output that is a regular file, a stream's fd
+  int direct_fd_ = -1;  // standard output that is a regular file, a stream's fd
   SNDFILE* file_ = nullptr;
   int channels_ = 0;
   bool float_format_ = false;
@@ -166,8 +166,7 @@ struct OutputFormat {
 // - encoding: `requested`, else the input's when the container holds it, else
 //   (float input into FLAC, say) pcm24, with a note.
 // `stream`: the output cannot seek, so only StreamOutput's containers work.
-OutputFormat choose_output_format(int input_format, SampleFormat requested,
-                                  const std::string& type,
+OutputFormat choose_output_format(int input_format, SampleFormat requested, const std::string& type,
                                   const std::filesystem::path& destination, bool stream);
 
 // True when `file` is written through rather than by rename: "-" or

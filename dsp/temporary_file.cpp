@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <random>
-#include <charconv>
 #include <string>
 #include <string_view>
 #include <system_error>

@@ -34,8 +34,7 @@ class TemporaryFile {
   // Removes temporary files of `destination` left by earlier runs: named as
   // above, regular files owned by this user, whose process no longer exists.
   // Returns what was removed (for the caller to log); never throws.
-  static std::vector<std::filesystem::path> remove_stale(
-      const std::filesystem::path& destination);
+  static std::vector<std::filesystem::path> remove_stale(const std::filesystem::path& destination);
 
  private:
   std::filesystem::path destination_;

@@ -450,9 +450,8 @@ TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputNoTemporaryFileAndExits128Plu
   write_sound(dir / "in.wav", scaled(random_signal(48000 * 20, 16), 0.5f), 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", scaled(random_signal(16384, 17), 0.01f));
   const auto listing = entries(dir.path());
-  for (const auto& [signal_number, name] :
-       std::vector<std::pair<int, std::string>>{{SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"},
-                                                {SIGTERM, "SIGTERM"}}) {
+  for (const auto& [signal_number, name] : std::vector<std::pair<int, std::string>>{
+           {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGTERM, "SIGTERM"}}) {
     SCOPED_TRACE(name);
     const fs::path err_file = dir.path().string() + ".interrupt.err";
     testing::Child child({TAPSTREAM_BINARY, "process", (dir / "in.wav").string(),
@@ -775,8 +774,9 @@ TEST(ProcessFiles, ASymlinkOutputWritesItsTargetAndKeepsTheLink) {
   fs::create_symlink("sub/target.wav", dir / "link.wav");
   fs::create_symlink("sub/new.wav", dir / "dangling.wav");
   for (const char* link : {"link.wav", "dangling.wav"}) {
-    const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                          (dir / link).string(), "--taps", (dir / "taps.txt").string()});
+    const RunResult run =
+        tapstream(dir, {"process", (dir / "in.wav").string(), (dir / link).string(), "--taps",
+                        (dir / "taps.txt").string()});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_TRUE(fs::is_symlink(dir / link)) << link;
   }
@@ -814,10 +814,10 @@ TEST(ProcessFiles, IntegerOutputIsRoundedToNearestExactly) {
   for (const double x : lsb) input.push_back(float(x / 32768.0));
   write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
   write_text_taps(dir / "one.txt", {1.0f});
-  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                        (dir / "out.wav").string(), "--taps",
-                                        (dir / "one.txt").string(), "--format", "pcm16",
-                                        "--dither", "none", "--algorithm", "direct"});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "one.txt").string(), "--format", "pcm16", "--dither", "none",
+                      "--algorithm", "direct"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(read_codes(dir / "out.wav", 16), (std::vector<int>{1, 0, 2, -1, 101, -100, 32767}));
   EXPECT_EQ(run.err.find("clipped"), std::string::npos) << run.err;
@@ -886,9 +886,9 @@ TEST(ProcessFiles, ACutShortInputIsFilteredAsFarAsItGoesWithExit3UnlessStrict) {
   }
   fs::remove(dir / "out.wav");
   const auto listing = entries(dir.path());
-  const RunResult strict = tapstream(dir, {"process", (dir / "cut.wav").string(),
-                                           (dir / "out.wav").string(), "--taps",
-                                           (dir / "taps.txt").string(), "--strict"});
+  const RunResult strict =
+      tapstream(dir, {"process", (dir / "cut.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--strict"});
   EXPECT_EQ(strict.exit_code, 1) << strict.err;
   EXPECT_NE(strict.err.find("--strict"), std::string::npos) << strict.err;
   EXPECT_EQ(entries(dir.path()), listing);
@@ -901,17 +901,17 @@ TEST(ProcessFiles, ACutShortImpulseResponseIsUsedAsFarAsItGoesWithExit3UnlessStr
   const std::string whole = read_text(dir / "ir_full.wav");
   const std::size_t header = whole.size() - 1000 * 4;
   std::ofstream(dir / "ir.wav", std::ios::binary) << whole.substr(0, header + 700 * 4);
-  const RunResult run = tapstream(dir, {"-q", "process", (dir / "in.wav").string(),
-                                        (dir / "out.wav").string(), "--taps",
-                                        (dir / "ir.wav").string(), "--tail"});
+  const RunResult run =
+      tapstream(dir, {"-q", "process", (dir / "in.wav").string(), (dir / "out.wav").string(),
+                      "--taps", (dir / "ir.wav").string(), "--tail"});
   EXPECT_EQ(run.exit_code, 3) << run.err;
   EXPECT_NE(run.err.find("ir.wav: cut short: the header promises 1000 frames, the file holds 700"),
             std::string::npos)
       << run.err;
   EXPECT_EQ(read_sound(dir / "out.wav").frames(), 2000u + 699u) << "the tail of 700 taps";
-  const RunResult strict = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                           (dir / "strict.wav").string(), "--taps",
-                                           (dir / "ir.wav").string(), "--strict"});
+  const RunResult strict =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "strict.wav").string(), "--taps",
+                      (dir / "ir.wav").string(), "--strict"});
   EXPECT_EQ(strict.exit_code, 1) << strict.err;
   EXPECT_FALSE(fs::exists(dir / "strict.wav"));
 }
@@ -923,9 +923,10 @@ TEST(ProcessFiles, LevelsAboveFullScaleAreWarnedAndQuietKeepsOnlyDataChanges) {
   write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
   write_text_taps(dir / "four.txt", {4.0f});
   const auto run = [&](bool quiet, const std::string& format) {
-    std::vector<std::string> args = {"process", (dir / "in.wav").string(),
-                                     (dir / "out.wav").string(), "--taps",
-                                     (dir / "four.txt").string(), "--format", format};
+    std::vector<std::string> args = {
+        "process", (dir / "in.wav").string(),   (dir / "out.wav").string(),
+        "--taps",  (dir / "four.txt").string(), "--format",
+        format};
     if (quiet) args.insert(args.begin(), "-q");
     return tapstream(dir, args);
   };
@@ -946,10 +947,9 @@ TEST(ProcessFiles, NormalizePutsThePeakAtTheAskedLevel) {
   input[777] = -0.9f;
   write_sound(dir / "in.wav", input, 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", {3.0f, 1.0f});
-  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                        (dir / "out.wav").string(), "--taps",
-                                        (dir / "taps.txt").string(), "--normalize", "-6",
-                                        "--block", "1000"});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--normalize", "-6", "--block", "1000"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("normalize: peak"), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find("above full scale"), std::string::npos) << run.err;
@@ -968,10 +968,9 @@ TEST(ProcessFiles, NormalizePutsThePeakAtTheAskedLevel) {
     EXPECT_NEAR(out.samples[i], plain.samples[i] * (out.samples[777] / plain.samples[777]), 1e-6)
         << i;
   }
-  const RunResult both = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                         (dir / "x.wav").string(), "--taps",
-                                         (dir / "taps.txt").string(), "--normalize", "-1",
-                                         "--gain", "3"});
+  const RunResult both =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "x.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--normalize", "-1", "--gain", "3"});
   EXPECT_NE(both.exit_code, 0) << "--normalize and --gain together are a usage error";
   EXPECT_NE(both.err.find("--normalize"), std::string::npos) << both.err;
   EXPECT_FALSE(fs::exists(dir / "x.wav"));
@@ -981,9 +980,9 @@ TEST(ProcessFiles, FlacFromFloatInputIs24BitWithANote) {
   TempDir dir;
   write_sound(dir / "in.wav", scaled(random_signal(1000, 30), 0.5f), 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", {0.5f});
-  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                        (dir / "out.flac").string(), "--taps",
-                                        (dir / "taps.txt").string()});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.flac").string(), "--taps",
+                      (dir / "taps.txt").string()});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("writing pcm24"), std::string::npos) << run.err;
   EXPECT_EQ(read_sound(dir / "out.flac").info.format, SF_FORMAT_FLAC | SF_FORMAT_PCM_24);
@@ -991,9 +990,9 @@ TEST(ProcessFiles, FlacFromFloatInputIs24BitWithANote) {
 
 TEST(ProcessFiles, ChannelMaskAndTagsAreCarriedToTheOutput) {
   TempDir dir;
-  const std::vector<int> map = {SF_CHANNEL_MAP_LEFT, SF_CHANNEL_MAP_RIGHT, SF_CHANNEL_MAP_CENTER,
-                                SF_CHANNEL_MAP_LFE,  SF_CHANNEL_MAP_REAR_LEFT,
-                                SF_CHANNEL_MAP_REAR_RIGHT};
+  const std::vector<int> map = {SF_CHANNEL_MAP_LEFT,      SF_CHANNEL_MAP_RIGHT,
+                                SF_CHANNEL_MAP_CENTER,    SF_CHANNEL_MAP_LFE,
+                                SF_CHANNEL_MAP_REAR_LEFT, SF_CHANNEL_MAP_REAR_RIGHT};
   {
     SF_INFO info{};
     info.channels = 6;
@@ -1014,9 +1013,9 @@ TEST(ProcessFiles, ChannelMaskAndTagsAreCarriedToTheOutput) {
   write_text_taps(dir / "taps.txt", {0.5f});
   for (const std::string out : {"out.wav", "out.flac"}) {
     SCOPED_TRACE(out);
-    const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                          (dir / out).string(), "--taps",
-                                          (dir / "taps.txt").string(), "--format", "pcm24"});
+    const RunResult run =
+        tapstream(dir, {"process", (dir / "in.wav").string(), (dir / out).string(), "--taps",
+                        (dir / "taps.txt").string(), "--format", "pcm24"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     SF_INFO info{};
     SNDFILE* f = sf_open((dir / out).c_str(), SFM_READ, &info);
@@ -1048,9 +1047,9 @@ TEST(ProcessFiles, StaleTemporaryFilesOfEndedRunsAreRemovedWithALogLine) {
   const std::string live = "out.wav.tapstream-tmp-" + std::to_string(::getpid()) + "-ghijkl";
   const std::string other = "other.wav.tapstream-tmp-" + std::to_string(dead) + "-mnopqr";
   for (const auto& name : {stale, live, other}) std::ofstream(dir / name) << "partial";
-  const RunResult run = tapstream(dir, {"process", (dir / "in.wav").string(),
-                                        (dir / "out.wav").string(), "--taps",
-                                        (dir / "taps.txt").string()});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string()});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("removed " + (dir / stale).string()), std::string::npos) << run.err;
   EXPECT_EQ(entries(dir.path()),
@@ -1067,8 +1066,9 @@ TEST(ProcessFiles, ABadFftwWisdomCacheWarnsOnceAndTheRunGoesOn) {
   for (const std::string wisdom : {"corrupt", "a-directory", "a-file/wisdom"}) {
     SCOPED_TRACE(wisdom);
     const RunResult run =
-        shell(dir, "TAPSTREAM_FFTW_WISDOM=" + wisdom + " TAPSTREAM_FFTW_PLANNER=estimate $T process "
-                   "in.wav out.wav --taps taps.txt --backend cpu --algorithm fft --block 512");
+        shell(dir, "TAPSTREAM_FFTW_WISDOM=" + wisdom +
+                       " TAPSTREAM_FFTW_PLANNER=estimate $T process "
+                       "in.wav out.wav --taps taps.txt --backend cpu --algorithm fft --block 512");
     EXPECT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(count_of(run.err, "FFTW wisdom cache"), 1u) << run.err;
     EXPECT_NE(run.err.find(wisdom), std::string::npos) << run.err;

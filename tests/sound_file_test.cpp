@@ -3,15 +3,21 @@
 
 #include "dsp/sound_file.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tapstream {
@@ -295,7 +301,8 @@ TEST(OutputFormat, TakesTheContainerFromTheDestinationsExtensionOrTheType) {
             SF_FORMAT_AU | SF_FORMAT_PCM_16);
   EXPECT_EQ(chosen(SF_FORMAT_FLAC | SF_FORMAT_PCM_24, SampleFormat::same_as_input, "", "-", true),
             SF_FORMAT_WAV | SF_FORMAT_PCM_24);
-  EXPECT_EQ(chosen(wav16, SampleFormat::float32, "raw", "-", true), SF_FORMAT_RAW | SF_FORMAT_FLOAT);
+  EXPECT_EQ(chosen(wav16, SampleFormat::float32, "raw", "-", true),
+            SF_FORMAT_RAW | SF_FORMAT_FLOAT);
   // A FIFO or device without a known extension takes the input's container.
   EXPECT_EQ(chosen(SF_FORMAT_AU | SF_FORMAT_PCM_16, SampleFormat::same_as_input, "", "fifo", true),
             SF_FORMAT_AU | SF_FORMAT_PCM_16);
@@ -389,6 +396,139 @@ TEST_F(SoundFileTest, RealRecordingSurvivesACopyInItsOwnFormatBitExactly) {
   SoundFileInfo copy_info;
   EXPECT_EQ(read_all(copy, &copy_info), samples);
   EXPECT_EQ(copy_info.format, info.format);
+}
+
+// ---------------------------------------------------------------- streams, links, damage
+
+std::string read_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::uint32_t le32_at(const std::string& bytes, std::size_t at) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(bytes[at + std::size_t(i)]);
+  return v;
+}
+
+TEST_F(SoundFileTest, AFifoIsWrittenThroughWithTheLengthsAStreamCanGive) {
+  const fs::path fifo = directory_ / "pipe.wav";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Small: held whole until the end, so the true header goes out. Large:
+  // sent as it comes, the lengths marked unknown as sox does.
+  for (const std::size_t frames : {std::size_t(100), std::size_t(50000)}) {
+    SCOPED_TRACE(frames);
+    const auto samples = random_samples(frames * 2, 0.5f, frames);
+    std::string received;
+    std::thread reader([&] { received = read_bytes(fifo); });
+    write_file(fifo, 48000, 2, SF_FORMAT_WAV | SF_FORMAT_FLOAT, samples);
+    reader.join();
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    ASSERT_GT(received.size(), frames * 8);
+    const std::size_t data = received.find("data");
+    ASSERT_NE(data, std::string::npos);
+    EXPECT_EQ(received.size() - (data + 8), frames * 8) << "the samples follow the header, all";
+    const std::uint32_t declared = le32_at(received, data + 4);
+    EXPECT_EQ(declared, frames <= 100 ? std::uint32_t(frames * 8) : 0x7ffff000u);
+    std::ofstream(directory_ / "got.wav", std::ios::binary) << received;
+    EXPECT_EQ(read_all(directory_ / "got.wav"), samples);
+  }
+}
+
+TEST_F(SoundFileTest, ContainersThatNeedSeekingAreRefusedOnAStream) {
+  const fs::path fifo = directory_ / "pipe.aiff";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opened for reading too, so that opening it for writing does not wait.
+  const int keep_open = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(keep_open, 0);
+  try {
+    SoundFileWriter writer(fifo, 48000, 1, SF_FORMAT_AIFF | SF_FORMAT_PCM_16);
+    FAIL() << "AIFF accepted on a FIFO";
+  } catch (const SoundFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("wav, au, flac, raw"), std::string::npos) << e.what();
+  }
+  ::close(keep_open);
+}
+
+TEST_F(SoundFileTest, ASymlinkIsFollowedAndKept) {
+  fs::create_directory(directory_ / "real");
+  fs::create_symlink("real/target.wav", directory_ / "link.wav");
+  const auto samples = random_samples(300, 0.5f, 3);
+  write_file(directory_ / "link.wav", 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, samples);
+  EXPECT_TRUE(fs::is_symlink(directory_ / "link.wav"));
+  EXPECT_EQ(read_all(directory_ / "real/target.wav"), samples);
+  EXPECT_EQ(fs::read_symlink(directory_ / "link.wav"), "real/target.wav");
+}
+
+TEST_F(SoundFileTest, AFileCutShortSaysHowManyFramesItsHeaderPromised) {
+  const fs::path whole = directory_ / "whole.wav";
+  write_file(whole, 48000, 3, SF_FORMAT_WAV | SF_FORMAT_PCM_24, random_samples(3 * 1000, 0.5f, 4));
+  const std::string bytes = read_bytes(whole);
+  const std::size_t header = bytes.size() - 1000 * 9;
+  std::ofstream(directory_ / "cut.wav", std::ios::binary) << bytes.substr(0, header + 400 * 9 + 5);
+  SoundFileReader cut(directory_ / "cut.wav");
+  EXPECT_EQ(cut.info().frames, 400);
+  EXPECT_EQ(cut.declared_frames(), 1000);
+  SoundFileReader intact(whole);
+  EXPECT_EQ(intact.declared_frames(), 1000);
+  EXPECT_EQ(intact.info().frames, 1000);
+}
+
+TEST_F(SoundFileTest, ChannelMapAndStringsGoFromReaderToWriter) {
+  const fs::path source = directory_ / "source.wav";
+  SoundFileWriterOptions options;
+  options.metadata.channel_map = {SF_CHANNEL_MAP_LEFT, SF_CHANNEL_MAP_RIGHT, SF_CHANNEL_MAP_LFE};
+  options.metadata.strings = {{SF_STR_TITLE, "three"}, {SF_STR_ARTIST, "someone"}};
+  {
+    SoundFileWriter writer(source, 48000, 3, SF_FORMAT_WAVEX | SF_FORMAT_PCM_16, options);
+    writer.write(random_samples(3 * 10, 0.5f, 5));
+    writer.commit();
+  }
+  const SoundFileReader reader(source);
+  EXPECT_EQ(reader.metadata().channel_map, options.metadata.channel_map);
+  EXPECT_EQ(reader.metadata().strings, options.metadata.strings);
+}
+
+TEST_F(SoundFileTest, StaleTemporaryFilesAreRemovedOnlyWhenTheirProcessIsGoneAndTheNameIsOurs) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child), alive = std::to_string(::getpid());
+  const fs::path out = directory_ / "out.wav";
+  for (const std::string& name :
+       {"out.wav.tapstream-tmp-" + dead + "-abcdef", "out.wav.tapstream-tmp-" + alive + "-abcdef",
+        "out.wav.tapstream-tmp-" + dead + "-toolong", "out.wav.tmp-" + dead + "-abcdef",
+        "other.wav.tapstream-tmp-" + dead + "-abcdef"}) {
+    std::ofstream(directory_ / name) << "x";
+  }
+  fs::create_directory(directory_ / ("out.wav.tapstream-tmp-" + dead + "-direct"));
+  const auto removed = TemporaryFile::remove_stale(out);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0], directory_ / ("out.wav.tapstream-tmp-" + dead + "-abcdef"));
+  EXPECT_EQ(files_in_directory().size(), 5u);
+  // A writer's own temporary file carries its process id.
+  SoundFileWriter writer(out, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  std::size_t ours = 0;
+  for (const auto& file : files_in_directory()) {
+    ours += file.filename().string().rfind("out.wav.tapstream-tmp-" + alive + "-", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(ours, 2u);  // the planted live one and the writer's
+}
+
+TEST_F(SoundFileTest, IntegerOutputIsRoundedToNearestNotFloored) {
+  const fs::path file = directory_ / "codes.wav";
+  const std::vector<float> samples = {float(0.6 / 32768), float(-0.4 / 32768), float(1.5 / 32768),
+                                      float(-1.5 / 32768), float(100.5 / 32768)};
+  write_file(file, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16, samples);
+  SF_INFO info{};
+  SNDFILE* f = sf_open(file.c_str(), SFM_READ, &info);
+  ASSERT_NE(f, nullptr);
+  std::vector<short> codes(5);
+  EXPECT_EQ(sf_read_short(f, codes.data(), 5), 5);
+  sf_close(f);
+  EXPECT_EQ(codes, (std::vector<short>{1, 0, 2, -1, 101}));
 }
 
 }  // namespace

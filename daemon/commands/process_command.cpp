@@ -12,13 +12,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iterator>
 #include <limits>
-#include <vector>
-#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "daemon/commands/command.hpp"
 #include "daemon/commands/progress.hpp"
@@ -96,7 +96,7 @@ class InterruptGuard {
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
  private:
-  struct sigaction old_[std::size(kSignals)] {};
+  struct sigaction old_[std::size(kSignals)]{};
 };
 
 // -q hides warnings, but not those that say the output differs from what
@@ -199,8 +199,8 @@ OfflineResult run_normalized(Engine& engine, SoundFileReader& reader, SoundFileW
   double gain = 1.0;
   if (peak > 0.0f) {
     gain = std::pow(10.0, target_dbfs / 20.0) / double(peak);
-    spdlog::info("normalize: peak {:.2f} dBFS to {:.2f} dBFS ({:+.2f} dB)", dbfs(peak),
-                 target_dbfs, dbfs(gain));
+    spdlog::info("normalize: peak {:.2f} dBFS to {:.2f} dBFS ({:+.2f} dB)", dbfs(peak), target_dbfs,
+                 dbfs(gain));
   } else {
     spdlog::warn("normalize: the output is silent; nothing to scale");
   }
@@ -214,11 +214,8 @@ OfflineResult run_normalized(Engine& engine, SoundFileReader& reader, SoundFileW
   return result;
 }
 
-int run_process(const ProcessArgs& args) {
+int process(const ProcessArgs& args) {
   const auto start = std::chrono::steady_clock::now();
-  // From here on a signal only sets the flag; the pipeline then stops and the
-  // writer's destructor removes its temporary file.
-  const InterruptGuard interrupt_guard;
   const Backend backend = parse_backend(args.backend);
   const Algorithm algorithm = parse_algorithm(args.algorithm);
   const SampleFormat format =
@@ -287,28 +284,18 @@ int run_process(const ProcessArgs& args) {
   options.on_progress = [&progress](std::uint64_t done) { progress.update(done); };
   options.cancel = &interrupted;
 
-  OfflineResult result;
-  try {
-    result = std::isnan(args.normalize_dbfs)
-                 ? run_offline(*engine, reader, writer, options)
-                 : run_normalized(*engine, reader, writer, options, args.normalize_dbfs);
-    const std::int64_t promised = std::max(reader.declared_frames(), info.frames);
-    if (promised > std::int64_t(result.input_frames) && damage.empty()) {
-      const std::string problem = cut_short(promised, result.input_frames);
-      if (args.strict) throw std::runtime_error(problem + " (refused: --strict)");
-      damage.push_back(problem + "; filtered what was there");
-    }
-    if (interrupted.load()) throw std::runtime_error("interrupted");
-    writer.commit();
-  } catch (const std::exception&) {
-    const int signal_number = interrupting_signal.load();
-    if (signal_number == 0) throw;
-    progress.finish();
-    spdlog::error("process: interrupted by {}: {}", signal_name(signal_number),
-                  writer.is_stream() ? output_name + " is incomplete"
-                                     : "nothing written to " + output_name);
-    return 128 + signal_number;  // the writer's destructor removes its temporary file
+  const OfflineResult result =
+      std::isnan(args.normalize_dbfs)
+          ? run_offline(*engine, reader, writer, options)
+          : run_normalized(*engine, reader, writer, options, args.normalize_dbfs);
+  const std::int64_t promised = std::max(reader.declared_frames(), info.frames);
+  if (promised > std::int64_t(result.input_frames) && damage.empty()) {
+    const std::string problem = cut_short(promised, result.input_frames);
+    if (args.strict) throw std::runtime_error(problem + " (refused: --strict)");
+    damage.push_back(problem + "; filtered what was there");
   }
+  if (interrupted.load()) throw std::runtime_error("interrupted");
+  writer.commit();
   progress.finish();
 
   for (const auto& problem : damage) warn_data_changed(problem);
@@ -331,6 +318,25 @@ int run_process(const ProcessArgs& args) {
                plural(std::uint64_t(info.channels), "channel"), info.sample_rate,
                engine->description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, output_name);
   return damage.empty() ? 0 : kExitPartial;
+}
+
+int run_process(const ProcessArgs& args) {
+  // From here on a signal only sets the flag; whatever runs then stops at its
+  // next check (the pipeline between blocks, a blocked open or read with
+  // EINTR) and unwinds, the writer's destructor removing its temporary file.
+  const InterruptGuard interrupt_guard;
+  try {
+    return process(args);
+  } catch (const std::exception&) {
+    const int signal_number = interrupting_signal.load();
+    if (signal_number == 0) throw;
+    const std::string output_name =
+        is_standard_stream(args.output) ? "standard output" : args.output;
+    spdlog::error("process: interrupted by {}: {}", signal_name(signal_number),
+                  output_is_stream(args.output) ? output_name + " is incomplete"
+                                                : "nothing written to " + output_name);
+    return 128 + signal_number;
+  }
 }
 
 }  // namespace
