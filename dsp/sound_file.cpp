@@ -117,6 +117,23 @@ int output_format(int input_format, SampleFormat requested) {
   return format;
 }
 
+namespace {
+
+// Follows a chain of symlinks to the path that is finally written.
+std::filesystem::path follow_symlinks(const std::filesystem::path& file) {
+  std::filesystem::path path = file;
+  std::error_code error;
+  for (int hops = 0; std::filesystem::is_symlink(path, error); ++hops) {
+    if (hops == 40) throw error_for(file, "too many levels of symbolic links");
+    const std::filesystem::path target = std::filesystem::read_symlink(path, error);
+    if (error) throw error_for(file, "cannot read the link: " + error.message());
+    path = target.is_absolute() ? target : path.parent_path() / target;
+  }
+  return path;
+}
+
+}  // namespace
+
 int container_for_name(std::string name) {
   for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!name.empty() && name.front() == '.') name.erase(0, 1);
@@ -166,7 +183,8 @@ OutputFormat choose_output_format(int input_format, SampleFormat requested, cons
   } else if (is_standard_stream(destination)) {
     container = SF_FORMAT_WAV;
   } else {
-    const std::string extension = destination.extension().string();
+    // The name of what is written: a link's final target (out.wav -> take3.flac is FLAC).
+    const std::string extension = follow_symlinks(destination).extension().string();
     container = container_for_name(extension);
     if (container == 0 && stream) {
       container = input_format & SF_FORMAT_TYPEMASK;
@@ -255,19 +273,6 @@ SoundFileMetadata read_metadata(SNDFILE* file, int channels) {
   return metadata;
 }
 
-// Follows a chain of symlinks to the path that is finally written.
-std::filesystem::path follow_symlinks(const std::filesystem::path& file) {
-  std::filesystem::path path = file;
-  std::error_code error;
-  for (int hops = 0; std::filesystem::is_symlink(path, error); ++hops) {
-    if (hops == 40) throw error_for(file, "too many levels of symbolic links");
-    const std::filesystem::path target = std::filesystem::read_symlink(path, error);
-    if (error) throw error_for(file, "cannot read the link: " + error.message());
-    path = target.is_absolute() ? target : path.parent_path() / target;
-  }
-  return path;
-}
-
 }  // namespace
 
 std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
@@ -290,8 +295,10 @@ std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
 
 bool output_is_stream(const std::filesystem::path& file) {
   if (is_standard_stream(file)) return true;
+  // stat() follows links as open() will, including /proc's magic ones
+  // (/dev/stdout -> /proc/self/fd/1 -> pipe:[...]) that read_symlink cannot.
   struct stat status {};
-  if (::stat(follow_symlinks(file).c_str(), &status) != 0) return false;
+  if (::stat(file.c_str(), &status) != 0) return false;
   return !S_ISREG(status.st_mode) && !S_ISDIR(status.st_mode);
 }
 
@@ -387,17 +394,21 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
     if (direct_fd_ < 0) throw error_for(shown, std::string("cannot use: ") + std::strerror(errno));
   } else {
     // Found now rather than by the rename at the very end of a long run.
-    const std::filesystem::path target = follow_symlinks(file);
     struct stat status {};
-    const bool exists = ::stat(target.c_str(), &status) == 0;
+    const bool exists = ::stat(file.c_str(), &status) == 0;
     if (exists && S_ISDIR(status.st_mode)) throw error_for(file, "is a directory");
     if (exists && !S_ISREG(status.st_mode)) {
-      // A FIFO, a device: written through. Opening a FIFO waits for its reader, as a shell would.
+      // A FIFO, a device: written through, opened by its own name so that
+      // the kernel follows any links. Opening a FIFO waits for its reader,
+      // as a shell would.
       seekable = false;
-      direct_fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+      direct_fd_ = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
       if (direct_fd_ < 0)
         throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
     } else {
+      // A regular file or a new name: the temporary file goes beside the
+      // link's final target, so that the rename replaces the target, not the link.
+      const std::filesystem::path target = follow_symlinks(file);
       removed_stale_ = TemporaryFile::remove_stale(target);
       try {
         temporary_ = std::make_unique<TemporaryFile>(target);

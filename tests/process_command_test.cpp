@@ -784,6 +784,13 @@ TEST(ProcessFiles, ASymlinkOutputWritesItsTargetAndKeepsTheLink) {
   EXPECT_EQ(read_sound(dir / "sub/target.wav").frames(), 1000u);
   EXPECT_EQ(read_sound(dir / "sub/new.wav").frames(), 1000u);
   EXPECT_EQ(entries(dir / "sub"), (std::set<std::string>{"new.wav", "target.wav"}));
+  // The type comes from the name of what is written: the link's target.
+  fs::create_symlink("sub/take.flac", dir / "flac-link.wav");
+  ASSERT_EQ(tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "flac-link.wav").string(),
+                            "--taps", (dir / "taps.txt").string(), "--format", "pcm16"})
+                .exit_code,
+            0);
+  EXPECT_EQ(read_sound(dir / "sub/take.flac").info.format, SF_FORMAT_FLAC | SF_FORMAT_PCM_16);
 }
 
 TEST(ProcessFiles, AnUnknownOutputTypeIsRefusedWithTheKnownOnesAndNothingIsWritten) {
