@@ -304,8 +304,20 @@ bool output_is_stream(const std::filesystem::path& file) {
 
 // ---------------------------------------------------------------- reading
 
-SoundFileReader::SoundFileReader(const std::filesystem::path& file) : path_(file) {
+SoundFileReader::SoundFileReader(const std::filesystem::path& file,
+                                 const std::optional<RawInput>& raw)
+    : path_(file) {
   SF_INFO sf_info{};
+  if (raw) {
+    const SampleFormat format =
+        raw->format == SampleFormat::same_as_input ? SampleFormat::float32 : raw->format;
+    sf_info.format = output_format(SF_FORMAT_RAW | SF_FORMAT_FLOAT | SF_ENDIAN_LITTLE, format);
+    sf_info.samplerate = raw->sample_rate;
+    sf_info.channels = raw->channels;
+    if (raw->sample_rate < 1 || raw->channels < 1) {
+      throw error_for(display_name(file), "raw input needs a sample rate and a channel count");
+    }
+  }
   if (is_standard_stream(file)) {
     file_ = sf_open_fd(STDIN_FILENO, SFM_READ, &sf_info, SF_FALSE);
   } else {

@@ -54,10 +54,19 @@ struct SoundFileMetadata {
   std::vector<std::pair<int, std::string>> strings;  // SF_STR_* (title, artist, ...)
 };
 
+// Headerless input: what its samples are (little-endian, interleaved).
+struct RawInput {
+  int sample_rate = 0;
+  int channels = 0;
+  SampleFormat format = SampleFormat::float32;  // same_as_input means float32
+};
+
 class SoundFileReader {
  public:
-  // A file, or standard input for "-". Throws SoundFileError naming it.
-  explicit SoundFileReader(const std::filesystem::path& file);
+  // A file, or standard input for "-"; raw samples when `raw` is given.
+  // Throws SoundFileError naming it.
+  explicit SoundFileReader(const std::filesystem::path& file,
+                           const std::optional<RawInput>& raw = std::nullopt);
   ~SoundFileReader();
   SoundFileReader(const SoundFileReader&) = delete;
   SoundFileReader& operator=(const SoundFileReader&) = delete;

@@ -749,6 +749,31 @@ TEST(ProcessFiles, StandardInputAndOutputWorkInPipelinesAndMatchAFileRun) {
   }
 }
 
+TEST(ProcessFiles, RawSamplesGoInAndOutWithTheTypeNamed) {
+  TempDir dir;
+  const std::size_t frames = 5000;
+  write_sound(dir / "in.wav", scaled(random_signal(frames * 2, 35), 0.5f), 2, 44100, kPcm16Wav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  const std::string taps = " --taps taps.txt --backend cpu --dither none";
+  write_text_taps(dir / "one.txt", {1.0f});
+  const RunResult piped = shell(
+      dir, "$T process in.wav - --type raw" + taps +
+               " | $T process - twice.wav --input-type raw --input-rate 44100 --input-channels 2"
+               " --input-format pcm16 --format pcm16 --taps one.txt --dither none && "
+               "$T process in.wav once.wav" +
+               taps);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  const Sound twice = read_sound(dir / "twice.wav");
+  EXPECT_EQ(twice.info.samplerate, 44100);
+  EXPECT_EQ(twice.info.channels, 2);
+  EXPECT_EQ(read_codes(dir / "twice.wav", 16), read_codes(dir / "once.wav", 16));
+  const RunResult missing =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "x.wav").string(), "--taps",
+                      (dir / "one.txt").string(), "--input-type", "raw"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("--input-rate"), std::string::npos) << missing.err;
+}
+
 TEST(ProcessFiles, AFifoOutputIsWrittenThroughAndStaysAFifo) {
   TempDir dir;
   write_sound(dir / "in.wav", scaled(random_signal(30000, 22), 0.5f), 1, 48000, kFloatWav);

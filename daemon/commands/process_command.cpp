@@ -16,6 +16,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ struct ProcessArgs {
   std::string dither = "auto";  // auto: tpdf for 16 bits or fewer, as sox does
   bool strict = false;          // refuse damaged input instead of exit 3
   double normalize_dbfs = std::numeric_limits<double>::quiet_NaN();  // NaN: not asked
+  std::string input_type;  // "raw": headerless samples, described by the next three
+  int input_rate = 0;
+  int input_channels = 0;
+  std::string input_format = "float";
 };
 
 constexpr int kExitPartial = 3;  // done, from input that was cut short
@@ -222,7 +227,14 @@ int process(const ProcessArgs& args) {
       args.format.empty() ? SampleFormat::same_as_input : parse_sample_format(args.format);
   check_paths(args);
 
-  SoundFileReader reader(args.input);
+  std::optional<RawInput> raw;
+  if (args.input_type == "raw") {
+    if (args.input_rate == 0 || args.input_channels == 0) {
+      throw std::invalid_argument("--input-type raw needs --input-rate and --input-channels");
+    }
+    raw = RawInput{args.input_rate, args.input_channels, parse_sample_format(args.input_format)};
+  }
+  SoundFileReader reader(args.input, raw);
   const SoundFileInfo info = reader.info();
   const std::string input_name = is_standard_stream(args.input) ? "standard input" : args.input;
   spdlog::debug("input {}: {} Hz, {}, {} frames", input_name, info.sample_rate,
@@ -395,6 +407,18 @@ Command add_process_command(CLI::App& app) {
                       "second pass, like sox's gain -n)")
           ->check(CLI::Range(-200.0, 0.0));
   sub->get_option("--gain")->excludes(normalize);
+  sub->add_option("--input-type", args->input_type,
+                  "raw: the input is headerless samples (with --input-rate, --input-channels, "
+                  "--input-format); other inputs are recognised by their header")
+      ->check(CLI::IsMember({"raw"}));
+  sub->add_option("--input-rate", args->input_rate, "Sample rate of raw input, in Hz")
+      ->check(CLI::Range(1, 10'000'000));
+  sub->add_option("--input-channels", args->input_channels, "Channels of raw input")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--input-format", args->input_format,
+                  "Samples of raw input, little-endian: float, pcm16, pcm24, pcm32")
+      ->check(CLI::IsMember({"float", "pcm16", "pcm24", "pcm32"}))
+      ->capture_default_str();
   return Command{sub, [args] { return run_process(*args); }};
 }
 
