@@ -770,7 +770,7 @@ TEST(ProcessFiles, RawSamplesGoInAndOutWithTheTypeNamed) {
   const RunResult missing =
       tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "x.wav").string(), "--taps",
                       (dir / "one.txt").string(), "--input-type", "raw"});
-  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("--input-rate"), std::string::npos) << missing.err;
 }
 
@@ -1003,7 +1003,7 @@ TEST(ProcessFiles, NormalizePutsThePeakAtTheAskedLevel) {
   const RunResult both =
       tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "x.wav").string(), "--taps",
                       (dir / "taps.txt").string(), "--normalize", "-1", "--gain", "3"});
-  EXPECT_NE(both.exit_code, 0) << "--normalize and --gain together are a usage error";
+  EXPECT_EQ(both.exit_code, 2) << "--normalize and --gain together are a usage error";
   EXPECT_NE(both.err.find("--normalize"), std::string::npos) << both.err;
   EXPECT_FALSE(fs::exists(dir / "x.wav"));
 }

@@ -60,8 +60,6 @@ struct ProcessArgs {
   std::string input_format = "float";
 };
 
-constexpr int kExitPartial = 3;  // done, from input that was cut short
-
 // Set by SIGHUP/SIGINT/SIGTERM so that an interrupted run still removes its
 // temporary file and exits with 128 + the signal; lock-free atomics are safe
 // to store from a signal handler. The main thread reads them between blocks.
@@ -156,7 +154,7 @@ void check_paths(const ProcessArgs& args) {
                                 "': refusing to overwrite it");
   }
   if (is_standard_stream(taps)) {
-    throw std::invalid_argument("--taps: the coefficients must come from a file, not '-'");
+    throw UsageError("--taps: the coefficients must come from a file, not '-'");
   }
   std::error_code ec;
   if (fs::is_directory(out, ec)) {
@@ -230,7 +228,7 @@ int process(const ProcessArgs& args) {
   std::optional<RawInput> raw;
   if (args.input_type == "raw") {
     if (args.input_rate == 0 || args.input_channels == 0) {
-      throw std::invalid_argument("--input-type raw needs --input-rate and --input-channels");
+      throw UsageError("--input-type raw needs --input-rate and --input-channels");
     }
     raw = RawInput{args.input_rate, args.input_channels, parse_sample_format(args.input_format)};
   }
@@ -329,7 +327,7 @@ int process(const ProcessArgs& args) {
                audio_seconds, plural(result.output_frames, "frame"),
                plural(std::uint64_t(info.channels), "channel"), info.sample_rate,
                engine->description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, output_name);
-  return damage.empty() ? 0 : kExitPartial;
+  return damage.empty() ? exit_code::ok : exit_code::partial;
 }
 
 int run_process(const ProcessArgs& args) {
@@ -347,7 +345,7 @@ int run_process(const ProcessArgs& args) {
     spdlog::error("process: interrupted by {}: {}", signal_name(signal_number),
                   output_is_stream(args.output) ? output_name + " is incomplete"
                                                 : "nothing written to " + output_name);
-    return 128 + signal_number;
+    return exit_code::on_signal(signal_number);
   }
 }
 
@@ -405,16 +403,16 @@ Command add_process_command(CLI::App& app) {
       sub->add_option("--normalize", args->normalize_dbfs,
                       "Scale the output so that its peak is at this level in dBFS (-200 to 0; a "
                       "second pass, like sox's gain -n)")
-          ->check(CLI::Range(-200.0, 0.0));
+          ->check(number_between(-200.0, 0.0, "dBFS"));
   sub->get_option("--gain")->excludes(normalize);
   sub->add_option("--input-type", args->input_type,
                   "raw: the input is headerless samples (with --input-rate, --input-channels, "
                   "--input-format); other inputs are recognised by their header")
       ->check(CLI::IsMember({"raw"}));
   sub->add_option("--input-rate", args->input_rate, "Sample rate of raw input, in Hz")
-      ->check(CLI::Range(1, 10'000'000));
+      ->check(number_between(1, 10'000'000, "Hz"));
   sub->add_option("--input-channels", args->input_channels, "Channels of raw input")
-      ->check(CLI::Range(1, 1024));
+      ->check(number_between(1, 1024, "channels"));
   sub->add_option("--input-format", args->input_format,
                   "Samples of raw input, little-endian: float, pcm16, pcm24, pcm32")
       ->check(CLI::IsMember({"float", "pcm16", "pcm24", "pcm32"}))
