@@ -328,15 +328,17 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
   if (file_ == nullptr) throw error_for(display_name(file), library_error(nullptr));
   info_.sample_rate = sf_info.samplerate;
   info_.channels = sf_info.channels;
-  // From a pipe libsndfile reports the header's length, or a guess: unknown.
-  info_.frames = sf_info.seekable ? sf_info.frames : 0;
+  // From a pipe libsndfile reports the header's length, or a guess; a
+  // streamed FLAC (total 0 in its header) reads as SF_COUNT_MAX: unknown.
+  const bool length_known = sf_info.seekable && sf_info.frames != SF_COUNT_MAX;
+  info_.frames = length_known ? sf_info.frames : 0;
   info_.format = sf_info.format;
   if (info_.channels < 1 || info_.sample_rate < 1) {
     sf_close(file_);
     file_ = nullptr;
     throw error_for(display_name(file), "no channels or no sample rate in the header");
   }
-  declared_frames_ = sf_info.seekable ? tapstream::declared_frames(file_, sf_info) : 0;
+  declared_frames_ = length_known ? tapstream::declared_frames(file_, sf_info) : 0;
   metadata_ = read_metadata(file_, info_.channels);
 }
 
