@@ -125,6 +125,7 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
   }
   if (auto max_taps = reader.integer(*table, "filter", "max_taps", 0, 1 << 20)) {
     config.engine.max_taps = static_cast<std::size_t>(*max_taps);
+    config.max_taps_given = true;
   }
 }
 

@@ -11,7 +11,7 @@
 //   [input]   device = "default" | "name" | index    or   file = "in.wav", realtime = true
 //   [output]  device = "default" | "name" | index    or   file = "out.wav"
 //   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]
-//             gain_db = 0.0, watch = true, max_taps = 0, ignore_sample_rate = false
+//             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
@@ -59,6 +59,11 @@ struct EndpointConfig {
   std::string describe() const;
 };
 
+// The longest filter a swap may bring when [filter] max_taps is not given:
+// 43 ms at 48 kHz, four times the shipped filters; a live engine built for
+// more taps does more work per block, and only a restart changes it.
+inline constexpr std::size_t default_max_taps = 2048;
+
 struct LiveConfig {
   std::filesystem::path config_file;  // where this came from (empty when parsed from text)
 
@@ -77,9 +82,11 @@ struct LiveConfig {
   bool ignore_filter_sample_rate = false;
 
   Backend backend = Backend::automatic;
-  // max_block_frames is block_frames; max_taps is [filter] max_taps (0: the
-  // first bank's length, so a later swap to a longer filter is refused).
+  // max_block_frames is block_frames; max_taps is [filter] max_taps when
+  // given (0: the first bank's length, so a later swap to a longer filter is
+  // refused), else default_max_taps or the first bank's length if longer.
   EngineOptions engine;
+  bool max_taps_given = false;
 
   std::filesystem::path control_socket;  // empty: no control socket
   spdlog::level::level_enum log_level = spdlog::level::info;

@@ -173,6 +173,27 @@ TEST_F(ControlSocketTest, AJsonObjectRequestMeansWhatTheTextLineMeans) {
   EXPECT_EQ(loads_[1].first, std::nullopt);
 }
 
+TEST_F(ControlSocketTest, ReloadAndStopCallTheirHandlersAndTakeNoArguments) {
+  std::atomic<int> reloads{0}, stops{0};  // counted on the server thread
+  handlers_.reload = [&] {
+    if (++reloads == 2) throw std::runtime_error("live.toml:3: bad");
+    return std::string("reloaded channel 1");
+  };
+  handlers_.stop = [&] {
+    ++stops;
+    return std::string("stopping");
+  };
+  ControlServer server(socket_, handlers_);
+  server.start();
+  EXPECT_EQ(control_request(socket_, "reload"), R"({"ok":true,"message":"reloaded channel 1"})");
+  EXPECT_EQ(control_request(socket_, R"({"command":"reload"})"),
+            R"({"ok":false,"error":"live.toml:3: bad"})");
+  EXPECT_TRUE(is_error(control_request(socket_, "stop now")));
+  EXPECT_EQ(control_request(socket_, "stop"), R"({"ok":true,"message":"stopping"})");
+  EXPECT_EQ(reloads, 2);
+  EXPECT_EQ(stops, 1);
+}
+
 TEST_F(ControlSocketTest, ARejectedLoadRepliesWithTheHandlersReason) {
   ControlServer server(socket_, handlers_);
   server.start();

@@ -1,4 +1,4 @@
-// `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE`:
+// `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE | reload | stop`:
 // talks to a running `tapstream run` through its control socket and prints
 // the one-line JSON reply; exits 1 when the reply says "ok":false.
 
@@ -60,14 +60,23 @@ Command add_ctl_command(CLI::App& app) {
   load->fallthrough();
   load->add_option("channel", args->channel, "Channel number (from 0) or 'all'")->required();
   load->add_option("file", args->file, "Coefficient file")->required();
+  CLI::App* reload = ctl->add_subcommand(
+      "reload", "Read the configuration again (as SIGHUP): only changed filter files are re-read");
+  reload->fallthrough();
+  CLI::App* stop = ctl->add_subcommand("stop", "Stop the daemon cleanly (drains, then exits 0)");
+  stop->fallthrough();
 
   Command command;
   command.app = ctl;
-  command.run = [args, status, load]() {
+  command.run = [args, status, load, reload, stop]() {
     const std::filesystem::path socket = choose_socket(*args);
     std::string request;
     if (status->parsed()) {
       request = "status";
+    } else if (reload->parsed()) {
+      request = "reload";
+    } else if (stop->parsed()) {
+      request = "stop";
     } else if (load->parsed()) {
       if (args->file.find('\n') != std::string::npos) {
         throw ControlSocketError("file name contains a newline");

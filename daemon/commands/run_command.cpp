@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,7 @@
 #include "daemon/engine_factory.hpp"
 #include "daemon/io/file_endpoints.hpp"
 #include "daemon/control/file_watcher.hpp"
+#include "daemon/control/filter_swapper.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 
@@ -97,153 +99,6 @@ std::string selector_of(const EndpointConfig& endpoint) {
   if (endpoint.device_index >= 0) return std::to_string(endpoint.device_index);
   return "default";
 }
-
-float gain_factor(double gain_db) {
-  return static_cast<float>(std::pow(10.0, gain_db / 20.0));
-}
-
-CoefficientFileOptions file_options(const LiveConfig& config, std::size_t channels,
-                                    std::size_t max_taps) {
-  CoefficientFileOptions options;
-  options.channels = channels;
-  if (max_taps != 0) options.max_taps = max_taps;
-  options.sample_rate = config.sample_rate;
-  options.ignore_sample_rate = config.ignore_filter_sample_rate;
-  return options;
-}
-
-// The bank a configuration names: one file for all channels or one per channel.
-FilterBank load_configured_bank(const LiveConfig& config, std::size_t max_taps) {
-  if (config.filter_files.size() == 1) {
-    return load_filter_bank(config.filter_files.front(),
-                            file_options(config, config.channels, max_taps))
-        .scaled(gain_factor(config.gain_db));
-  }
-  std::vector<std::vector<float>> taps;
-  std::vector<std::string> sources;
-  for (const auto& file : config.filter_files) {
-    const FilterBank one = load_filter_bank(file, file_options(config, 1, max_taps));
-    taps.emplace_back(one.taps(0).begin(), one.taps(0).end());
-    sources.push_back(file.string());
-  }
-  return FilterBank::per_channel(std::move(taps), std::move(sources))
-      .scaled(gain_factor(config.gain_db));
-}
-
-// Every way a new filter arrives ends here: loaded and validated on the
-// calling (control) thread, then posted to the engine and waited for. A bank
-// that fails never reaches the mailbox, and the running one keeps running.
-class FilterSwapper {
- public:
-  FilterSwapper(LivePipeline& pipeline, const LiveConfig& config, FilterBank initial)
-      : pipeline_(pipeline),
-        config_(config),
-        current_(std::make_shared<const FilterBank>(initial)) {}
-
-  // Installs a whole new bank (SIGHUP, watcher of a shared file, ctl all).
-  // Returns "" on success, else the reason.
-  std::string install(const std::function<FilterBank()>& build, const std::string& what) {
-    std::lock_guard lock(mutex_);
-    std::shared_ptr<const FilterBank> bank;
-    try {
-      bank = std::make_shared<const FilterBank>(build());
-      check(*bank);
-    } catch (const std::exception& e) {
-      spdlog::error("{} rejected, the running filters keep running: {}", what, e.what());
-      return e.what();
-    }
-    const std::uint64_t sequence = pipeline_.mailbox().post(bank);
-    if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
-      const std::string reason = pipeline_.mailbox().rejected() == sequence
-                                     ? "the engine refused it (see the log)"
-                                     : "the engine did not take it within 5 s";
-      spdlog::error("{} not installed: {}", what, reason);
-      return reason;
-    }
-    {
-      std::lock_guard current_lock(current_mutex_);
-      current_ = bank;
-    }
-    spdlog::info("{} installed at block {} ({} taps max)", what, pipeline_.stats().last_swap_block,
-                 bank->max_taps());
-    return {};
-  }
-
-  // `tapstream ctl load CHANNEL|all FILE`.
-  std::string load(const std::string& channel, const fs::path& file) {
-    const std::size_t channels = pipeline_.channels();
-    if (channel == "all") {
-      return install(
-          [&] {
-            return load_filter_bank(file,
-                                    file_options(config_, channels, pipeline_.engine_max_taps()))
-                .scaled(gain_factor(config_.gain_db));
-          },
-          fmt::format("filter {} for all channels", file.string()));
-    }
-    std::size_t index = 0;
-    try {
-      std::size_t used = 0;
-      index = std::stoul(channel, &used);
-      if (used != channel.size()) throw std::invalid_argument(channel);
-    } catch (const std::exception&) {
-      return fmt::format("channel '{}': expected a channel number or 'all'", channel);
-    }
-    if (index >= channels) {
-      return fmt::format("channel {}: the stream has channels 0..{}", index, channels - 1);
-    }
-    return install(
-        [&] {
-          const FilterBank one =
-              load_filter_bank(file, file_options(config_, 1, pipeline_.engine_max_taps()))
-                  .scaled(gain_factor(config_.gain_db));
-          std::shared_ptr<const FilterBank> base = current();
-          std::vector<std::vector<float>> taps;
-          std::vector<std::string> sources;
-          for (std::size_t c = 0; c < channels; ++c) {
-            const auto t = c == index ? one.taps(0) : base->taps(c);
-            taps.emplace_back(t.begin(), t.end());
-            sources.push_back(c == index ? file.string() : base->source(c));
-          }
-          return FilterBank::per_channel(std::move(taps), std::move(sources));
-        },
-        fmt::format("filter {} for channel {}", file.string(), index));
-  }
-
-  // config_ is written under both mutexes and read under either, so that
-  // status (current_mutex_ only) never waits for a swap in progress.
-  void set_config(const LiveConfig& config) {
-    std::scoped_lock lock(mutex_, current_mutex_);
-    config_ = config;
-  }
-  LiveConfig config() const {
-    std::lock_guard lock(current_mutex_);
-    return config_;
-  }
-  std::shared_ptr<const FilterBank> current() const {
-    std::lock_guard lock(current_mutex_);
-    return current_;
-  }
-
- private:
-  void check(const FilterBank& bank) const {
-    if (bank.channels() != pipeline_.channels()) {
-      throw std::invalid_argument(fmt::format("the bank has {} channels, the stream {}",
-                                              bank.channels(), pipeline_.channels()));
-    }
-    if (bank.max_taps() > pipeline_.engine_max_taps()) {
-      throw std::invalid_argument(fmt::format(
-          "{} taps, more than the {} the engine was built for (raise [filter] max_taps)",
-          bank.max_taps(), pipeline_.engine_max_taps()));
-    }
-  }
-
-  LivePipeline& pipeline_;
-  mutable std::mutex mutex_;  // one swap at a time
-  LiveConfig config_;
-  mutable std::mutex current_mutex_;
-  std::shared_ptr<const FilterBank> current_;
-};
 
 // The device ends of the pipeline: PortAudio streams, reopened with back-off
 // when they stop on their own (device unplugged, sound server restarted).
@@ -462,7 +317,7 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
   status.underruns = stats.underruns;
   status.overruns = stats.overruns;
   status.swaps = stats.swaps;
-  status.rejected_swaps = stats.rejected_swaps;
+  status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
   status.processing = pipeline.processing_times().summary();
   return status;
@@ -470,14 +325,14 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
 
 // Reloads the configured filters when one of their files is rewritten (the
 // watcher reports a file only once it is completely written).
-std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwapper& swapper,
-                                          const LivePipeline& pipeline) {
+std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwapper& swapper) {
   if (!config.watch_filters) return nullptr;
-  auto watcher = std::make_unique<FileWatcher>(
-      config.filter_files, [&swapper, &pipeline](const fs::path& file) {
-        const LiveConfig current = swapper.config();
-        swapper.install([&] { return load_configured_bank(current, pipeline.engine_max_taps()); },
-                        fmt::format("filter file {} (changed on disk)", file.string()));
+  auto watcher =
+      std::make_unique<FileWatcher>(config.filter_files, [&swapper](const fs::path& file) {
+        std::string summary;
+        if (swapper.reload(swapper.config(), &summary).empty()) {
+          spdlog::info("filter file {} changed on disk: {}", file.string(), summary);
+        }
       });
   watcher->start();
   spdlog::info("watching {} filter file(s) for changes", config.filter_files.size());
@@ -517,8 +372,9 @@ int run_daemon(RunArgs args) {
     spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
   }
 
-  const FilterBank bank = load_configured_bank(config, config.engine.max_taps);
+  const FilterBank bank = load_configured_bank(config);
   EngineOptions engine_options = config.engine;
+  engine_options.max_taps = engine_max_taps(config, bank);
   engine_options.max_block_frames = config.block_frames;
   auto engine = make_engine(config.backend, bank, engine_options);
   spdlog::info("engine: {}", engine->description());
@@ -559,6 +415,44 @@ int run_daemon(RunArgs args) {
   }
   if (files) files->start();
   const auto started = Clock::now();
+  std::unique_ptr<FileWatcher> watcher;
+  std::atomic<bool> stop_requested{false};
+  // SIGHUP (main thread) and `ctl reload` (control thread): reads the
+  // configuration again and takes its filters and gain, re-reading only the
+  // files that changed. Returns what it did; throws with the reason.
+  std::mutex reload_mutex;
+  const std::function<std::string()> reload_configuration = [&] {
+    std::lock_guard lock(reload_mutex);
+    LiveConfig reloaded;
+    try {
+      reloaded = load_live_config(args.config);
+      apply_overrides(reloaded, args);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(
+          swapper.reject(args.config, std::string("the running configuration stays: ") + e.what()));
+    }
+    std::string restart_note;
+    if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
+        reloaded.block_frames != config.block_frames ||
+        reloaded.ring_margin_frames != config.ring_margin_frames ||
+        reloaded.input.describe() != config.input.describe() ||
+        reloaded.output.describe() != config.output.describe()) {
+      restart_note = " (rate, channels, block, margin and devices change only at a restart)";
+      spdlog::warn("reload: {}", restart_note.substr(2, restart_note.size() - 3));
+    }
+    std::string summary;
+    const std::string error = swapper.reload(reloaded, &summary);
+    if (!error.empty()) throw std::runtime_error(error);
+    if (reloaded.filter_files != config.filter_files ||
+        reloaded.watch_filters != config.watch_filters) {
+      watcher.reset();
+      watcher = make_watcher(reloaded, swapper);
+    }
+    config.filter_files = reloaded.filter_files;
+    config.watch_filters = reloaded.watch_filters;
+    config.gain_db = reloaded.gain_db;
+    return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
+  };
   std::unique_ptr<ControlServer> control;
   if (!config.control_socket.empty()) {
     ControlHandlers handlers;
@@ -574,56 +468,44 @@ int run_daemon(RunArgs args) {
                          channel ? "channel " + which : "all channels",
                          pipeline.stats().last_swap_block);
     };
+    handlers.reload = reload_configuration;
+    handlers.stop = [&] {
+      stop_requested.store(true);
+      return std::string("stopping (draining the output first)");
+    };
     control = std::make_unique<ControlServer>(config.control_socket, std::move(handlers));
     control->start();
     spdlog::info("control socket {}", config.control_socket.string());
   }
-  std::unique_ptr<FileWatcher> watcher = make_watcher(config, swapper, pipeline);
+  {
+    std::lock_guard lock(reload_mutex);
+    watcher = make_watcher(config, swapper);
+  }
   spdlog::info("running: {} -> {} -> {}; {} ch, {} Hz, block {}", config.input.describe(),
                pipeline.engine_name(), config.output.describe(), config.channels,
                config.sample_rate, config.block_frames);
 
   LiveStats reported{};
   bool stopping = false;
+  int exit_status = exit_code::ok;
   while (!stopping) {
     const int signal = signals.wait(std::chrono::milliseconds(100));
     if (signal == SIGINT || signal == SIGTERM) {
       spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
       stopping = true;
+      exit_status = exit_code::on_signal(signal);
+      break;
+    }
+    if (stop_requested.load()) {
+      spdlog::info("ctl stop: stopping");
+      stopping = true;
       break;
     }
     if (signal == SIGHUP) {
-      spdlog::info("SIGHUP: reloading {}", args.config);
       try {
-        LiveConfig reloaded = load_live_config(args.config);
-        apply_overrides(reloaded, args);
-        if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
-            reloaded.block_frames != config.block_frames ||
-            reloaded.ring_margin_frames != config.ring_margin_frames ||
-            reloaded.input.describe() != config.input.describe() ||
-            reloaded.output.describe() != config.output.describe()) {
-          spdlog::warn(
-              "SIGHUP: rate, channels, block, margin and devices take effect only at a restart; "
-              "reloading the filters and gain");
-        }
-        const std::string error = swapper.install(
-            [&] { return load_configured_bank(reloaded, pipeline.engine_max_taps()); },
-            "configuration filters");
-        if (error.empty()) {
-          const bool rewatch = reloaded.filter_files != config.filter_files ||
-                               reloaded.watch_filters != config.watch_filters;
-          swapper.set_config(reloaded);
-          if (rewatch) {
-            watcher.reset();
-            watcher = make_watcher(reloaded, swapper, pipeline);
-          }
-          config.filter_files = reloaded.filter_files;
-          config.watch_filters = reloaded.watch_filters;
-          config.gain_db = reloaded.gain_db;
-        }
+        spdlog::info("SIGHUP: {}", reload_configuration());
       } catch (const std::exception& e) {
-        spdlog::error("SIGHUP: {} rejected, the running configuration stays: {}", args.config,
-                      e.what());
+        spdlog::error("SIGHUP: {}", e.what());
       }
     }
     devices.supervise();
@@ -631,8 +513,8 @@ int run_daemon(RunArgs args) {
       spdlog::warn(
           "the JACK server went away; PortAudio reaches a new one only from a fresh process, "
           "so tapstream restarts itself (same arguments and PID) and retries with back-off");
+      if (control) control->stop();  // first: `ctl reload` may make a new watcher
       watcher.reset();
-      if (control) control->stop();
       if (files) files->stop();
       pipeline.stop();
       restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)));
@@ -654,8 +536,8 @@ int run_daemon(RunArgs args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  if (control) control->stop();  // removes the socket file; first: `ctl reload` may make a watcher
   watcher.reset();
-  if (control) control->stop();  // removes the socket file
   devices.close();
   if (files) files->stop();
   pipeline.stop();
@@ -664,8 +546,8 @@ int run_daemon(RunArgs args) {
       "stopped: {} blocks, {} frames in, {} out, underruns {}, overruns {}, swaps {}, "
       "rejected swaps {}",
       stats.blocks, stats.frames_in, stats.frames_out, stats.underruns, stats.overruns, stats.swaps,
-      stats.rejected_swaps);
-  return 0;
+      swapper.rejected());
+  return exit_status;
 }
 
 }  // namespace

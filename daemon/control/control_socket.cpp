@@ -232,7 +232,7 @@ void ControlServer::stop() {
 
 namespace {
 
-constexpr std::string_view known_requests = "status, load CHANNEL|all FILE";
+constexpr std::string_view known_requests = "status, load CHANNEL|all FILE, reload, stop";
 
 // One request, whichever way it was written.
 struct Request {
@@ -296,6 +296,12 @@ std::string ControlServer::handle_request(std::string_view line) const {
       if (request.has_arguments) return error_reply("status takes no arguments");
       if (!handlers_.status) return error_reply("status is not available");
       return status_to_json(handlers_.status());
+    }
+    if (request.verb == "reload" || request.verb == "stop") {
+      if (request.has_arguments) return error_reply(request.verb + " takes no arguments");
+      const auto& handler = request.verb == "reload" ? handlers_.reload : handlers_.stop;
+      if (!handler) return error_reply(request.verb + " is not available");
+      return json_line(Json{{"ok", true}, {"message", handler()}});
     }
     if (request.verb == "load") {
       if (request.channel.empty() || request.file.empty()) {

@@ -8,6 +8,8 @@
 //   load CHANNEL FILE     -> {"ok":true,"message":"..."} or {"ok":false,"error":"..."}
 //   load all FILE            FILE is an absolute path (the rest of the line, spaces allowed);
 //                            CHANNEL counts from 0.
+//   reload                -> reads the configuration again, as SIGHUP does
+//   stop                  -> stops the daemon cleanly (exit status 0)
 //
 // A request may also be one JSON object on one line, with the same meaning:
 //   {"command":"status"}
@@ -77,6 +79,11 @@ struct ControlHandlers {
   // std::exception whose what() is the reason for a rejection.
   std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
       load;
+  // Reads the configuration again (as SIGHUP); returns what it did, throws
+  // with the reason.
+  std::function<std::string()> reload;
+  // Asks the daemon to stop cleanly (drain, close); returns a message.
+  std::function<std::string()> stop;
 };
 
 class ControlServer {

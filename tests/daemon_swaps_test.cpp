@@ -1,0 +1,168 @@
+// Swaps as a user meets them through `tapstream run` and `tapstream ctl`: the
+// shipped filters load with the default max_taps, every refusal explains
+// itself and is counted in rejected_swaps, `ctl reload` re-reads only the
+// files that changed and keeps per-channel `ctl load`s, and the daemon's exit
+// status follows the documented codes (ctl stop: 0, SIGTERM: 143).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sndfile.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsp/coefficient_file.hpp"
+#include "dsp/sound_file.hpp"
+#include "tests/process_support.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Child;
+using testing::read_text;
+using testing::TempDir;
+
+std::vector<float> taps_of_length(std::size_t n) {
+  std::vector<float> taps(n, 0.0f);
+  taps[0] = 0.5f;
+  return taps;
+}
+
+class DaemonSwapsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Ten seconds of silence, delivered in real time: the daemon runs while we talk to it.
+    SoundFileWriter writer(dir_ / "in.wav", 48000, 2, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    const std::vector<float> silence(48000 * 2, 0.0f);
+    for (int second = 0; second < 10; ++second) writer.write(silence);
+    writer.commit();
+  }
+
+  void write_config(const std::string& filter_lines) {
+    std::ofstream(dir_ / "live.toml")
+        << "sample_rate = 48000\nchannels = 2\n[input]\nfile = \"in.wav\"\nrealtime = true\n"
+        << "[output]\nfile = \"out.wav\"\n[filter]\n"
+        << filter_lines << "\n[engine]\nbackend = \"cpu\"\n[control]\nsocket = \""
+        << socket().string() << "\"\n";
+  }
+
+  fs::path socket() const { return dir_ / "ctl" / "control.sock"; }
+
+  void start() {
+    daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
+                                                               (dir_ / "live.toml").string()},
+                                      dir_ / "daemon.out", dir_ / "daemon.err");
+    // Up once it says so: the socket, then the file watcher, are ready by then.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto running = [&] {
+      return read_text(dir_ / "daemon.err").find("running:") != std::string::npos;
+    };
+    while (!running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(running()) << read_text(dir_ / "daemon.err");
+  }
+
+  nlohmann::json ctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{TAPSTREAM_BINARY, "ctl", "--socket", socket().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    {
+      Child child(argv, dir_ / "ctl.out", dir_ / "ctl.err");
+      child.wait_for(std::chrono::seconds(20));
+    }
+    const std::string reply = read_text(dir_ / "ctl.out");
+    std::printf("ctl %s -> %s", args.front().c_str(), reply.c_str());
+    return nlohmann::json::parse(reply, nullptr, false);
+  }
+
+  static std::string error_of(const nlohmann::json& reply) { return reply.value("error", ""); }
+
+  TempDir dir_{"tapstream-swaps"};
+  std::unique_ptr<Child> daemon_;
+};
+
+TEST_F(DaemonSwapsTest, ShippedFiltersLoadAndEveryRefusalIsExplainedAndCounted) {
+  const fs::path shipped = fs::path(TAPSTREAM_SOURCE_DIR) / "config" / "filters";
+  fs::copy_file(shipped / "lowpass-4k-48k.txt", dir_ / "watched.txt");
+  write_config("file = \"watched.txt\"\nwatch = true");  // no max_taps: the default
+  start();
+
+  // A rewrite of the watched file that does not parse (before any `ctl load
+  // all`, which would take the channels away from the configured file).
+  std::ofstream(dir_ / "watched.txt.tmp") << "0.5\nnot a number\n";
+  fs::rename(dir_ / "watched.txt.tmp", dir_ / "watched.txt");
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+
+  const auto telephone = ctl({"load", "all", (shipped / "telephone-300-3400-48k.wav").string()});
+  EXPECT_TRUE(telephone.value("ok", false)) << telephone;
+
+  save_text_taps(dir_ / "long.txt", taps_of_length(5000), "too long for the default");
+  const std::string too_long = error_of(ctl({"load", "1", (dir_ / "long.txt").string()}));
+  EXPECT_NE(too_long.find("[filter] max_taps"), std::string::npos) << too_long;
+  EXPECT_NE(too_long.find("2048"), std::string::npos) << too_long;
+  EXPECT_NE(too_long.find("restart"), std::string::npos) << too_long;
+
+  {
+    SoundFileWriter stereo(dir_ / "ir2.wav", 48000, 2, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    const std::vector<float> frame = {1.0f, 0.5f};
+    stereo.write(frame);
+    stereo.commit();
+  }
+  const std::string two_channels = error_of(ctl({"load", "0", (dir_ / "ir2.wav").string()}));
+  EXPECT_NE(two_channels.find("the stream has 2 channels"), std::string::npos) << two_channels;
+  const std::string bad_channel = error_of(ctl({"load", "7", (dir_ / "long.txt").string()}));
+  EXPECT_NE(bad_channel.find("the stream has 2 channels"), std::string::npos) << bad_channel;
+
+  std::ofstream(dir_ / "live.toml", std::ios::app) << "[nonsense\n";  // nor does the configuration
+  const auto reload = ctl({"reload"});
+  EXPECT_FALSE(reload.value("ok", true)) << reload;
+
+  const auto status = ctl({"status"});
+  EXPECT_EQ(status.value("rejected_swaps", -1), 5) << status << read_text(dir_ / "daemon.err");
+  EXPECT_EQ(status.value("swaps", -1), 1) << status;
+
+  EXPECT_TRUE(ctl({"stop"}).value("ok", false));
+  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 0) << read_text(dir_ / "daemon.err");
+}
+
+TEST_F(DaemonSwapsTest, ReloadRereadsOnlyChangedFilesAndKeepsPerChannelLoads) {
+  save_text_taps(dir_ / "a.txt", taps_of_length(10), "a");
+  save_text_taps(dir_ / "b.txt", taps_of_length(20), "b");
+  save_text_taps(dir_ / "c.txt", taps_of_length(30), "c");
+  write_config("files = [\"a.txt\", \"b.txt\"]\nwatch = false");
+  start();
+  ASSERT_TRUE(ctl({"load", "0", (dir_ / "c.txt").string()}).value("ok", false));
+
+  const auto unchanged = ctl({"reload"});
+  EXPECT_NE(unchanged.value("message", "").find("no filter file changed"), std::string::npos)
+      << unchanged;
+
+  save_text_taps(dir_ / "b.txt", taps_of_length(40), "b, rewritten");
+  const auto b_changed = ctl({"reload"});
+  EXPECT_NE(b_changed.value("message", "").find("reloaded channel 1"), std::string::npos)
+      << b_changed;
+  auto status = ctl({"status"});
+  EXPECT_EQ(status["filters"][0]["taps"], 30) << "the ctl load of channel 0 was undone: " << status;
+  EXPECT_EQ(status["filters"][1]["taps"], 40) << status;
+
+  save_text_taps(dir_ / "c.txt", taps_of_length(50), "c, rewritten");
+  const auto c_changed = ctl({"reload"});
+  EXPECT_NE(c_changed.value("message", "").find("reloaded channel 0"), std::string::npos)
+      << c_changed;
+  status = ctl({"status"});
+  EXPECT_EQ(status["filters"][0]["taps"], 50) << status;
+  EXPECT_EQ(status["filters"][1]["taps"], 40) << status;
+
+  daemon_->signal(SIGTERM);
+  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
+      << read_text(dir_ / "daemon.err");
+}
+
+}  // namespace
+}  // namespace tapstream
