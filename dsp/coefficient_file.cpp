@@ -325,6 +325,31 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
   }
 }
 
+CoefficientFileHeader read_coefficient_header(const fs::path& file) {
+  CoefficientFileHeader header;
+  const FileKind kind = kind_of(file);
+  if (kind == FileKind::audio || kind == FileKind::audio_or_text) {
+    SF_INFO info{};
+    if (SndfilePtr sound{sf_open(file.c_str(), SFM_READ, &info)}) {
+      header.sample_rate = info.samplerate;
+      header.channels = static_cast<std::size_t>(std::max(info.channels, 1));
+      return header;
+    }
+  }
+  if (kind == FileKind::text || kind == FileKind::audio_or_text) {
+    std::ifstream in(file, std::ios::binary);
+    for (std::string line; std::getline(in, line);) {
+      const auto hash = line.find('#');
+      if (hash == std::string::npos) continue;
+      if (const auto rate = declared_rate(std::string_view(line).substr(hash))) {
+        header.sample_rate = *rate;
+        break;
+      }
+    }
+  }
+  return header;
+}
+
 namespace {
 
 void check_finite(const fs::path& file, const std::vector<float>& taps) {

@@ -52,6 +52,15 @@ FilterBank load_filter_bank_quietly(const std::filesystem::path& file,
 // as '#' comments; any other extension). Other audio extensions are refused.
 // Writes to a temporary file beside `file` and renames it on success. Returns
 // what it wrote, e.g. "text", "WAV (32-bit float)".
+// What a coefficient file says about itself without loading it: its rate
+// (an audio file's, or the one a text file's comment declares; 0 when it
+// does not say) and its channel count (1 for text and raw files).
+struct CoefficientFileHeader {
+  double sample_rate = 0.0;
+  std::size_t channels = 1;
+};
+CoefficientFileHeader read_coefficient_header(const std::filesystem::path& file);
+
 // Writes taps as text whatever the extension (save_taps for one text file).
 void save_text_taps(const std::filesystem::path& file, const std::vector<float>& taps,
                     const std::string& header_comment);

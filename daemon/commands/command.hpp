@@ -43,5 +43,6 @@ Command add_run_command(CLI::App& app);
 Command add_devices_command(CLI::App& app);
 Command add_ctl_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_info_command(CLI::App& app);
 
 }  // namespace tapstream
