@@ -127,6 +127,18 @@ TEST(CommandLine, DesignWritesTheContainerItsExtensionNames) {
   EXPECT_TRUE(contains(flac.err, "can only write coefficients as text, .wav")) << flac.err;
 }
 
+TEST(CommandLine, DevicesPrintsOnlyTapstreamsLinesAndTheLibrariesChatterGoesToTheDebugLog) {
+  // On a machine without sound cards or JACK server, ALSA and JACK each print
+  // dozens of lines while PortAudio probes; none of them may reach stderr.
+  const Result quiet = tapstream({"devices"});
+  EXPECT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("ALSA lib"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.find("Cannot connect to server"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.find("JackShm"), std::string::npos) << quiet.err;
+  const Result debug = tapstream({"devices", "-v"});
+  EXPECT_EQ(debug.err.find("ALSA lib"), std::string::npos) << "not as raw lines: " << debug.err;
+}
+
 TEST(CommandLine, DesignWarnsWhenItsStopbandFallsShortOfTheWindowsPromise) {
   TempDir dir;
   const std::string file = (dir / "f.txt").string();

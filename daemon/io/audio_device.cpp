@@ -1,10 +1,16 @@
 #include "daemon/io/audio_device.hpp"
 
+#include <alsa/asoundlib.h>
 #include <fmt/format.h>
+#include <jack/jack.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
 
 namespace tapstream {
 
@@ -19,7 +25,44 @@ void check_portaudio(PaError error, const char* call) {
   throw AudioDeviceError(fmt::format("{} failed: {}", call, text));
 }
 
+namespace {
+
+// ALSA and JACK print their probing chatter ("ALSA lib pcm.c: Unknown PCM
+// cards.pcm.rear", "Cannot connect to server socket") straight to stderr while
+// PortAudio looks for devices; it is noise at the default level, so it goes to
+// tapstream's log at debug level instead (-v shows it).
+extern "C" void alsa_chatter(const char* file, int line, const char* function, int error,
+                             const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  spdlog::debug("ALSA {}:{} ({}){}: {}", file, line, function,
+                error != 0 ? fmt::format(" error {}", error) : std::string(), text);
+}
+
+extern "C" void jack_error_chatter(const char* message) {
+  spdlog::debug("JACK: {}", message);
+}
+
+extern "C" void jack_info_chatter(const char* message) {
+  spdlog::debug("JACK: {}", message);
+}
+
+void route_library_chatter_to_the_log() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    snd_lib_error_set_handler(alsa_chatter);
+    jack_set_error_function(jack_error_chatter);
+    jack_set_info_function(jack_info_chatter);
+  });
+}
+
+}  // namespace
+
 PortAudioLibrary::PortAudioLibrary() {
+  route_library_chatter_to_the_log();
   check_portaudio(Pa_Initialize(), "Pa_Initialize");
 }
 
