@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config git clang-format
   libsndfile1-dev        # sound files (WAV, FLAC, ...)
   portaudio19-dev        # live audio devices
+  libasound2-dev         # ALSA error handler: its probing chatter goes to the log
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libfftw3-dev           # CPU engine's FFTs (single precision, libfftw3f)
