@@ -35,6 +35,7 @@
 #include "dsp/cpu_engine.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -129,7 +130,9 @@ std::size_t best_partition(std::size_t block, std::size_t taps) {
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const FilterBank& bank, const EngineOptions& options);
+  // single_thread: never use the worker pool (the in-call head of the
+  // non-uniform engine, whose tail threads have the other cores).
+  CpuEngine(const FilterBank& bank, const EngineOptions& options, bool single_thread = false);
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
@@ -215,7 +218,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<WorkerPool> pool_;
 };
 
-CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
+CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool single_thread)
     : channels_(bank.channels()),
       max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? bank.max_taps() : options.max_taps),
@@ -248,7 +251,7 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options)
   stage_out_ = AlignedFloats(channels_ * max_block_);
 
   // Threads only where a full block is worth splitting.
-  std::size_t threads = std::min(channels_, thread_limit());
+  std::size_t threads = single_thread ? 1 : std::min(channels_, thread_limit());
   if (ns_per_sample_ * double(max_block_ * channels_) < kParallelNs) threads = 1;
   scratch_.resize(threads);
   for (Scratch& sc : scratch_) {
@@ -492,7 +495,50 @@ std::string CpuEngine::description() const {
 
 }  // namespace
 
+double CpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partition_frames,
+                                  std::size_t count) const {
+  // One transform pair and one product per call, the older partitions' sum
+  // once per completed partition (as CpuEngine::fft_channel does).
+  const double bins = double(partition_frames + 1);
+  const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
+                                                                    : kNsPerSpectralBinOutOfCache;
+  const double calls = double(div_up(block_frames, partition_frames));
+  return kNsPerCallOverhead + calls * (fft_pair_ns(2 * partition_frames) + mac * bins) +
+         double(block_frames) / double(partition_frames) * (double(count) - 1.0) * mac * bins;
+}
+
+double CpuPartitionCosts::tail_step_ns(std::size_t partition_frames, std::size_t count) const {
+  const double bins = double(partition_frames + 1);
+  const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
+                                                                    : kNsPerSpectralBinOutOfCache;
+  return kNsPerCallOverhead + fft_pair_ns(2 * partition_frames) + mac * bins * double(count);
+}
+
+double cpu_uniform_cost_ns_per_frame(std::size_t block_frames, std::size_t taps) {
+  return std::min(direct_cost_per_sample(block_frames, taps),
+                  fft_cost_per_sample(block_frames, taps, best_partition(block_frames, taps)));
+}
+
+std::unique_ptr<Engine> make_cpu_head_engine(const FilterBank& bank, const EngineOptions& options) {
+  return std::make_unique<CpuEngine>(bank, options, true);
+}
+
 std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOptions& options) {
+  if (options.algorithm == Algorithm::automatic && options.max_block_frames > 0 &&
+      options.max_block_frames <= kMaxHeadFrames) {
+    const std::size_t taps = options.max_taps == 0 ? bank.max_taps() : options.max_taps;
+    const std::size_t head = std::bit_ceil(options.max_block_frames);
+    const CpuPartitionCosts costs;
+    const PartitionPlan plan = plan_partitions(head, taps, costs);
+    // Non-uniform where it has tails and the model says it costs less than
+    // the best uniform engine at this call size; large (offline) blocks keep
+    // the uniform engine, which the worker pool spreads over the cores.
+    if (plan.segments.size() > 1 &&
+        plan.cost_ns_per_frame(costs) <
+            cpu_uniform_cost_ns_per_frame(options.max_block_frames, taps)) {
+      return make_cpu_nonuniform_engine(bank, options, plan);
+    }
+  }
   return std::make_unique<CpuEngine>(bank, options);
 }
 
