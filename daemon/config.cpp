@@ -214,7 +214,7 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   const toml::table root = parse_toml(text, name);
 
   reader.check_known(root, "",
-                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "input",
+                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency", "input",
                       "output", "filter", "engine", "control", "log"});
   LiveConfig config;
   if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
@@ -229,6 +229,9 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   if (auto margin = reader.integer(root, "", "ring_margin_frames", 0, 1 << 20)) {
     config.ring_margin_frames = static_cast<std::size_t>(*margin);
   }
+  config.latency = reader.one_of(root, "", "latency", {"buffered", "zero"}, "buffered") == "zero"
+                       ? LatencyMode::zero
+                       : LatencyMode::buffered;
   config.input = read_endpoint(reader, root, "input", /*is_input=*/true);
   config.output = read_endpoint(reader, root, "output", /*is_input=*/false);
   if (config.input.is_file() && config.output.is_file() &&

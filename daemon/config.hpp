@@ -8,6 +8,7 @@
 //   block_frames = 256           # frames per engine block
 //   channels = 2
 //   ring_margin_frames = 256     # safety margin of the I/O rings, frames
+//   latency = "buffered" | "zero"  # zero: each period's output in its own callback
 //   [input]   device = "default" | "name" | index    or   file = "in.wav", realtime = true
 //   [output]  device = "default" | "name" | index    or   file = "out.wav"
 //   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "daemon/engine_factory.hpp"
+#include "daemon/pipeline/latency_mode.hpp"
 #include "dsp/engine.hpp"
 
 namespace tapstream {
@@ -70,7 +72,8 @@ struct LiveConfig {
   int sample_rate = 48000;
   std::size_t block_frames = 256;
   std::size_t channels = 2;
-  std::size_t ring_margin_frames = 256;
+  std::size_t ring_margin_frames = 256;  // buffered mode only
+  LatencyMode latency = LatencyMode::buffered;
 
   EndpointConfig input;
   EndpointConfig output;

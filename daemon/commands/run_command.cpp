@@ -62,6 +62,7 @@ struct RunArgs {
   std::string output;
   std::string input_device;
   std::string output_device;
+  std::string latency;  // "", "buffered" or "zero"
 };
 
 // Command-line choices replace the configuration's endpoints.
@@ -78,6 +79,9 @@ void apply_overrides(LiveConfig& config, const RunArgs& args) {
       endpoint.device_name = selector;
     }
   };
+  if (!args.latency.empty()) {
+    config.latency = args.latency == "zero" ? LatencyMode::zero : LatencyMode::buffered;
+  }
   if (!args.input_device.empty()) device(config.input, args.input_device);
   if (!args.output_device.empty()) device(config.output, args.output_device);
   if (!args.input.empty()) {
@@ -286,6 +290,10 @@ void add_log_file(const fs::path& file) {
 }
 
 void log_xruns(const LiveStats& now, LiveStats& reported) {
+  if (now.late_periods != reported.late_periods) {
+    spdlog::warn("late periods: {} (their output missed the deadline and played as silence)",
+                 now.late_periods);
+  }
   if (now.underruns != reported.underruns) {
     spdlog::warn("underruns: {} ({} frames of silence played so far)", now.underruns,
                  now.underrun_frames);
@@ -308,6 +316,7 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
   status.block_frames = config.block_frames;
   status.channels = config.channels;
   status.latency_frames = pipeline.latency_frames();
+  status.latency_mode = pipeline.latency_mode() == LatencyMode::zero ? "zero" : "buffered";
   const auto bank = swapper.current();
   for (std::size_t c = 0; c < bank->channels(); ++c) {
     status.filters.push_back({bank->tap_count(c), bank->source(c)});
@@ -316,6 +325,7 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
   status.blocks = stats.blocks;
   status.underruns = stats.underruns;
   status.overruns = stats.overruns;
+  status.late_periods = stats.late_periods;
   status.swaps = stats.swaps;
   status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
@@ -383,6 +393,7 @@ int run_daemon(RunArgs args) {
   pipeline_options.sample_rate = config.sample_rate;
   pipeline_options.block_frames = config.block_frames;
   pipeline_options.margin_frames = config.ring_margin_frames;
+  pipeline_options.latency = config.latency;
   LivePipeline pipeline(std::move(engine), pipeline_options);
   FilterSwapper swapper(pipeline, config, bank);
 
@@ -398,9 +409,16 @@ int run_daemon(RunArgs args) {
   DeviceLink devices(config, pipeline);
 
   // The one number users tune for: printed on stdout, whatever the log level.
-  std::printf("latency: %zu frames, %.3f ms (block %zu + ring margin %zu frames at %d Hz)\n",
-              pipeline.latency_frames(), pipeline.latency_ms(), config.block_frames,
-              config.ring_margin_frames, config.sample_rate);
+  if (config.latency == LatencyMode::zero) {
+    std::printf(
+        "latency: 0 frames, 0.000 ms added (same-period mode: each period's output leaves in "
+        "its own callback; engine block %zu frames at %d Hz)\n",
+        config.block_frames, config.sample_rate);
+  } else {
+    std::printf("latency: %zu frames, %.3f ms (block %zu + ring margin %zu frames at %d Hz)\n",
+                pipeline.latency_frames(), pipeline.latency_ms(), config.block_frames,
+                config.ring_margin_frames, config.sample_rate);
+  }
   std::fflush(stdout);
 
   pipeline.start();
@@ -543,10 +561,10 @@ int run_daemon(RunArgs args) {
   pipeline.stop();
   const LiveStats stats = pipeline.stats();
   spdlog::info(
-      "stopped: {} blocks, {} frames in, {} out, underruns {}, overruns {}, swaps {}, "
-      "rejected swaps {}",
-      stats.blocks, stats.frames_in, stats.frames_out, stats.underruns, stats.overruns, stats.swaps,
-      swapper.rejected());
+      "stopped: {} blocks, {} frames in, {} out, underruns {}, overruns {}, late periods {}, "
+      "swaps {}, rejected swaps {}",
+      stats.blocks, stats.frames_in, stats.frames_out, stats.underruns, stats.overruns,
+      stats.late_periods, stats.swaps, swapper.rejected());
   return exit_status;
 }
 
@@ -563,6 +581,10 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--input-device", args->input_device, "Input device: name, part of it, or index");
   sub->add_option("--output-device", args->output_device,
                   "Output device: name, part of it, or index");
+  sub->add_option("--latency", args->latency,
+                  "buffered (engine thread, block + margin behind) or zero (each period's "
+                  "output in its own callback); replaces the configuration's latency")
+      ->check(CLI::IsMember({"buffered", "zero"}));
   sub->get_option("--input")->excludes(sub->get_option("--input-device"));
   sub->get_option("--output")->excludes(sub->get_option("--output-device"));
   return {sub, [args] { return run_daemon(*args); }};

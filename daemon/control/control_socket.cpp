@@ -155,6 +155,7 @@ std::string status_to_json(const DaemonStatus& status) {
   json["latency_frames"] = status.latency_frames;
   json["latency_ms"] =
       status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
+  json["latency_mode"] = status.latency_mode;
   json["filters"] = Json::array();
   for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
     json["filters"].push_back({{"channel", channel},
@@ -164,6 +165,7 @@ std::string status_to_json(const DaemonStatus& status) {
   json["blocks"] = status.blocks;
   json["underruns"] = status.underruns;
   json["overruns"] = status.overruns;
+  json["late_periods"] = status.late_periods;
   json["swaps"] = status.swaps;
   json["rejected_swaps"] = status.rejected_swaps;
   json["uptime_s"] = status.uptime_s;

@@ -58,10 +58,12 @@ struct DaemonStatus {
   std::size_t block_frames = 0;
   std::size_t channels = 0;
   std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
+  std::string latency_mode;        // "buffered" or "zero"
   std::vector<Filter> filters;     // one per channel
   std::uint64_t blocks = 0;
   std::uint64_t underruns = 0;
   std::uint64_t overruns = 0;
+  std::uint64_t late_periods = 0;  // zero mode: periods whose output missed the deadline
   std::uint64_t swaps = 0;
   std::uint64_t rejected_swaps = 0;
   double uptime_s = 0;

@@ -48,7 +48,10 @@ LivePipeline::LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOpt
                                 std::to_string(engine_->max_block_frames()));
   }
   if (options.sample_rate <= 0) throw std::invalid_argument("live pipeline: sample rate <= 0");
-  if (sem_init(&data_ready_, 0, 0) != 0) {
+  if (options.zero_deadline_fraction <= 0.0 || options.zero_deadline_fraction > 1.0) {
+    throw std::invalid_argument("live pipeline: zero_deadline_fraction must be in (0, 1]");
+  }
+  if (sem_init(&data_ready_, 0, 0) != 0 || sem_init(&output_ready_, 0, 0) != 0) {
     throw std::runtime_error(std::string("sem_init failed: ") + std::strerror(errno));
   }
 }
@@ -56,6 +59,7 @@ LivePipeline::LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOpt
 LivePipeline::~LivePipeline() {
   stop();
   sem_destroy(&data_ready_);
+  sem_destroy(&output_ready_);
 }
 
 void LivePipeline::start() {
@@ -138,7 +142,29 @@ void LivePipeline::push_input(const float* interleaved, std::size_t frames) noex
   wake_engine();
 }
 
+bool LivePipeline::wait_for_output(std::size_t samples, const timespec& deadline) noexcept {
+  while (output_ring_.readable() < samples) {
+    // Posts not consumed by an earlier wait only make this loop look again.
+    if (sem_clockwait(&output_ready_, CLOCK_MONOTONIC, &deadline) != 0 && errno == ETIMEDOUT) {
+      return output_ring_.readable() >= samples;
+    }
+  }
+  return true;
+}
+
 void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept {
+  if (options_.latency == LatencyMode::zero) {
+    timespec deadline{};
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    const auto wait_ns = static_cast<long long>(1e9 * options_.zero_deadline_fraction *
+                                                double(frames) / options_.sample_rate);
+    const long long ns = deadline.tv_nsec + wait_ns;
+    deadline.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+    deadline.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    if (!wait_for_output((output_debt_frames_ + frames) * channels_, deadline)) {
+      late_periods_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   // Frames that came too late (silence was played in their place) are
   // dropped, so that the latency stays what was reported.
   while (output_debt_frames_ > 0) {
@@ -198,6 +224,7 @@ LiveStats LivePipeline::stats() const {
   s.rejected_swaps = rejected_swaps_.load(std::memory_order_relaxed);
   s.last_swap_block = last_swap_block_.load(std::memory_order_relaxed);
   s.engine_errors = engine_errors_.load(std::memory_order_relaxed);
+  s.late_periods = late_periods_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -218,8 +245,36 @@ void LivePipeline::request_realtime() {
       std::strerror(error));
 }
 
+void LivePipeline::filter_block(std::size_t frames) {
+  const std::size_t samples = channels_ * frames;
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
+  try {
+    if (mailbox_.poll(
+            [&](const FilterBank& bank) { engine_->set_filters(bank, options_.crossfade); })) {
+      swaps_.fetch_add(1, std::memory_order_relaxed);
+      last_swap_block_.store(block, std::memory_order_relaxed);
+    }
+  } catch (const std::exception& e) {
+    rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
+  }
+  try {
+    engine_->process(std::span<const float>(engine_in_.data(), samples),
+                     std::span<float>(engine_out_.data(), samples), frames, Layout::interleaved);
+  } catch (const std::exception& e) {
+    std::fill(engine_out_.begin(), engine_out_.begin() + std::ptrdiff_t(samples), 0.0f);
+    if (engine_errors_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      spdlog::error("engine failed on block {} (played as silence): {}", block, e.what());
+    }
+  }
+  processing_times_.record(std::chrono::steady_clock::now() - started);
+  blocks_.store(block + 1, std::memory_order_relaxed);
+}
+
 void LivePipeline::engine_loop() {
   request_realtime();
+  const bool zero = options_.latency == LatencyMode::zero;
   const std::size_t block_samples = channels_ * options_.block_frames;
   const auto block_period = std::chrono::nanoseconds(
       static_cast<std::int64_t>(1e9 * double(options_.block_frames) / options_.sample_rate));
@@ -227,7 +282,12 @@ void LivePipeline::engine_loop() {
   // (the semaphore is a hint, not a contract) costs little.
   const auto max_sleep = std::max(block_period / 4, std::chrono::nanoseconds(100'000));
   while (running_.load(std::memory_order_acquire)) {
-    if (input_ring_.readable() < block_samples || output_ring_.writable() < block_samples) {
+    // Buffered: whole blocks. Zero: whatever the callback handed over, at
+    // once, in calls of up to a block.
+    const std::size_t wanted =
+        zero ? std::min(input_ring_.readable(), block_samples) / channels_ * channels_
+             : block_samples;
+    if (wanted == 0 || input_ring_.readable() < wanted || output_ring_.writable() < wanted) {
       timespec deadline{};
       clock_gettime(CLOCK_MONOTONIC, &deadline);
       const auto ns = deadline.tv_nsec + max_sleep.count();
@@ -236,30 +296,10 @@ void LivePipeline::engine_loop() {
       sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
       continue;
     }
-    input_ring_.read(std::span<float>(engine_in_));
-    const auto started = std::chrono::steady_clock::now();
-    const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
-    try {
-      if (mailbox_.poll(
-              [&](const FilterBank& bank) { engine_->set_filters(bank, options_.crossfade); })) {
-        swaps_.fetch_add(1, std::memory_order_relaxed);
-        last_swap_block_.store(block, std::memory_order_relaxed);
-      }
-    } catch (const std::exception& e) {
-      rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
-    }
-    try {
-      engine_->process(engine_in_, engine_out_, options_.block_frames, Layout::interleaved);
-    } catch (const std::exception& e) {
-      std::fill(engine_out_.begin(), engine_out_.end(), 0.0f);
-      if (engine_errors_.fetch_add(1, std::memory_order_relaxed) == 0) {
-        spdlog::error("engine failed on block {} (played as silence): {}", block, e.what());
-      }
-    }
-    processing_times_.record(std::chrono::steady_clock::now() - started);
-    output_ring_.write(std::span<const float>(engine_out_));
-    blocks_.store(block + 1, std::memory_order_relaxed);
+    input_ring_.read(std::span<float>(engine_in_.data(), wanted));
+    filter_block(wanted / channels_);
+    output_ring_.write(std::span<const float>(engine_out_.data(), wanted));
+    if (zero) sem_post(&output_ready_);
   }
 }
 

@@ -19,13 +19,23 @@
 //   other memory from them. The rings publish the samples themselves with
 //   acquire/release (see dsp/spsc_ring.hpp).
 //
-// Latency: the output ring starts with latency_frames() = block_frames +
-// margin_frames of silence, and the pipeline keeps exactly that many frames
+// Latency modes:
+// - buffered: the output ring starts with latency_frames() = block_frames +
+//   margin_frames of silence, and the pipeline keeps exactly that many frames
 // between input and output for the whole run: when the output side finds the
 // ring short (an underrun) it plays silence and later drops the same number
 // of late frames; when the input ring is full (an overrun) the lost input is
 // replaced by as many frames of silence. So the sample that enters at input
 // frame n always leaves at output frame n + latency_frames().
+// - zero (same period): the output ring starts empty (latency_frames() = 0).
+//   The callback pushes its period, the engine thread filters it at once (in
+//   calls of up to block_frames, so a device period that changes is
+//   followed), and pull_output() waits for that same period's output on a
+//   semaphore until a deadline, zero_deadline_fraction of the period after
+//   it was called (sem_clockwait: a bounded futex wait, no lock). A period
+//   whose output misses the deadline plays silence and counts as late; its
+//   frames are dropped when they arrive (the underrun rule above), so the
+//   stream stays aligned with 0 frames added.
 
 #include <semaphore.h>
 
@@ -38,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/pipeline/latency_mode.hpp"
 #include "dsp/engine.hpp"
 #include "dsp/filter_mailbox.hpp"
 #include "dsp/latency_stats.hpp"
@@ -46,6 +57,9 @@
 namespace tapstream {
 
 struct LivePipelineOptions {
+  LatencyMode latency = LatencyMode::buffered;
+  // zero mode: how much of a period pull_output() may wait for its output.
+  double zero_deadline_fraction = 0.75;
   int sample_rate = 48000;
   std::size_t block_frames = 256;   // frames per Engine::process call
   std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
@@ -66,6 +80,7 @@ struct LiveStats {
   std::uint64_t rejected_swaps = 0;   // banks the engine refused
   std::uint64_t last_swap_block = 0;  // index of the first block filtered by the newest bank
   std::uint64_t engine_errors = 0;    // process() calls that threw (block output as silence)
+  std::uint64_t late_periods = 0;     // zero mode: periods whose output missed the deadline
 };
 
 class LivePipeline {
@@ -110,7 +125,11 @@ class LivePipeline {
   std::size_t block_frames() const { return options_.block_frames; }
   int sample_rate() const { return options_.sample_rate; }
   // Input-to-output latency the pipeline adds, in frames and milliseconds.
-  std::size_t latency_frames() const { return options_.block_frames + options_.margin_frames; }
+  std::size_t latency_frames() const {
+    return options_.latency == LatencyMode::zero ? 0
+                                                 : options_.block_frames + options_.margin_frames;
+  }
+  LatencyMode latency_mode() const { return options_.latency; }
   double latency_ms() const { return 1000.0 * double(latency_frames()) / options_.sample_rate; }
   // Name and description of the engine (read-only after construction).
   const std::string& engine_name() const { return engine_name_; }
@@ -124,7 +143,13 @@ class LivePipeline {
 
  private:
   void engine_loop();
+  // Filters `frames` frames of engine_in_ into engine_out_ (the engine
+  // thread's one step, in both modes), installing a posted bank first.
+  void filter_block(std::size_t frames);
   void wake_engine() noexcept;
+  // zero mode: waits until the output ring holds `samples` or `deadline`
+  // (CLOCK_MONOTONIC) passes; true when it holds them.
+  bool wait_for_output(std::size_t samples, const timespec& deadline) noexcept;
   void request_realtime();
 
   LivePipelineOptions options_;
@@ -139,6 +164,7 @@ class LivePipeline {
   FilterMailbox mailbox_;
   LatencyStats processing_times_;
   sem_t data_ready_;
+  sem_t output_ready_;  // zero mode: posted by the engine thread after each block
 
   // Input side only.
   std::vector<float> silence_;         // block of zeros, source of the silence pushed
@@ -168,6 +194,7 @@ class LivePipeline {
   std::atomic<std::uint64_t> rejected_swaps_{0};
   std::atomic<std::uint64_t> last_swap_block_{0};
   std::atomic<std::uint64_t> engine_errors_{0};
+  std::atomic<std::uint64_t> late_periods_{0};
 };
 
 }  // namespace tapstream
