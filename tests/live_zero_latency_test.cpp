@@ -1,0 +1,180 @@
+// The live pipeline's same-period mode, driven as a device would drive it
+// (device_callback with input and output of one period): each period's output
+// is that period's filtered input, returned inside the call; a period the
+// engine misses plays silence and is counted, and the stream stays aligned;
+// a device that changes its period is followed.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "daemon/pipeline/live_pipeline.hpp"
+#include "dsp/cpu_engine.hpp"
+#include "tests/reference.hpp"
+
+namespace tapstream {
+namespace {
+
+using testing::random_signal;
+using testing::reference_convolution;
+
+// An engine that stalls in one chosen call (as a preempted machine would).
+class StallingEngine final : public Engine {
+ public:
+  StallingEngine(std::unique_ptr<Engine> inner, std::uint64_t stall_call,
+                 std::chrono::milliseconds stall)
+      : inner_(std::move(inner)), stall_call_(stall_call), stall_(stall) {}
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    if (calls_++ == stall_call_) std::this_thread::sleep_for(stall_);
+    inner_->process(in, out, frames, layout);
+  }
+  void set_filters(const FilterBank& bank, bool crossfade) override {
+    inner_->set_filters(bank, crossfade);
+  }
+  void reset() override {
+    inner_->reset();
+    calls_ = 0;  // start() warms the engine up, then resets it
+  }
+  std::size_t channels() const override { return inner_->channels(); }
+  std::size_t max_block_frames() const override { return inner_->max_block_frames(); }
+  std::size_t max_taps() const override { return inner_->max_taps(); }
+  std::string name() const override { return "stalling"; }
+  std::string description() const override { return "stalling " + inner_->description(); }
+
+ private:
+  std::unique_ptr<Engine> inner_;
+  std::uint64_t calls_ = 0;
+  std::uint64_t stall_call_;
+  std::chrono::milliseconds stall_;
+};
+
+LivePipelineOptions zero_options(std::size_t block) {
+  LivePipelineOptions options;
+  options.latency = LatencyMode::zero;
+  options.block_frames = block;
+  options.margin_frames = 0;
+  options.realtime = false;  // a test process: no real-time priority needed
+  // Generous: a test on a loaded machine is not a real-time thread. The
+  // low rate stretches the deadline (period length) without changing the data.
+  options.sample_rate = 4800;
+  options.zero_deadline_fraction = 1.0;
+  return options;
+}
+
+// Drives `periods` (frame counts) through the pipeline one callback each,
+// paced at the sample rate; returns the output, interleaved.
+std::vector<float> drive(LivePipeline& pipeline, const std::vector<float>& x,
+                         const std::vector<std::size_t>& periods) {
+  const std::size_t channels = pipeline.channels();
+  std::vector<float> y(x.size(), 0.0f);
+  std::size_t at = 0;
+  for (const std::size_t frames : periods) {
+    LivePipeline::device_callback(x.data() + at * channels, y.data() + at * channels, frames,
+                                  &pipeline);
+    at += frames;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  return y;
+}
+
+double max_error(const std::vector<float>& y, std::size_t channels, std::size_t channel,
+                 const std::vector<double>& want, std::size_t first, std::size_t last) {
+  double e = 0.0;
+  for (std::size_t f = first; f < last; ++f) {
+    e = std::max(e, std::abs(double(y[f * channels + channel]) - want[f]));
+  }
+  return e;
+}
+
+TEST(LiveZeroLatency, EachPeriodsOutputReturnsInsideItsOwnCallback) {
+  const std::size_t channels = 2, block = 64, periods = 300, taps = 3000;
+  const std::uint64_t seed = 31;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto h = random_signal(taps, seed);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options),
+                        zero_options(block));
+  EXPECT_EQ(pipeline.latency_frames(), 0u);
+  pipeline.start();
+  const auto x = random_signal(channels * block * periods, seed + 1);
+  const auto y = drive(pipeline, x, std::vector<std::size_t>(periods, block));
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  std::printf("late periods %llu\n", static_cast<unsigned long long>(stats.late_periods));
+  EXPECT_EQ(stats.late_periods, 0u);
+  for (std::size_t c = 0; c < channels; ++c) {
+    std::vector<float> xc;
+    for (std::size_t f = 0; f < block * periods; ++f) xc.push_back(x[f * channels + c]);
+    const auto want = reference_convolution(xc, h);
+    EXPECT_LT(max_error(y, channels, c, want, 0, block * periods), 1e-4) << "channel " << c;
+  }
+}
+
+TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligned) {
+  const std::size_t channels = 1, block = 64, periods = 200, stalled = 50;
+  const auto h = random_signal(100, 5);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  auto engine = std::make_unique<StallingEngine>(
+      make_cpu_engine(FilterBank::shared(h, channels), engine_options), stalled,
+      std::chrono::milliseconds(20));
+  LivePipelineOptions options = zero_options(block);
+  options.sample_rate = 48000;  // 1.33 ms periods: the 20 ms stall misses several
+  options.zero_deadline_fraction = 0.5;
+  LivePipeline pipeline(std::move(engine), options);
+  pipeline.start();
+  const auto x = random_signal(block * periods, 6);
+  const auto y = drive(pipeline, x, std::vector<std::size_t>(periods, block));
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  // The stall (20 ms) makes the callbacks queued behind it late too.
+  EXPECT_GE(stats.late_periods, 1u);
+  std::printf("late periods %llu\n", static_cast<unsigned long long>(stats.late_periods));
+  const auto want = reference_convolution(x, h);
+  std::size_t exact = 0, silent = 0;
+  for (std::size_t p = 0; p < periods; ++p) {
+    const double e = max_error(y, 1, 0, want, p * block, (p + 1) * block);
+    bool zero = true;
+    for (std::size_t f = p * block; f < (p + 1) * block; ++f) zero = zero && y[f] == 0.0f;
+    if (e < 1e-4) {
+      ++exact;
+    } else {
+      EXPECT_TRUE(zero) << "period " << p << " is neither its own output nor silence";
+      ++silent;
+    }
+  }
+  EXPECT_EQ(silent, stats.late_periods);
+  EXPECT_LT(max_error(y, 1, 0, want, (periods - 20) * block, periods * block), 1e-4)
+      << "aligned again after the stall";
+}
+
+TEST(LiveZeroLatency, APeriodThatChangesIsFollowed) {
+  const std::size_t channels = 2, block = 64;
+  const auto h = random_signal(500, 8);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options),
+                        zero_options(block));
+  pipeline.start();
+  std::vector<std::size_t> periods;
+  for (int i = 0; i < 40; ++i) periods.push_back(i < 10 ? 64 : i < 20 ? 32 : i < 30 ? 128 : 17);
+  std::size_t total = 0;
+  for (std::size_t p : periods) total += p;
+  const auto x = random_signal(channels * total, 9);
+  const auto y = drive(pipeline, x, periods);
+  pipeline.stop();
+  EXPECT_EQ(pipeline.stats().late_periods, 0u);
+  std::vector<float> x0;
+  for (std::size_t f = 0; f < total; ++f) x0.push_back(x[f * channels]);
+  EXPECT_LT(max_error(y, channels, 0, reference_convolution(x0, h), 0, total), 1e-4);
+}
+
+}  // namespace
+}  // namespace tapstream
