@@ -56,11 +56,23 @@ using testing::register_stream_ports;
 using testing::route_through_daemon;
 
 constexpr int rate = 48000;
-constexpr std::size_t channels = 2;
-constexpr std::size_t jack_period = 256;
-constexpr std::size_t block_frames = 256;
-constexpr std::size_t ring_margin_frames = 1024;  // as the end-to-end test: the machine is shared
+constexpr std::size_t max_channels = 8;
 constexpr double swap_interval_s = 3.0;
+
+// One load configuration: the JACK period is the daemon's block.
+struct LoadCase {
+  const char* latency;  // "buffered" or "zero"
+  std::size_t channels;
+  std::size_t block_frames;
+  std::size_t ring_margin_frames;  // buffered only
+  std::vector<std::size_t> lengths;
+  std::size_t max_taps;
+};
+
+// Buffered: the ring margin as the end-to-end test's, the machine is shared.
+const LoadCase buffered_case{"buffered", 2, 256, 1024, {255, 4095, 1023}, 4095};
+// Same period (issue 10): 64-frame periods, 8 channels of 65536-tap filters.
+const LoadCase zero_case{"zero", 8, 64, 0, {65536, 65536, 49152}, 65536};
 constexpr double sample_interval_s = 10.0;
 // Resident memory may grow by this much after the first minute. One leaked
 // filter bank per swap would add at least 255 taps x 2 channels x 4 bytes
@@ -76,8 +88,9 @@ constexpr long rss_tolerance_kib = 1024;
 struct LoadStream {
   jack_client_t* feeder = nullptr;
   jack_client_t* recorder = nullptr;
-  jack_port_t* out_ports[channels] = {};
-  jack_port_t* in_ports[channels] = {};
+  std::size_t channels = 0;
+  jack_port_t* out_ports[max_channels] = {};
+  jack_port_t* in_ports[max_channels] = {};
   std::uint64_t noise_state = 0x9e3779b97f4a7c15ull;  // feeder only
 
   std::atomic<std::uint64_t> fed_frames{0};
@@ -92,7 +105,7 @@ struct LoadStream {
 
 int feed_noise(jack_nframes_t frames, void* arg) {
   auto& s = *static_cast<LoadStream*>(arg);
-  for (std::size_t c = 0; c < channels; ++c) {
+  for (std::size_t c = 0; c < s.channels; ++c) {
     auto* out = static_cast<float*>(jack_port_get_buffer(s.out_ports[c], frames));
     for (jack_nframes_t i = 0; i < frames; ++i) {
       // xorshift64: cheap, no allocation, never all zero.
@@ -115,7 +128,7 @@ int record_output(jack_nframes_t frames, void* arg) {
   s.recorder_first = false;
   s.recorder_last = now;
   bool silent = true;
-  for (std::size_t c = 0; c < channels && silent; ++c) {
+  for (std::size_t c = 0; c < s.channels && silent; ++c) {
     const auto* in = static_cast<const float*>(jack_port_get_buffer(s.in_ports[c], frames));
     silent = std::all_of(in, in + frames, [](float v) { return v == 0.0f; });
   }
@@ -162,6 +175,7 @@ struct Row {
   std::uint64_t requested = 0;
   std::uint64_t underruns = 0;
   std::uint64_t overruns = 0;
+  std::uint64_t late = 0;
   std::uint64_t rejected = 0;
   int jack_xruns = 0;
   std::uint64_t silent = 0;
@@ -169,7 +183,11 @@ struct Row {
   double max_us = 0;
 };
 
-TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
+void run_load(const LoadCase& lc) {
+  const std::size_t channels = lc.channels;
+  const std::size_t jack_period = lc.block_frames;
+  const std::size_t block_frames = lc.block_frames;
+  const std::size_t ring_margin_frames = lc.ring_margin_frames;
   if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
   const double seconds = std::getenv("TAPSTREAM_LOAD_SECONDS") != nullptr
                              ? std::atof(std::getenv("TAPSTREAM_LOAD_SECONDS"))
@@ -179,17 +197,22 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   const double warmup_s =
       std::min(60.0, std::floor(seconds / 2 / sample_interval_s) * sample_interval_s);
   std::printf(
-      "SLOW TEST: %.0f s of 48 kHz audio through JACK's dummy driver, a swap every %.0f s\n",
-      seconds, swap_interval_s);
+      "SLOW TEST: %.0f s of 48 kHz audio through JACK's dummy driver, a swap every %.0f s; "
+      "%s latency, %zu ch, %zu-frame periods, filters up to %zu taps\n",
+      seconds, swap_interval_s, lc.latency, channels, block_frames, lc.max_taps);
   const std::uint64_t seed = 4242;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
 
   // Synchronous (-S), as in the end-to-end test: what the daemon counts is the daemon's own.
-  PrivateJackServer jack("tapstream-load", rate, jack_period);
+  // Same-period mode is for a real-time JACK: its callback waits for the
+  // engine, so it must not sit behind every other process to be woken.
+  const bool zero = std::string(lc.latency) == "zero";
+  PrivateJackServer jack("tapstream-load", rate, jack_period, channels, zero && geteuid() == 0);
   ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
   const fs::path& dir = jack.dir.path();
 
   LoadStream s;
+  s.channels = channels;
   s.feeder = jack.open_client_when_up("feeder");
   ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
   s.recorder = open_client("recorder", jack.server);
@@ -198,7 +221,7 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
 
   // Three filters of different lengths; the watched file starts as the first.
-  const std::vector<std::size_t> lengths{255, 4095, 1023};
+  const std::vector<std::size_t>& lengths = lc.lengths;
   std::vector<fs::path> filter_files;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     auto taps = testing::random_signal(lengths[i], seed + i);
@@ -214,8 +237,10 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
     std::ofstream config(dir / "load.toml");
     config << "sample_rate = " << rate << "\nblock_frames = " << block_frames
            << "\nchannels = " << channels << "\nring_margin_frames = " << ring_margin_frames
+           << "\nlatency = \"" << lc.latency << "\""
            << "\n[input]\ndevice = \"system\"\n[output]\ndevice = \"system\"\n"
-           << "[filter]\nfile = \"watched.txt\"\nwatch = true\nmax_taps = 4095\n"
+           << "[filter]\nfile = \"watched.txt\"\nwatch = true\nmax_taps = " << lc.max_taps
+           << "\n"
            << "[engine]\nbackend = \"cpu\"\n[control]\nsocket = \"" << socket.string() << "\"\n";
   }
   Child daemon({TAPSTREAM_BINARY, "run", "--config", (dir / "load.toml").string()},
@@ -237,14 +262,17 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   }
   ASSERT_TRUE(fs::exists(socket)) << "no control socket: " << read_text(dir / "daemon.err");
 
-  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder, s.out_ports, s.in_ports));
+  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder,
+                                                std::span(s.out_ports).first(channels),
+                                                std::span(s.in_ports).first(channels)));
   jack_set_process_callback(s.feeder, feed_noise, &s);
   jack_set_process_callback(s.recorder, record_output, &s);
   jack_set_xrun_callback(s.feeder, count_xrun, &s);
   ASSERT_EQ(jack_activate(s.feeder), 0);
   ASSERT_EQ(jack_activate(s.recorder), 0);
   ASSERT_NO_FATAL_FAILURE(
-      route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
+      route_through_daemon(s.feeder, s.recorder, std::span(s.out_ports).first(channels),
+                           std::span(s.in_ports).first(channels), daemon_in, daemon_out));
 
   // One row of the table, from `tapstream ctl status` and /proc.
   int ctl_runs = 0;
@@ -276,19 +304,22 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
     row.requested = requested;
     row.underruns = static_cast<std::uint64_t>(json_number(reply, "underruns"));
     row.overruns = static_cast<std::uint64_t>(json_number(reply, "overruns"));
+    row.late = static_cast<std::uint64_t>(json_number(reply, "late_periods"));
     row.rejected = static_cast<std::uint64_t>(json_number(reply, "rejected_swaps"));
     row.jack_xruns = s.jack_xruns.load(std::memory_order_relaxed);
     row.silent = s.silent_cycles.load(std::memory_order_relaxed);
     row.p99_us = json_number(reply, "p99");
     row.max_us = json_number(reply, "max");
     rows.push_back(row);
-    std::printf("%7.1f %9ld %9llu %9llu %6llu %6llu %6llu %6llu %6d %6llu %8.1f %8.1f\n", row.t,
+    std::printf("%7.1f %9ld %9llu %9llu %6llu %6llu %6llu %6llu %6llu %6d %6llu %8.1f %8.1f\n",
+                row.t,
                 row.rss_kib, static_cast<unsigned long long>(row.blocks),
                 static_cast<unsigned long long>(row.jack_frames / block_frames),
                 static_cast<unsigned long long>(row.swaps),
                 static_cast<unsigned long long>(row.requested),
                 static_cast<unsigned long long>(row.underruns),
-                static_cast<unsigned long long>(row.overruns), row.jack_xruns,
+                static_cast<unsigned long long>(row.overruns),
+                static_cast<unsigned long long>(row.late), row.jack_xruns,
                 static_cast<unsigned long long>(row.silent), row.p99_us, row.max_us);
     std::fflush(stdout);
     return true;
@@ -307,8 +338,9 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
     return false;
   };
 
-  std::printf("%7s %9s %9s %9s %6s %6s %6s %6s %6s %6s %8s %8s\n", "t_s", "rss_kib", "blocks",
-              "jack_blk", "swaps", "asked", "under", "over", "jxrun", "silent", "p99_us", "max_us");
+  std::printf("%7s %9s %9s %9s %6s %6s %6s %6s %6s %6s %6s %8s %8s\n", "t_s", "rss_kib",
+              "blocks", "jack_blk", "swaps", "asked", "under", "over", "late", "jxrun", "silent",
+              "p99_us", "max_us");
   ASSERT_TRUE(take_row());
   double next_swap = swap_interval_s;
   double next_row = sample_interval_s;
@@ -379,10 +411,12 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
       span_s, blocks, wall_blocks, jack_blocks, static_cast<unsigned long long>(last.swaps),
       static_cast<unsigned long long>(requested), static_cast<unsigned long long>(last.rejected));
   std::printf(
-      "summary: daemon underruns %llu, overruns %llu; JACK xruns %d; silent output cycles "
-      "%llu; recorder cycle gaps %llu; processing p99 %.1f us, max %.1f us (block %.0f us)\n",
+      "summary: daemon underruns %llu, overruns %llu, late periods %llu; JACK xruns %d; silent "
+      "output cycles %llu; recorder cycle gaps %llu; processing p99 %.1f us, max %.1f us (block "
+      "%.0f us)\n",
       static_cast<unsigned long long>(last.underruns),
-      static_cast<unsigned long long>(last.overruns), last.jack_xruns,
+      static_cast<unsigned long long>(last.overruns), static_cast<unsigned long long>(last.late),
+      last.jack_xruns,
       static_cast<unsigned long long>(last.silent),
       static_cast<unsigned long long>(s.recorder_gaps.load()), last.p99_us, last.max_us,
       1e6 * block_frames / rate);
@@ -392,7 +426,8 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
 
   EXPECT_EQ(last.underruns, 0u) << "the daemon counted underruns";
   EXPECT_EQ(last.overruns, 0u) << "the daemon counted overruns";
-  EXPECT_NE(daemon_log.find("underruns 0, overruns 0"), std::string::npos)
+  EXPECT_EQ(last.late, 0u) << "the daemon counted late periods";
+  EXPECT_NE(daemon_log.find("underruns 0, overruns 0, late periods 0"), std::string::npos)
       << "the daemon's final line counts xruns: " << daemon_log;
   EXPECT_EQ(last.swaps, requested) << "every requested swap, and only those";
   EXPECT_EQ(last.rejected, 0u);
@@ -400,8 +435,17 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   EXPECT_GT(requested, std::uint64_t(seconds / swap_interval_s) - 2);
   // The daemon keeps up with the server: its blocks are the JACK cycles (to
   // within the blocks in flight in its rings), and the cycles the wall clock.
-  EXPECT_NEAR(blocks, jack_blocks, double(ring_margin_frames / block_frames + 4));
-  EXPECT_NEAR(blocks, wall_blocks, 0.01 * wall_blocks + 8) << "blocks against elapsed time";
+  // (plus the cycles of the 50 ms a `ctl status` round trip may take)
+  EXPECT_NEAR(blocks, jack_blocks,
+              double(ring_margin_frames / block_frames + 4) + 0.05 * rate / double(block_frames));
+  if (zero) {
+    // At 64-frame periods the dummy driver's timer falls behind on a loaded
+    // machine (its own xruns, counted apart above): the daemon follows JACK.
+    std::printf("summary: JACK ran %.1f %% of the wall clock's cycles\n",
+                100.0 * jack_blocks / wall_blocks);
+  } else {
+    EXPECT_NEAR(blocks, wall_blocks, 0.01 * wall_blocks + 8) << "blocks against elapsed time";
+  }
   EXPECT_TRUE(s.output_started.load()) << "the recorder never heard the daemon";
   EXPECT_EQ(last.silent, 0u) << "whole JACK cycles of silence in the output";
   ASSERT_GE(baseline_kib, 0);
@@ -410,6 +454,15 @@ TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
   if (last.jack_xruns != 0 || jackd_log.find("xrun") != std::string::npos) {
     std::printf("jackd log:\n%s\n", jackd_log.c_str());
   }
+}
+
+TEST(DaemonLoad, TenMinutesOfSwapsThroughJackWithoutXrunsAndWithFlatMemory) {
+  run_load(buffered_case);
+}
+
+// TAPSTREAM_LOAD_SECONDS applies here too.
+TEST(DaemonLoad, ZeroLatencyTenMinutesOf8x65536TapsAt64FramesWithoutLatePeriods) {
+  run_load(zero_case);
 }
 
 }  // namespace

@@ -46,11 +46,16 @@ inline std::string use_jack_server(std::string server) {
 // client each cycle, so a late client on a loaded machine delays the cycle
 // instead of losing it, and the xruns the daemon counts are its own.
 struct PrivateJackServer {
-  PrivateJackServer(const std::string& name, int rate, std::size_t period)
+  // `ports`: capture and playback ports of the dummy driver ("system").
+  // `realtime`: run JACK's threads (and so its clients' process callbacks)
+  // at SCHED_FIFO priority, as a live setup does; needs the privilege.
+  PrivateJackServer(const std::string& name, int rate, std::size_t period, std::size_t ports = 2,
+                    bool realtime = false)
       : dir(name),
         server(use_jack_server(name + "-" + std::to_string(getpid()))),
-        jackd({"jackd", "-S", "--no-realtime", "-t", "10000", "-d", "dummy", "-r",
-               std::to_string(rate), "-p", std::to_string(period)},
+        jackd({"jackd", "-S", realtime ? "--realtime" : "--no-realtime", "-t", "10000", "-d",
+               "dummy", "-r", std::to_string(rate), "-p", std::to_string(period), "-C",
+               std::to_string(ports), "-P", std::to_string(ports)},
               dir / "jackd.out", dir / "jackd.err") {}
 
   // A client of this server, retried for up to 10 s while the server comes

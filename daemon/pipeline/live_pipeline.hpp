@@ -81,6 +81,7 @@ struct LiveStats {
   std::uint64_t last_swap_block = 0;  // index of the first block filtered by the newest bank
   std::uint64_t engine_errors = 0;    // process() calls that threw (block output as silence)
   std::uint64_t late_periods = 0;     // zero mode: periods whose output missed the deadline
+                                      // (so played silence, wholly or in part)
 };
 
 class LivePipeline {
