@@ -214,8 +214,8 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   const toml::table root = parse_toml(text, name);
 
   reader.check_known(root, "",
-                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency", "input",
-                      "output", "filter", "engine", "control", "log"});
+                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency",
+                      "input", "output", "filter", "engine", "control", "log"});
   LiveConfig config;
   if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
     config.sample_rate = static_cast<int>(*rate);

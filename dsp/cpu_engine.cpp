@@ -501,7 +501,7 @@ double CpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partitio
   // once per completed partition (as CpuEngine::fft_channel does).
   const double bins = double(partition_frames + 1);
   const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
-                                                                    : kNsPerSpectralBinOutOfCache;
+                                                                     : kNsPerSpectralBinOutOfCache;
   const double calls = double(div_up(block_frames, partition_frames));
   return kNsPerCallOverhead + calls * (fft_pair_ns(2 * partition_frames) + mac * bins) +
          double(block_frames) / double(partition_frames) * (double(count) - 1.0) * mac * bins;
@@ -510,7 +510,7 @@ double CpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partitio
 double CpuPartitionCosts::tail_step_ns(std::size_t partition_frames, std::size_t count) const {
   const double bins = double(partition_frames + 1);
   const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
-                                                                    : kNsPerSpectralBinOutOfCache;
+                                                                     : kNsPerSpectralBinOutOfCache;
   return kNsPerCallOverhead + fft_pair_ns(2 * partition_frames) + mac * bins * double(count);
 }
 

@@ -393,8 +393,8 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
       simd::delay_line_products(fdl, fdl_stride, seg.count, (slot + seg.count - 1) % seg.count,
                                 h + simd::kBlockFloats, h_stride, k - 1, seg.products.data(),
                                 seg.blocks);
-      simd::multiply_add(x_slot, fdl_stride, h, h_stride, seg.products.data(),
-                         seg.spectrum.data(), seg.blocks);
+      simd::multiply_add(x_slot, fdl_stride, h, h_stride, seg.products.data(), seg.spectrum.data(),
+                         seg.blocks);
       seg.fft->inverse(seg.spectrum.data(), seg.time.data());
       std::memcpy(out + at, seg.time.data() + p, first_run * sizeof(float));
       std::memcpy(out, seg.time.data() + p + first_run, (p - first_run) * sizeof(float));
@@ -414,11 +414,9 @@ void NonUniformCpuEngine::follow_caller_priority() {
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};
-    param.sched_priority =
-        realtime ? std::max(1, caller.sched_priority - 1 - int(seg->index)) : 0;
+    param.sched_priority = realtime ? std::max(1, caller.sched_priority - 1 - int(seg->index)) : 0;
     // Refused without the privilege: the worker keeps its niceness instead.
-    pthread_setschedparam(seg->thread.native_handle(), realtime ? SCHED_FIFO : SCHED_OTHER,
-                          &param);
+    pthread_setschedparam(seg->thread.native_handle(), realtime ? SCHED_FIFO : SCHED_OTHER, &param);
   }
 }
 
@@ -429,10 +427,9 @@ void NonUniformCpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
                                 std::to_string(channels_));
   }
   if (bank.max_taps() > max_taps_) {
-    throw std::invalid_argument("cpu engine: set_filters: a filter of " +
-                                std::to_string(bank.max_taps()) +
-                                " taps is longer than the engine's max_taps " +
-                                std::to_string(max_taps_));
+    throw std::invalid_argument(
+        "cpu engine: set_filters: a filter of " + std::to_string(bank.max_taps()) +
+        " taps is longer than the engine's max_taps " + std::to_string(max_taps_));
   }
   free_unused_banks();
   auto request = std::make_unique<Request>(Request{bank, crossfade});

@@ -108,8 +108,8 @@ TEST(CpuNonUniformEngine, SwapsCrossfadeOnceAndLoseNoSampleWithTailsInFlight) {
   auto engine = nonuniform(FilterBank::shared(filters[0], 1), block, taps);
   std::mt19937_64 rng(seed);
   std::vector<float> y(block);
-  std::size_t playing = 0;        // bank whose output the calls match
-  std::size_t requested = 0;      // newest bank given to set_filters
+  std::size_t playing = 0;    // bank whose output the calls match
+  std::size_t requested = 0;  // newest bank given to set_filters
   std::size_t fades = 0, swaps = 0, done = 0;
   double rms = 0.0;
   for (double v : refs[0]) rms += v * v;

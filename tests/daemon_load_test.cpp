@@ -239,8 +239,7 @@ void run_load(const LoadCase& lc) {
            << "\nchannels = " << channels << "\nring_margin_frames = " << ring_margin_frames
            << "\nlatency = \"" << lc.latency << "\""
            << "\n[input]\ndevice = \"system\"\n[output]\ndevice = \"system\"\n"
-           << "[filter]\nfile = \"watched.txt\"\nwatch = true\nmax_taps = " << lc.max_taps
-           << "\n"
+           << "[filter]\nfile = \"watched.txt\"\nwatch = true\nmax_taps = " << lc.max_taps << "\n"
            << "[engine]\nbackend = \"cpu\"\n[control]\nsocket = \"" << socket.string() << "\"\n";
   }
   Child daemon({TAPSTREAM_BINARY, "run", "--config", (dir / "load.toml").string()},
@@ -311,16 +310,14 @@ void run_load(const LoadCase& lc) {
     row.p99_us = json_number(reply, "p99");
     row.max_us = json_number(reply, "max");
     rows.push_back(row);
-    std::printf("%7.1f %9ld %9llu %9llu %6llu %6llu %6llu %6llu %6llu %6d %6llu %8.1f %8.1f\n",
-                row.t,
-                row.rss_kib, static_cast<unsigned long long>(row.blocks),
-                static_cast<unsigned long long>(row.jack_frames / block_frames),
-                static_cast<unsigned long long>(row.swaps),
-                static_cast<unsigned long long>(row.requested),
-                static_cast<unsigned long long>(row.underruns),
-                static_cast<unsigned long long>(row.overruns),
-                static_cast<unsigned long long>(row.late), row.jack_xruns,
-                static_cast<unsigned long long>(row.silent), row.p99_us, row.max_us);
+    std::printf(
+        "%7.1f %9ld %9llu %9llu %6llu %6llu %6llu %6llu %6llu %6d %6llu %8.1f %8.1f\n", row.t,
+        row.rss_kib, static_cast<unsigned long long>(row.blocks),
+        static_cast<unsigned long long>(row.jack_frames / block_frames),
+        static_cast<unsigned long long>(row.swaps), static_cast<unsigned long long>(row.requested),
+        static_cast<unsigned long long>(row.underruns),
+        static_cast<unsigned long long>(row.overruns), static_cast<unsigned long long>(row.late),
+        row.jack_xruns, static_cast<unsigned long long>(row.silent), row.p99_us, row.max_us);
     std::fflush(stdout);
     return true;
   };
@@ -338,9 +335,9 @@ void run_load(const LoadCase& lc) {
     return false;
   };
 
-  std::printf("%7s %9s %9s %9s %6s %6s %6s %6s %6s %6s %6s %8s %8s\n", "t_s", "rss_kib",
-              "blocks", "jack_blk", "swaps", "asked", "under", "over", "late", "jxrun", "silent",
-              "p99_us", "max_us");
+  std::printf("%7s %9s %9s %9s %6s %6s %6s %6s %6s %6s %6s %8s %8s\n", "t_s", "rss_kib", "blocks",
+              "jack_blk", "swaps", "asked", "under", "over", "late", "jxrun", "silent", "p99_us",
+              "max_us");
   ASSERT_TRUE(take_row());
   double next_swap = swap_interval_s;
   double next_row = sample_interval_s;
@@ -416,8 +413,7 @@ void run_load(const LoadCase& lc) {
       "%.0f us)\n",
       static_cast<unsigned long long>(last.underruns),
       static_cast<unsigned long long>(last.overruns), static_cast<unsigned long long>(last.late),
-      last.jack_xruns,
-      static_cast<unsigned long long>(last.silent),
+      last.jack_xruns, static_cast<unsigned long long>(last.silent),
       static_cast<unsigned long long>(s.recorder_gaps.load()), last.p99_us, last.max_us,
       1e6 * block_frames / rate);
   std::printf("summary: RSS %ld KiB at %.0f s, max %ld KiB after it (tolerance %ld KiB)\n",

@@ -200,7 +200,8 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
     std::fill(interleaved + got * channels_, interleaved + frames * channels_, 0.0f);
     underruns_.fetch_add(1, std::memory_order_relaxed);
     underrun_frames_.fetch_add(frames - got, std::memory_order_relaxed);
-    if (options_.latency == LatencyMode::zero) late_periods_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.latency == LatencyMode::zero)
+      late_periods_.fetch_add(1, std::memory_order_relaxed);
     output_debt_frames_ += frames - got;
   }
   frames_out_.fetch_add(frames, std::memory_order_relaxed);
