@@ -189,6 +189,7 @@ class NonUniformCpuEngine final : public Engine {
   };
   std::atomic<Request*> prepare_request_{nullptr};
   std::atomic<TailBank*> prepared_{nullptr};
+  std::atomic<TailBank*> graveyard_{nullptr};  // a retired bank for the preparer to free
   std::atomic<std::uint64_t> prepare_wake_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> preparer_id_{0};
@@ -263,6 +264,7 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
     for (;;) {
       const std::uint64_t seen = prepare_wake_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
+      delete graveyard_.exchange(nullptr, std::memory_order_acq_rel);
       std::unique_ptr<Request> request(
           prepare_request_.exchange(nullptr, std::memory_order_acq_rel));
       if (!request) {
@@ -282,6 +284,7 @@ NonUniformCpuEngine::~NonUniformCpuEngine() {
   stop_workers();
   delete prepare_request_.exchange(nullptr);
   delete prepared_.exchange(nullptr);
+  delete graveyard_.exchange(nullptr);
 }
 
 void NonUniformCpuEngine::stop_workers() {
@@ -461,10 +464,16 @@ void NonUniformCpuEngine::take_prepared_bank() {
 }
 
 void NonUniformCpuEngine::free_unused_banks() {
-  std::erase_if(retired_, [&](const Retired& r) {
+  // Freeing megabytes of locked pages takes long: the preparer does it, one
+  // bank at a time through `graveyard_`.
+  std::erase_if(retired_, [&](Retired& r) {
     for (std::size_t s = 0; s < segments_.size(); ++s) {
       if (segments_[s]->done.load(std::memory_order_acquire) < r.dispatched[s]) return false;
     }
+    if (graveyard_.load(std::memory_order_acquire) != nullptr) return false;
+    graveyard_.store(r.bank.release(), std::memory_order_release);
+    prepare_wake_.fetch_add(1, std::memory_order_release);
+    prepare_wake_.notify_one();
     return true;
   });
 }

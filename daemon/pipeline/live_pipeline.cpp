@@ -265,20 +265,24 @@ void LivePipeline::request_realtime() {
       std::strerror(error));
 }
 
-void LivePipeline::filter_block(std::size_t frames) {
-  const std::size_t samples = channels_ * frames;
-  const auto started = std::chrono::steady_clock::now();
-  const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
+void LivePipeline::install_posted_bank() {
+  const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
     if (mailbox_.poll(
             [&](const FilterBank& bank) { engine_->set_filters(bank, options_.crossfade); })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);
-      last_swap_block_.store(block, std::memory_order_relaxed);
+      last_swap_block_.store(next_block, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
   }
+}
+
+void LivePipeline::filter_block(std::size_t frames) {
+  const std::size_t samples = channels_ * frames;
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
   try {
     engine_->process(std::span<const float>(engine_in_.data(), samples),
                      std::span<float>(engine_out_.data(), samples), frames, Layout::interleaved);
@@ -320,6 +324,10 @@ void LivePipeline::engine_loop() {
     filter_block(wanted / channels_);
     output_ring_.write(std::span<const float>(engine_out_.data(), wanted));
     if (zero) sem_post(&output_ready_);
+    // A new bank is taken between blocks, after the output is out: in zero
+    // mode the time its installation costs is then the idle rest of the
+    // period, not the next period's deadline.
+    install_posted_bank();
   }
 }
 

@@ -145,8 +145,10 @@ class LivePipeline {
  private:
   void engine_loop();
   // Filters `frames` frames of engine_in_ into engine_out_ (the engine
-  // thread's one step, in both modes), installing a posted bank first.
+  // thread's one step, in both modes).
   void filter_block(std::size_t frames);
+  // Gives the engine a bank posted to the mailbox, if any (between blocks).
+  void install_posted_bank();
   void wake_engine() noexcept;
   // zero mode: waits until the output ring holds `samples` or `deadline`
   // (CLOCK_MONOTONIC) passes; true when it holds them.
