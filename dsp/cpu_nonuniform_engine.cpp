@@ -197,6 +197,8 @@ class NonUniformCpuEngine final : public Engine {
 
   pthread_t priority_caller_{};  // the thread whose priority workers follow
   bool priority_set_ = false;
+  unsigned calls_since_priority_ = 0;
+  int worker_priority_key_ = -1;  // the caller's real-time priority they follow (0: none)
 };
 
 NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
@@ -406,14 +408,21 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
 }
 
 void NonUniformCpuEngine::follow_caller_priority() {
+  // A new caller, or now and then (a caller may change its own priority).
   const pthread_t self = pthread_self();
-  if (priority_set_ && pthread_equal(self, priority_caller_)) return;
+  if (priority_set_ && pthread_equal(self, priority_caller_) && ++calls_since_priority_ < 1024) {
+    return;
+  }
   priority_caller_ = self;
   priority_set_ = true;
+  calls_since_priority_ = 0;
   int policy = SCHED_OTHER;
   sched_param caller{};
   if (pthread_getschedparam(self, &policy, &caller) != 0) return;
   const bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
+  const int key = realtime ? caller.sched_priority : 0;
+  if (key == worker_priority_key_) return;
+  worker_priority_key_ = key;
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};

@@ -18,6 +18,7 @@ packages=(
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot
   jackd2                 # JACK's dummy server for the live tests
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
+  jconvolver             # bench/compare-jconvolver.sh: the zero-latency convolver tapstream is compared with
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
 )

@@ -208,9 +208,22 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
   wake_engine();
 }
 
+void LivePipeline::note_callback_priority() noexcept {
+  if (callback_priority_seen_) return;
+  callback_priority_seen_ = true;
+  int policy = SCHED_OTHER;
+  sched_param param{};
+  // Once: a system call, but no lock, allocation or wait.
+  if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 &&
+      (policy == SCHED_FIFO || policy == SCHED_RR)) {
+    callback_priority_.store(param.sched_priority, std::memory_order_relaxed);
+  }
+}
+
 void LivePipeline::device_callback(const float* input, float* output, std::size_t frames,
                                    void* context) noexcept {
   auto* pipeline = static_cast<LivePipeline*>(context);
+  pipeline->note_callback_priority();
   if (input != nullptr) pipeline->push_input(input, frames);
   if (output != nullptr) pipeline->pull_output(output, frames);
 }
@@ -254,6 +267,7 @@ void LivePipeline::request_realtime() {
   param.sched_priority = options_.realtime_priority;
   const int error = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
   if (error == 0) {
+    current_priority_ = options_.realtime_priority;
     realtime_granted_.store(true, std::memory_order_release);
     spdlog::debug("engine thread: SCHED_FIFO priority {}", options_.realtime_priority);
     return;
@@ -296,6 +310,23 @@ void LivePipeline::filter_block(std::size_t frames) {
   blocks_.store(block + 1, std::memory_order_relaxed);
 }
 
+void LivePipeline::follow_callback_priority() {
+  const int callback = callback_priority_.load(std::memory_order_relaxed);
+  if (callback == applied_callback_priority_) return;
+  applied_callback_priority_ = callback;
+  // The device's callback (JACK's process thread) must never wait for us:
+  // run just below it, and the engine's own helpers below us.
+  const int wanted = std::clamp(callback - 1, 1, options_.realtime_priority);
+  if (!realtime_granted_.load(std::memory_order_relaxed) || wanted == current_priority_) return;
+  sched_param param{};
+  param.sched_priority = wanted;
+  if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) == 0) {
+    current_priority_ = wanted;
+    spdlog::debug("engine thread: SCHED_FIFO priority {}, below the device callback's {}", wanted,
+                  callback);
+  }
+}
+
 void LivePipeline::engine_loop() {
   request_realtime();
   const bool zero = options_.latency == LatencyMode::zero;
@@ -306,6 +337,7 @@ void LivePipeline::engine_loop() {
   // (the semaphore is a hint, not a contract) costs little.
   const auto max_sleep = std::max(block_period / 4, std::chrono::nanoseconds(100'000));
   while (running_.load(std::memory_order_acquire)) {
+    follow_callback_priority();
     // Buffered: whole blocks. Zero: whatever the callback handed over, at
     // once, in calls of up to a block.
     const std::size_t wanted =

@@ -65,7 +65,7 @@ struct LivePipelineOptions {
   std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
   bool crossfade = true;            // crossfade one block when a new bank is installed
   bool realtime = true;             // ask for SCHED_FIFO on the engine thread
-  int realtime_priority = 60;       // below JACK's own threads (usually 70+)
+  int realtime_priority = 60;       // at most; kept below the device callback's own
 };
 
 struct LiveStats {
@@ -154,6 +154,10 @@ class LivePipeline {
   // (CLOCK_MONOTONIC) passes; true when it holds them.
   bool wait_for_output(std::size_t samples, const timespec& deadline) noexcept;
   void request_realtime();
+  // Device callback: records its thread's real-time priority (first call).
+  void note_callback_priority() noexcept;
+  // Engine thread: moves itself just below the callback's priority.
+  void follow_callback_priority();
 
   LivePipelineOptions options_;
   std::unique_ptr<Engine> engine_;
@@ -175,7 +179,15 @@ class LivePipeline {
   // Output side only.
   std::size_t output_debt_frames_ = 0;  // silence played for underruns, late frames to drop
 
+  // Callback side only.
+  bool callback_priority_seen_ = false;
+  // Written once by the callback, read by the engine thread (relaxed: a
+  // priority to follow, nothing else depends on it); 0: not real-time.
+  std::atomic<int> callback_priority_{0};
+
   // Engine thread only.
+  int applied_callback_priority_ = 0;
+  int current_priority_ = 0;
   std::vector<float> engine_in_;
   std::vector<float> engine_out_;
 
