@@ -58,7 +58,8 @@ EOF
 ticks=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_for_port() {  # pattern
-  for _ in $(seq 100); do jack_lsp 2>/dev/null | grep -q "$1" && return 0; sleep 0.1; done
+  # (grep reads all: -q would end jack_lsp with SIGPIPE, a failure under pipefail)
+  for _ in $(seq 100); do jack_lsp 2>/dev/null | grep "$1" >/dev/null && return 0; sleep 0.1; done
   return 1
 }
 
@@ -74,19 +75,26 @@ start_jack() {  # channels
   cat "$work/jackd.log" >&2
   exit 1
 }
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+stop() {  # pid: SIGTERM, then SIGKILL after 5 s (jackd may not answer the first)
+  kill "$1" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 
-# Round trip through in -> out measured by jack_iodelay, in frames.
-round_trip() {  # input port, output port
-  stdbuf -o0 jack_iodelay >"$work/iodelay.txt" 2>&1 &
-  local io=$!
+# jack_iodelay's test signal into every input matching $3 (the dummy
+# driver's capture ports are silent, and a convolver may skip silent input),
+# its round trip through in $1 -> out $2, in frames, in $trip. It keeps
+# running (pid $io) so that the CPU window that follows filters a signal.
+start_round_trip() {  # input port, output port, pattern of all inputs
+  stdbuf -o0 jack_iodelay >"$work/iodelay.txt" 2>&1 </dev/null &
+  io=$!
   pids+=("$io")
   wait_for_port jack_delay:in
-  jack_connect jack_delay:out "$1"
+  for port in $(jack_lsp | grep -E "$3"); do jack_connect jack_delay:out "$port"; done
   jack_connect "$2" jack_delay:in
   sleep 4
-  stop "$io"
-  tr '\r' '\n' <"$work/iodelay.txt" | awk '/total roundtrip latency/ {v=$1} END {print v+0}'
+  trip=$(tr '\r' '\n' <"$work/iodelay.txt" | awk '/total roundtrip latency/ {v=$1} END {print v+0}')
 }
 
 results=()
@@ -139,7 +147,9 @@ EOF
       wait_for_port "$out_port" || { cat "$work/conv.log" >&2; exit 1; }
     fi
     sleep 1
-    trip=$(round_trip "$in_port" "$out_port")
+    inputs='^jconvolver:in_'
+    [ "$convolver" = tapstream ] && inputs='^PortAudio.*:in_'
+    start_round_trip "$in_port" "$out_port" "$inputs"
     added=$((${trip%.*} - PERIOD))
     xruns0=$(grep -c XRun "$work/jackd.log" || true)
     late0=0
@@ -159,6 +169,7 @@ EOF
     printf '%-10s %4d %6d %6d %10d %8s %7s %7d\n' "$convolver" "$channels" "$PERIOD" "$TAPS" \
       "$added" "$cpu" "$late" "$xruns"
     results+=("{\"convolver\":\"$convolver\",\"channels\":$channels,\"period\":$PERIOD,\"taps\":$TAPS,\"round_trip_frames\":$trip,\"added_frames\":$added,\"cpu_percent\":$cpu,\"late_periods\":\"$late\",\"jack_xruns\":$xruns,\"seconds\":$SECONDS_EACH}")
+    stop "$io"
     stop "$conv"
     stop "$jack_pid"
   done
