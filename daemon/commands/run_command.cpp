@@ -38,9 +38,12 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/io/audio_device.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control/control_socket.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/io/file_endpoints.hpp"
 #include "daemon/control/file_watcher.hpp"
 #include "daemon/control/filter_swapper.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
