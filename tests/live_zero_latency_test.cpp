@@ -62,7 +62,7 @@ LivePipelineOptions zero_options(std::size_t block) {
   options.realtime = false;  // a test process: no real-time priority needed
   // Generous: a test on a loaded machine is not a real-time thread. The
   // low rate stretches the deadline (period length) without changing the data.
-  options.sample_rate = 4800;
+  options.sample_rate = 1000;
   options.zero_deadline_fraction = 1.0;
   return options;
 }
