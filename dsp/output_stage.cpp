@@ -1,0 +1,183 @@
+#include "dsp/output_stage.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace tapstream {
+
+namespace {
+
+float linear_gain(float db, bool muted) {
+  if (muted || db <= OutputStage::min_volume_db) return 0.0f;
+  return std::pow(10.0f, db / 20.0f);
+}
+
+}  // namespace
+
+OutputStage::OutputStage(std::size_t channels, int sample_rate, double ramp_ms)
+    : channels_(channels),
+      ramp_frames_(std::max<std::size_t>(
+          1, static_cast<std::size_t>(std::lround(ramp_ms * sample_rate / 1000.0)))),
+      targets_(std::make_unique<Target[]>(channels + 1)),
+      gain_(channels, 1.0f),
+      ramp_from_(channels, 1.0f),
+      ramp_to_(channels, 1.0f),
+      slots_(std::make_unique<Slot[]>(history * channels)),
+      clipped_(std::make_unique<std::atomic<std::uint64_t>[]>(channels)) {
+  if (channels == 0) throw std::invalid_argument("output stage: no channels");
+  if (sample_rate <= 0 || !(ramp_ms >= 0)) {
+    throw std::invalid_argument("output stage: bad sample rate or ramp");
+  }
+  ramp_done_ = ramp_frames_;
+}
+
+OutputStage::Target& OutputStage::target(std::optional<std::size_t> channel) {
+  return const_cast<Target&>(std::as_const(*this).target(channel));
+}
+
+const OutputStage::Target& OutputStage::target(std::optional<std::size_t> channel) const {
+  if (!channel) return targets_[channels_];
+  if (*channel >= channels_) {
+    throw std::out_of_range("channel " + std::to_string(*channel) + " does not exist (0.." +
+                            std::to_string(channels_ - 1) + ")");
+  }
+  return targets_[*channel];
+}
+
+void OutputStage::set_volume_db(std::optional<std::size_t> channel, double db) {
+  if (std::isnan(db)) throw std::invalid_argument("volume is not a number");
+  target(channel).volume_db.store(static_cast<float>(std::clamp(db, min_volume_db, max_volume_db)),
+                                  std::memory_order_relaxed);
+  targets_version_.fetch_add(1, std::memory_order_release);
+}
+
+void OutputStage::set_mute(std::optional<std::size_t> channel, bool muted) {
+  target(channel).muted.store(muted, std::memory_order_relaxed);
+  targets_version_.fetch_add(1, std::memory_order_release);
+}
+
+double OutputStage::volume_db(std::optional<std::size_t> channel) const {
+  return target(channel).volume_db.load(std::memory_order_relaxed);
+}
+
+bool OutputStage::muted(std::optional<std::size_t> channel) const {
+  return target(channel).muted.load(std::memory_order_relaxed);
+}
+
+float OutputStage::target_gain(std::size_t channel) const {
+  const Target& own = targets_[channel];
+  const Target& master = targets_[channels_];
+  return linear_gain(own.volume_db.load(std::memory_order_relaxed),
+                     own.muted.load(std::memory_order_relaxed)) *
+         linear_gain(master.volume_db.load(std::memory_order_relaxed),
+                     master.muted.load(std::memory_order_relaxed));
+}
+
+void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
+  const std::uint64_t version = targets_version_.load(std::memory_order_acquire);
+  if (version != seen_version_) {
+    seen_version_ = version;
+    bool changed = false;
+    for (std::size_t c = 0; c < channels_; ++c) {
+      const float to = target_gain(c);
+      changed = changed || to != ramp_to_[c];
+      ramp_from_[c] = gain_[c];
+      ramp_to_[c] = to;
+    }
+    if (changed) ramp_done_ = 0;
+  }
+
+  const std::uint64_t call = calls_.load(std::memory_order_relaxed);
+  Slot* slot = &slots_[(call % history) * channels_];
+  std::size_t frame = 0;
+  // The ramp, frame by frame; then a constant gain, channel by channel.
+  float peaks[64] = {};
+  float sums[64] = {};
+  const auto accumulate = [&](std::size_t c, float value, float& peak, float& sum) {
+    const float magnitude = std::fabs(value);
+    peak = std::max(peak, magnitude);
+    sum += value * value;
+    if (magnitude >= 1.0f) clipped_[c].fetch_add(1, std::memory_order_relaxed);
+  };
+  for (std::size_t c0 = 0; c0 < channels_; c0 += 64) {
+    const std::size_t c1 = std::min(channels_, c0 + 64);
+    std::fill(peaks, peaks + 64, 0.0f);
+    std::fill(sums, sums + 64, 0.0f);
+    std::size_t done = ramp_done_;
+    for (frame = 0; frame < frames && done < ramp_frames_; ++frame, ++done) {
+      const float t = float(done + 1) / float(ramp_frames_);
+      for (std::size_t c = c0; c < c1; ++c) {
+        gain_[c] = ramp_from_[c] + (ramp_to_[c] - ramp_from_[c]) * t;
+        float& sample = interleaved[frame * channels_ + c];
+        sample *= gain_[c];
+        accumulate(c, sample, peaks[c - c0], sums[c - c0]);
+      }
+    }
+    if (c1 == channels_) ramp_done_ = done;
+    for (std::size_t c = c0; c < c1; ++c) {
+      if (done >= ramp_frames_) gain_[c] = ramp_to_[c];
+      const float gain = gain_[c];
+      float peak = peaks[c - c0];
+      float sum = sums[c - c0];
+      for (std::size_t f = frame; f < frames; ++f) {
+        float& sample = interleaved[f * channels_ + c];
+        sample *= gain;
+        accumulate(c, sample, peak, sum);
+      }
+      slot[c].peak.store(peak, std::memory_order_relaxed);
+      slot[c].sum_squares.store(sum, std::memory_order_relaxed);
+      slot[c].frames.store(static_cast<std::uint32_t>(frames), std::memory_order_relaxed);
+    }
+  }
+  calls_.store(call + 1, std::memory_order_release);
+}
+
+std::vector<ChannelLevels> OutputStage::read_levels(MeterCursor& cursor) const {
+  const std::uint64_t calls = calls_.load(std::memory_order_acquire);
+  cursor.clipped_read.resize(channels_, 0);
+  std::vector<ChannelLevels> levels(channels_);
+  const std::uint64_t first =
+      std::max(cursor.calls_read, calls > history / 2 ? calls - history / 2 : 0);
+  for (std::size_t c = 0; c < channels_; ++c) {
+    ChannelLevels& level = levels[c];
+    if (calls > 0) {
+      const Slot& newest = slots_[((calls - 1) % history) * channels_ + c];
+      const std::uint32_t frames = newest.frames.load(std::memory_order_relaxed);
+      level.peak = newest.peak.load(std::memory_order_relaxed);
+      level.rms = frames > 0
+                      ? std::sqrt(newest.sum_squares.load(std::memory_order_relaxed) / frames)
+                      : 0.0f;
+    }
+    double sum = 0;
+    std::uint64_t frames = 0;
+    for (std::uint64_t call = first; call < calls; ++call) {
+      const Slot& slot = slots_[(call % history) * channels_ + c];
+      level.peak_since = std::max(level.peak_since, slot.peak.load(std::memory_order_relaxed));
+      sum += slot.sum_squares.load(std::memory_order_relaxed);
+      frames += slot.frames.load(std::memory_order_relaxed);
+    }
+    // Nothing new since the previous read: the newest call stands for "since".
+    if (frames == 0) {
+      level.peak_since = level.peak;
+      level.rms_since = level.rms;
+    } else {
+      level.rms_since = static_cast<float>(std::sqrt(sum / double(frames)));
+    }
+    level.clipped_total = clipped_[c].load(std::memory_order_relaxed);
+    level.clipped = level.clipped_total - cursor.clipped_read[c];
+    cursor.clipped_read[c] = level.clipped_total;
+  }
+  cursor.calls_read = calls;
+  return levels;
+}
+
+std::uint64_t OutputStage::clipped_total() const {
+  std::uint64_t total = 0;
+  for (std::size_t c = 0; c < channels_; ++c) total += clipped_[c].load(std::memory_order_relaxed);
+  return total;
+}
+
+}  // namespace tapstream
