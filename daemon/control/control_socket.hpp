@@ -77,6 +77,9 @@ struct ControlHandlers {
   // std::exception whose what() is the reason for a rejection.
   std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
       load;
+  // Answers a request line that starts with '{': the JSON request model of
+  // daemon/control/control_api.hpp, shared with the websocket API.
+  std::function<std::string(std::string_view line)> json;
 };
 
 class ControlServer {
