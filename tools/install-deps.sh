@@ -20,6 +20,7 @@ packages=(
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
+  chromium               # the browser page's end-to-end test (tools/web-e2e.sh, with node + npm)
 )
 
 sudo=""

@@ -17,6 +17,12 @@ cmake --build build -j"$jobs"
 echo "== tests =="
 # The 10-minute load test (label load) is not part of this run: see README, "Load test".
 ctest --test-dir build --output-on-failure -j"$jobs" -LE load
+echo "== browser page end to end (headless Chromium) =="
+if command -v chromium >/dev/null && command -v node >/dev/null && command -v npm >/dev/null; then
+  tools/web-e2e.sh build
+else
+  echo "skipped: needs chromium (tools/install-deps.sh), node and npm"
+fi
 
 if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (CPU code) =="
