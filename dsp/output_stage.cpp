@@ -92,46 +92,45 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
 
   const std::uint64_t call = calls_.load(std::memory_order_relaxed);
   Slot* slot = &slots_[(call % history) * channels_];
-  std::size_t frame = 0;
-  // The ramp, frame by frame; then a constant gain, channel by channel.
-  float peaks[64] = {};
-  float sums[64] = {};
-  const auto accumulate = [&](std::size_t c, float value, float& peak, float& sum) {
-    const float magnitude = std::fabs(value);
-    peak = std::max(peak, magnitude);
-    sum += value * value;
-    if (magnitude >= 1.0f) clipped_[c].fetch_add(1, std::memory_order_relaxed);
-  };
-  for (std::size_t c0 = 0; c0 < channels_; c0 += 64) {
-    const std::size_t c1 = std::min(channels_, c0 + 64);
-    std::fill(peaks, peaks + 64, 0.0f);
-    std::fill(sums, sums + 64, 0.0f);
-    std::size_t done = ramp_done_;
-    for (frame = 0; frame < frames && done < ramp_frames_; ++frame, ++done) {
-      const float t = float(done + 1) / float(ramp_frames_);
-      for (std::size_t c = c0; c < c1; ++c) {
-        gain_[c] = ramp_from_[c] + (ramp_to_[c] - ramp_from_[c]) * t;
-        float& sample = interleaved[frame * channels_ + c];
-        sample *= gain_[c];
-        accumulate(c, sample, peaks[c - c0], sums[c - c0]);
+  const std::size_t ramp_left = ramp_frames_ - std::min(ramp_done_, ramp_frames_);
+  const std::size_t ramp_now = std::min(frames, ramp_left);
+  for (std::size_t c = 0; c < channels_; ++c) {
+    float* sample = interleaved + c;
+    float peak = 0.0f;
+    float sum = 0.0f;
+    std::uint64_t clipped = 0;
+    const auto measure = [&](float value) {
+      const float magnitude = std::fabs(value);
+      peak = std::max(peak, magnitude);
+      sum += value * value;
+      clipped += magnitude >= 1.0f ? 1 : 0;
+    };
+    // The ramp: the gain moves by a constant step per frame.
+    std::size_t f = 0;
+    if (ramp_now > 0) {
+      const float step = (ramp_to_[c] - ramp_from_[c]) / float(ramp_frames_);
+      const float start = ramp_from_[c] + step * float(ramp_done_);
+      for (; f < ramp_now; ++f) {
+        sample[f * channels_] *= start + step * float(f + 1);
+        measure(sample[f * channels_]);
+      }
+      gain_[c] = ramp_now == ramp_left ? ramp_to_[c] : start + step * float(ramp_now);
+    }
+    const float gain = gain_[c];
+    if (gain == 1.0f) {
+      for (; f < frames; ++f) measure(sample[f * channels_]);
+    } else {
+      for (; f < frames; ++f) {
+        sample[f * channels_] *= gain;
+        measure(sample[f * channels_]);
       }
     }
-    if (c1 == channels_) ramp_done_ = done;
-    for (std::size_t c = c0; c < c1; ++c) {
-      if (done >= ramp_frames_) gain_[c] = ramp_to_[c];
-      const float gain = gain_[c];
-      float peak = peaks[c - c0];
-      float sum = sums[c - c0];
-      for (std::size_t f = frame; f < frames; ++f) {
-        float& sample = interleaved[f * channels_ + c];
-        sample *= gain;
-        accumulate(c, sample, peak, sum);
-      }
-      slot[c].peak.store(peak, std::memory_order_relaxed);
-      slot[c].sum_squares.store(sum, std::memory_order_relaxed);
-      slot[c].frames.store(static_cast<std::uint32_t>(frames), std::memory_order_relaxed);
-    }
+    if (clipped > 0) clipped_[c].fetch_add(clipped, std::memory_order_relaxed);
+    slot[c].peak.store(peak, std::memory_order_relaxed);
+    slot[c].sum_squares.store(sum, std::memory_order_relaxed);
+    slot[c].frames.store(static_cast<std::uint32_t>(frames), std::memory_order_relaxed);
   }
+  ramp_done_ += ramp_now;
   calls_.store(call + 1, std::memory_order_release);
 }
 
