@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -572,10 +573,21 @@ std::string ControlApi::handle(std::string_view text, ApiSession& session) {
 }
 
 std::string ControlApi::meters_event(ApiSession& session) {
-  const json event = {
-      {"event", "meters"},
-      {"levels", levels_json(impl_->pipeline.output_stage().read_levels(session.meters))}};
-  return event.dump();
+  // The one message sent many times a second to many clients: formatted
+  // directly, the same JSON levels_json() would give.
+  const auto levels = impl_->pipeline.output_stage().read_levels(session.meters);
+  fmt::memory_buffer out;
+  fmt::format_to(std::back_inserter(out), R"({{"event":"meters","levels":[)");
+  for (std::size_t c = 0; c < levels.size(); ++c) {
+    const ChannelLevels& l = levels[c];
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"peak":{:.6g},"rms":{:.6g},"peak_since":{:.6g},"rms_since":{:.6g},)"
+                   R"("clipped":{},"clipped_total":{}}})",
+                   c == 0 ? "" : ",", l.peak, l.rms, l.peak_since, l.rms_since, l.clipped,
+                   l.clipped_total);
+  }
+  fmt::format_to(std::back_inserter(out), "]}}");
+  return fmt::to_string(out);
 }
 
 std::string ControlApi::applied_config_text() const {
