@@ -91,6 +91,9 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
   }
 
   const std::uint64_t call = calls_.load(std::memory_order_relaxed);
+  // Readers that see any of this call's slot writes see `started_` >= call.
+  started_.store(call, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   Slot* slot = &slots_[(call % history) * channels_];
   const std::size_t ramp_left = ramp_frames_ - std::min(ramp_done_, ramp_frames_);
   const std::size_t ramp_now = std::min(frames, ramp_left);
@@ -110,11 +113,15 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
     if (ramp_now > 0) {
       const float step = (ramp_to_[c] - ramp_from_[c]) / float(ramp_frames_);
       const float start = ramp_from_[c] + step * float(ramp_done_);
+      // Clamped, so that rounding never takes the gain past either end.
+      const float low = std::min(ramp_from_[c], ramp_to_[c]);
+      const float high = std::max(ramp_from_[c], ramp_to_[c]);
       for (; f < ramp_now; ++f) {
-        sample[f * channels_] *= start + step * float(f + 1);
+        sample[f * channels_] *= std::clamp(start + step * float(f + 1), low, high);
         measure(sample[f * channels_]);
       }
-      gain_[c] = ramp_now == ramp_left ? ramp_to_[c] : start + step * float(ramp_now);
+      gain_[c] = ramp_now == ramp_left ? ramp_to_[c]
+                                       : std::clamp(start + step * float(ramp_now), low, high);
     }
     const float gain = gain_[c];
     if (gain == 1.0f) {
@@ -135,36 +142,49 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
 }
 
 std::vector<ChannelLevels> OutputStage::read_levels(MeterCursor& cursor) const {
-  const std::uint64_t calls = calls_.load(std::memory_order_acquire);
   cursor.clipped_read.resize(channels_, 0);
   std::vector<ChannelLevels> levels(channels_);
-  const std::uint64_t first =
-      std::max(cursor.calls_read, calls > history / 2 ? calls - history / 2 : 0);
+  std::uint64_t calls = 0;
+  // Read, then check that the audio thread has not started to overwrite the
+  // oldest slot read meanwhile (a seqlock on `started_`); try again if it has.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    calls = calls_.load(std::memory_order_acquire);
+    const std::uint64_t first =
+        std::max(cursor.calls_read, calls > history / 2 ? calls - history / 2 : 0);
+    for (std::size_t c = 0; c < channels_; ++c) {
+      ChannelLevels& level = levels[c];
+      level = ChannelLevels{};
+      if (calls > 0) {
+        const Slot& newest = slots_[((calls - 1) % history) * channels_ + c];
+        const std::uint32_t frames = newest.frames.load(std::memory_order_relaxed);
+        level.peak = newest.peak.load(std::memory_order_relaxed);
+        level.rms = frames > 0
+                        ? std::sqrt(newest.sum_squares.load(std::memory_order_relaxed) / frames)
+                        : 0.0f;
+      }
+      double sum = 0;
+      std::uint64_t frames = 0;
+      for (std::uint64_t call = first; call < calls; ++call) {
+        const Slot& slot = slots_[(call % history) * channels_ + c];
+        level.peak_since = std::max(level.peak_since, slot.peak.load(std::memory_order_relaxed));
+        sum += slot.sum_squares.load(std::memory_order_relaxed);
+        frames += slot.frames.load(std::memory_order_relaxed);
+      }
+      // Nothing new since the previous read: the newest call stands for "since".
+      if (frames == 0) {
+        level.peak_since = level.peak;
+        level.rms_since = level.rms;
+      } else {
+        level.rms_since = static_cast<float>(std::sqrt(sum / double(frames)));
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint64_t started = started_.load(std::memory_order_relaxed);
+    const std::uint64_t oldest = calls > 0 ? std::min(first, calls - 1) : 0;
+    if (calls == 0 || started < oldest + history) break;
+  }
   for (std::size_t c = 0; c < channels_; ++c) {
     ChannelLevels& level = levels[c];
-    if (calls > 0) {
-      const Slot& newest = slots_[((calls - 1) % history) * channels_ + c];
-      const std::uint32_t frames = newest.frames.load(std::memory_order_relaxed);
-      level.peak = newest.peak.load(std::memory_order_relaxed);
-      level.rms = frames > 0
-                      ? std::sqrt(newest.sum_squares.load(std::memory_order_relaxed) / frames)
-                      : 0.0f;
-    }
-    double sum = 0;
-    std::uint64_t frames = 0;
-    for (std::uint64_t call = first; call < calls; ++call) {
-      const Slot& slot = slots_[(call % history) * channels_ + c];
-      level.peak_since = std::max(level.peak_since, slot.peak.load(std::memory_order_relaxed));
-      sum += slot.sum_squares.load(std::memory_order_relaxed);
-      frames += slot.frames.load(std::memory_order_relaxed);
-    }
-    // Nothing new since the previous read: the newest call stands for "since".
-    if (frames == 0) {
-      level.peak_since = level.peak;
-      level.rms_since = level.rms;
-    } else {
-      level.rms_since = static_cast<float>(std::sqrt(sum / double(frames)));
-    }
     level.clipped_total = clipped_[c].load(std::memory_order_relaxed);
     level.clipped = level.clipped_total - cursor.clipped_read[c];
     cursor.clipped_read[c] = level.clipped_total;

@@ -16,10 +16,14 @@
 //   atomics, then publishes the call count with release. A reader (a
 //   MeterCursor, one per client, so that "since last read" is per client)
 //   loads the count with acquire, so every slot below it is complete, and
-//   reads only the newest history/2 calls: the audio thread would have to
-//   run history/2 calls during one read to overwrite a slot being read,
-//   which at any period is far longer than a read takes. Clip counts are
-//   monotonic per-channel counters with one writer.
+//   reads at most the newest history/2 calls. A slot being read could still
+//   be overwritten by a reader descheduled for history/2 calls, so the
+//   audio thread also stores the call it starts in `started_` followed by a
+//   release fence before writing its slot; the reader, after its slot loads,
+//   takes an acquire fence and loads `started_`: if it saw any value of an
+//   overwrite it sees that call there (fence-to-fence synchronisation), and
+//   reads again (a seqlock). Clip counts are monotonic per-channel counters
+//   with one writer.
 // process() never locks, allocates, logs or waits; readers never block it.
 
 #include <atomic>
@@ -101,6 +105,7 @@ class OutputStage {
   std::unique_ptr<Slot[]> slots_;  // history x channels
   std::unique_ptr<std::atomic<std::uint64_t>[]> clipped_;
   std::atomic<std::uint64_t> calls_{0};
+  std::atomic<std::uint64_t> started_{0};  // the call whose slot is being written
 };
 
 }  // namespace tapstream
