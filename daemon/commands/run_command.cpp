@@ -38,16 +38,16 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/io/audio_device.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
-#include "daemon/control/file_watcher.hpp"
 #include "daemon/control/state_file.hpp"
 #include "daemon/control/websocket_server.hpp"
 #include "daemon/engine_factory.hpp"
-#include "daemon/io/audio_device.hpp"
 #include "daemon/io/file_endpoints.hpp"
+#include "daemon/control/file_watcher.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 
