@@ -91,9 +91,8 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
   }
 
   const std::uint64_t call = calls_.load(std::memory_order_relaxed);
-  // Readers that see any of this call's slot writes see `started_` >= call.
+  // Slot stores are releases, so a reader that loads any of them sees `started_` >= call.
   started_.store(call, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
   Slot* slot = &slots_[(call % history) * channels_];
   const std::size_t ramp_left = ramp_frames_ - std::min(ramp_done_, ramp_frames_);
   const std::size_t ramp_now = std::min(frames, ramp_left);
@@ -133,9 +132,9 @@ void OutputStage::process(float* interleaved, std::size_t frames) noexcept {
       }
     }
     if (clipped > 0) clipped_[c].fetch_add(clipped, std::memory_order_relaxed);
-    slot[c].peak.store(peak, std::memory_order_relaxed);
-    slot[c].sum_squares.store(sum, std::memory_order_relaxed);
-    slot[c].frames.store(static_cast<std::uint32_t>(frames), std::memory_order_relaxed);
+    slot[c].peak.store(peak, std::memory_order_release);
+    slot[c].sum_squares.store(sum, std::memory_order_release);
+    slot[c].frames.store(static_cast<std::uint32_t>(frames), std::memory_order_release);
   }
   ramp_done_ += ramp_now;
   calls_.store(call + 1, std::memory_order_release);
@@ -156,19 +155,19 @@ std::vector<ChannelLevels> OutputStage::read_levels(MeterCursor& cursor) const {
       level = ChannelLevels{};
       if (calls > 0) {
         const Slot& newest = slots_[((calls - 1) % history) * channels_ + c];
-        const std::uint32_t frames = newest.frames.load(std::memory_order_relaxed);
-        level.peak = newest.peak.load(std::memory_order_relaxed);
+        const std::uint32_t frames = newest.frames.load(std::memory_order_acquire);
+        level.peak = newest.peak.load(std::memory_order_acquire);
         level.rms = frames > 0
-                        ? std::sqrt(newest.sum_squares.load(std::memory_order_relaxed) / frames)
+                        ? std::sqrt(newest.sum_squares.load(std::memory_order_acquire) / frames)
                         : 0.0f;
       }
       double sum = 0;
       std::uint64_t frames = 0;
       for (std::uint64_t call = first; call < calls; ++call) {
         const Slot& slot = slots_[(call % history) * channels_ + c];
-        level.peak_since = std::max(level.peak_since, slot.peak.load(std::memory_order_relaxed));
-        sum += slot.sum_squares.load(std::memory_order_relaxed);
-        frames += slot.frames.load(std::memory_order_relaxed);
+        level.peak_since = std::max(level.peak_since, slot.peak.load(std::memory_order_acquire));
+        sum += slot.sum_squares.load(std::memory_order_acquire);
+        frames += slot.frames.load(std::memory_order_acquire);
       }
       // Nothing new since the previous read: the newest call stands for "since".
       if (frames == 0) {
@@ -178,7 +177,6 @@ std::vector<ChannelLevels> OutputStage::read_levels(MeterCursor& cursor) const {
         level.rms_since = static_cast<float>(std::sqrt(sum / double(frames)));
       }
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
     const std::uint64_t started = started_.load(std::memory_order_relaxed);
     const std::uint64_t oldest = calls > 0 ? std::min(first, calls - 1) : 0;
     if (calls == 0 || started < oldest + history) break;

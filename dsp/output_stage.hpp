@@ -18,12 +18,12 @@
 //   loads the count with acquire, so every slot below it is complete, and
 //   reads at most the newest history/2 calls. A slot being read could still
 //   be overwritten by a reader descheduled for history/2 calls, so the
-//   audio thread also stores the call it starts in `started_` followed by a
-//   release fence before writing its slot; the reader, after its slot loads,
-//   takes an acquire fence and loads `started_`: if it saw any value of an
-//   overwrite it sees that call there (fence-to-fence synchronisation), and
-//   reads again (a seqlock). Clip counts are monotonic per-channel counters
-//   with one writer.
+//   audio thread stores the call it starts in `started_` before writing its
+//   slot, with release stores into the slot; the reader loads slots with
+//   acquire, so if it saw any value of an overwrite, its later load of
+//   `started_` sees that call, and it reads again (a seqlock). Clip counts
+//   are monotonic per-channel counters with one writer. (Release/acquire
+//   are plain moves on x86.)
 // process() never locks, allocates, logs or waits; readers never block it.
 
 #include <atomic>
