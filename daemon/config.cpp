@@ -175,6 +175,37 @@ void read_control(const Reader& reader, const toml::table& root, LiveConfig& con
   }
 }
 
+void read_web(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  if (const toml::table* table = reader.table(root, "web")) {
+    reader.check_known(*table, "web", {"port", "address", "token", "root"});
+    if (auto port = reader.integer(*table, "web", "port", 0, 65535)) {
+      config.web_port = static_cast<int>(*port);
+    }
+    if (auto address = reader.string(*table, "web", "address")) config.web_address = *address;
+    if (auto token = reader.string(*table, "web", "token", /*allow_empty=*/true)) {
+      config.web_token = *token;
+    }
+    if (auto web_root = reader.string(*table, "web", "root", /*allow_empty=*/true)) {
+      if (!web_root->empty()) config.web_root = reader.resolve(*web_root);
+    }
+    const bool loopback = config.web_address == "127.0.0.1" || config.web_address == "::1" ||
+                          config.web_address == "localhost";
+    if (config.web_port != 0 && !loopback && config.web_token.size() < 16) {
+      reader.fail("web.address", *table->get("address"),
+                  "is not a loopback address, so web.token must be set (16 characters or more)");
+    }
+  }
+  if (const toml::table* table = reader.table(root, "state")) {
+    reader.check_known(*table, "state", {"file"});
+    if (auto file = reader.string(*table, "state", "file", /*allow_empty=*/true)) {
+      if (!file->empty()) {
+        config.state_file = reader.resolve(*file);
+        reader.require_parent_directory("state.file", *table->get("file"), config.state_file);
+      }
+    }
+  }
+}
+
 void read_log(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "log");
   if (table == nullptr) return;
@@ -215,7 +246,7 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
 
   reader.check_known(root, "",
                      {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency",
-                      "input", "output", "filter", "engine", "control", "log"});
+                      "input", "output", "filter", "engine", "control", "web", "state", "log"});
   LiveConfig config;
   if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
     config.sample_rate = static_cast<int>(*rate);
@@ -243,6 +274,7 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   config.engine.max_block_frames = config.block_frames;
   read_engine(reader, root, config);
   read_control(reader, root, config);
+  read_web(reader, root, config);
   read_log(reader, root, config);
   return config;
 }

@@ -16,6 +16,8 @@
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
+//   [web]     port = 0, address = "127.0.0.1", token = "", root = ""
+//   [state]   file = ""
 //   [log]     level = "info", file = ""
 //
 // Relative paths are resolved against the directory of the configuration file.
@@ -92,6 +94,12 @@ struct LiveConfig {
   bool max_taps_given = false;
 
   std::filesystem::path control_socket;  // empty: no control socket
+  // The websocket API and browser page (daemon/control/websocket_server.hpp).
+  int web_port = 0;  // 0: off
+  std::string web_address = "127.0.0.1";
+  std::string web_token;             // required from clients when not on loopback
+  std::filesystem::path web_root;    // static files of the page; empty: the installed ones
+  std::filesystem::path state_file;  // volume, mute, filters kept across restarts; empty: none
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::filesystem::path log_file;  // empty: log to stderr only
 

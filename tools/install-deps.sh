@@ -16,11 +16,13 @@ packages=(
   libcli11-dev           # command line
   nlohmann-json3-dev     # every JSON tapstream reads or writes (control socket, info, benches)
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot
+  libboost-dev           # Boost.Beast: the websocket API and browser page
   jackd2                 # JACK's dummy server for the live tests
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
   jconvolver             # bench/compare-jconvolver.sh: the zero-latency convolver tapstream is compared with
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
+  chromium               # the browser page's end-to-end test (tools/web-e2e.sh, with node + npm)
 )
 
 sudo=""

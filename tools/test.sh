@@ -17,6 +17,12 @@ cmake --build build -j"$jobs"
 echo "== tests =="
 # The 10-minute load test (label load) is not part of this run: see README, "Load test".
 ctest --test-dir build --output-on-failure -j"$jobs" -LE load
+echo "== browser page end to end (headless Chromium) =="
+if command -v chromium >/dev/null && command -v node >/dev/null && command -v npm >/dev/null; then
+  tools/web-e2e.sh build
+else
+  echo "skipped: needs chromium (tools/install-deps.sh), node and npm"
+fi
 
 if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (CPU code) =="
@@ -32,7 +38,7 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   echo "== ThreadSanitizer (rings, swap hand-off, control plane) =="
   tsan_tests=(spsc_ring_test filter_mailbox_test control_socket_test file_watcher_test
               latency_stats_test config_test live_pipeline_test cpu_engine_test daemon_swaps_test
-              cpu_nonuniform_engine_test live_zero_latency_test)
+              cpu_nonuniform_engine_test live_zero_latency_test output_stage_test)
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTAPSTREAM_CUDA=OFF \
     -DTAPSTREAM_BENCH=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
   present=()

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -38,14 +39,17 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/io/audio_device.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
+#include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
-#include "daemon/engine_factory.hpp"
-#include "daemon/io/file_endpoints.hpp"
 #include "daemon/control/file_watcher.hpp"
 #include "daemon/control/filter_swapper.hpp"
+#include "daemon/control/state_file.hpp"
+#include "daemon/control/websocket_server.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/io/audio_device.hpp"
+#include "daemon/io/file_endpoints.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 
@@ -368,6 +372,62 @@ void restart_self(std::chrono::milliseconds backoff) {
   spdlog::error("restarting failed: execv: {}", std::strerror(errno));
 }
 
+// The page's files: [web] root, else installed beside the executable, else the source tree's.
+fs::path web_root(const LiveConfig& config) {
+  if (!config.web_root.empty()) return config.web_root;
+  std::error_code error;
+  const fs::path installed =
+      fs::read_symlink("/proc/self/exe", error).parent_path().parent_path() / "share/tapstream/web";
+  if (!error && fs::is_directory(installed, error)) return installed;
+  return TAPSTREAM_WEB_SOURCE_ROOT;
+}
+
+// The API's view of the daemon (volume and meters it takes from the pipeline itself).
+ApiHooks make_api_hooks(FilterSwapper& swapper, const DeviceLink& devices,
+                        std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
+  ApiHooks hooks;
+  hooks.filters = [&swapper] { return swapper.current(); };
+  hooks.load_filter = [&swapper](std::optional<std::size_t> channel, const fs::path& file) {
+    return swapper.load(channel ? std::to_string(*channel) : "all", file);
+  };
+  hooks.config = [&swapper] { return swapper.config(); };
+  hooks.apply_config = [&swapper](const LiveConfig& next,
+                                  std::vector<std::string>& restart_needed) {
+    const LiveConfig now = swapper.config();
+    const auto differs = [&](bool changed, const char* key) {
+      if (changed) restart_needed.emplace_back(key);
+    };
+    differs(next.sample_rate != now.sample_rate, "sample_rate");
+    differs(next.block_frames != now.block_frames, "block_frames");
+    differs(next.ring_margin_frames != now.ring_margin_frames, "ring_margin_frames");
+    differs(next.input.describe() != now.input.describe(), "input");
+    differs(next.output.describe() != now.output.describe(), "output");
+    differs(next.filter_files != now.filter_files && next.watch_filters, "filter.watch");
+    differs(next.web_port != now.web_port || next.web_address != now.web_address ||
+                next.web_token != now.web_token,
+            "web");
+    // As a reload: the filters and gain of `next`, re-reading only what changed.
+    return swapper.reload(next);
+  };
+  hooks.devices = [&devices] {
+    return std::make_pair(devices.input_name(), devices.output_name());
+  };
+  hooks.log = [log](std::size_t limit) { return log->last_formatted(limit); };
+  return hooks;
+}
+
+DaemonState current_state(LivePipeline& pipeline, const FilterSwapper& swapper,
+                          const ControlApi& api) {
+  DaemonState state;
+  const OutputStage& stage = pipeline.output_stage();
+  state.master = level_of(stage, std::nullopt);
+  for (std::size_t c = 0; c < stage.channels(); ++c) state.channels.push_back(level_of(stage, c));
+  state.config_text = api.applied_config_text();
+  const auto bank = swapper.current();
+  for (std::size_t c = 0; c < bank->channels(); ++c) state.filters.push_back(bank->source(c));
+  return state;
+}
+
 int run_daemon(RunArgs args) {
   // SIGHUP reads it again: keep its absolute name.
   args.config = fs::absolute(args.config).string();
@@ -375,6 +435,38 @@ int run_daemon(RunArgs args) {
   apply_overrides(config, args);
   spdlog::set_level(std::min(spdlog::get_level(), config.log_level));
   add_log_file(config.log_file);
+  // The API's log view keeps the newest lines.
+  auto log_ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  log_ring->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %l: %v");
+  spdlog::default_logger()->sinks().push_back(log_ring);
+
+  // What a person set at run time comes back from the state file.
+  std::unique_ptr<StateFile> state_file;
+  std::optional<DaemonState> saved;
+  if (!config.state_file.empty()) {
+    state_file = std::make_unique<StateFile>(config.state_file);
+    try {
+      saved = state_file->load();
+    } catch (const std::exception& e) {
+      spdlog::warn("{}; starting from the configuration", e.what());
+    }
+  }
+  std::string restored_config_text;
+  if (saved && !saved->config_text.empty()) {
+    try {
+      LiveConfig restored =
+          parse_live_config(saved->config_text, fs::path(args.config).parent_path(),
+                            "configuration in the state file");
+      restored.config_file = config.config_file;
+      restored.state_file = config.state_file;
+      apply_overrides(restored, args);
+      config = restored;
+      restored_config_text = saved->config_text;
+      spdlog::info("configuration restored from the state file {}", config.state_file.string());
+    } catch (const std::exception& e) {
+      spdlog::warn("the state file's configuration is not used: {}", e.what());
+    }
+  }
 
   // Signals are blocked before any thread (PortAudio's, the engine's) starts.
   BlockedSignals signals;
@@ -471,6 +563,44 @@ int run_daemon(RunArgs args) {
     config.gain_db = reloaded.gain_db;
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
+
+  ControlApi api(pipeline, make_api_hooks(swapper, devices, log_ring),
+                 config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
+                                           : config.state_file.parent_path() / "tapstream-uploads");
+  if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);
+  if (saved) {
+    apply_levels(*saved, pipeline.output_stage());
+    const auto bank = swapper.current();
+    for (std::size_t c = 0; c < saved->filters.size() && c < bank->channels(); ++c) {
+      const fs::path file = saved->filters[c];
+      if (file.is_absolute() && file != bank->source(c) && fs::exists(file)) {
+        const std::string error = swapper.load(std::to_string(c), file);
+        if (!error.empty())
+          spdlog::warn("state file: filter {} not restored: {}", file.string(), error);
+      }
+    }
+  }
+  if (state_file) {
+    api.set_state_changed([&] {
+      try {
+        state_file->save(current_state(pipeline, swapper, api));
+      } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+      }
+    });
+  }
+  std::unique_ptr<WebsocketServer> web;
+  if (config.web_port != 0) {
+    WebsocketServerOptions web_options;
+    web_options.address = config.web_address;
+    web_options.port = config.web_port;
+    web_options.token = config.web_token;
+    web_options.web_root = web_root(config);
+    web = std::make_unique<WebsocketServer>(web_options, api);
+    web->start();
+    std::printf("web: http://%s:%d/\n", config.web_address.c_str(), web->port());
+    std::fflush(stdout);
+  }
   std::unique_ptr<ControlServer> control;
   if (!config.control_socket.empty()) {
     ControlHandlers handlers;
@@ -491,6 +621,11 @@ int run_daemon(RunArgs args) {
       stop_requested.store(true);
       return std::string("stopping (draining the output first)");
     };
+    handlers.json = [&api](std::string_view line) {
+      ApiSession session;
+      session.can_subscribe = false;
+      return api.handle(line, session);
+    };
     control = std::make_unique<ControlServer>(config.control_socket, std::move(handlers));
     control->start();
     spdlog::info("control socket {}", config.control_socket.string());
@@ -510,6 +645,7 @@ int run_daemon(RunArgs args) {
     const int signal = signals.wait(std::chrono::milliseconds(100));
     if (signal == SIGINT || signal == SIGTERM) {
       spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+      api.set_stop_reason(signal == SIGINT ? "SIGINT" : "SIGTERM");
       stopping = true;
       exit_status = exit_code::on_signal(signal);
       break;
@@ -533,6 +669,7 @@ int run_daemon(RunArgs args) {
           "so tapstream restarts itself (same arguments and PID) and retries with back-off");
       if (control) control->stop();  // first: `ctl reload` may make a new watcher
       watcher.reset();
+      if (web) web->stop();
       if (files) files->stop();
       pipeline.stop();
       restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)));
@@ -541,6 +678,7 @@ int run_daemon(RunArgs args) {
     log_xruns(pipeline.stats(), reported);
     if (files && files->finished()) {
       spdlog::info("end of {}", config.input.file.string());
+      api.set_stop_reason("end of input");
       break;
     }
   }
@@ -556,6 +694,7 @@ int run_daemon(RunArgs args) {
   }
   if (control) control->stop();  // removes the socket file; first: `ctl reload` may make a watcher
   watcher.reset();
+  if (web) web->stop();
   devices.close();
   if (files) files->stop();
   pipeline.stop();

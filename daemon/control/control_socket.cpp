@@ -291,6 +291,11 @@ std::string ControlServer::handle_request(std::string_view line) const {
     line = trim(line);
     if (line.empty())
       return error_reply("empty request (known: " + std::string(known_requests) + ")");
+    if (line.front() == '{' && handlers_.json) {
+      // {"request": ...}: the shared model of daemon/control/control_api.hpp.
+      const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (json.is_object() && json.contains("request")) return handlers_.json(line);
+    }
     const Request request =
         line.front() == '{' ? parse_json_request(line) : parse_text_request(line);
 

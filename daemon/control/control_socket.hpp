@@ -86,6 +86,9 @@ struct ControlHandlers {
   std::function<std::string()> reload;
   // Asks the daemon to stop cleanly (drain, close); returns a message.
   std::function<std::string()> stop;
+  // Answers a request line that starts with '{': the JSON request model of
+  // daemon/control/control_api.hpp, shared with the websocket API.
+  std::function<std::string(std::string_view line)> json;
 };
 
 class ControlServer {

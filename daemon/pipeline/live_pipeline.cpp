@@ -38,6 +38,7 @@ LivePipeline::LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOpt
                   (4 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
       output_ring_(channels_ *
                    (2 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
+      output_stage_(channels_, options.sample_rate > 0 ? options.sample_rate : 48000),
       silence_(channels_ * std::max<std::size_t>(options.block_frames, 1024), 0.0f),
       engine_in_(channels_ * options.block_frames),
       engine_out_(channels_ * options.block_frames) {
@@ -204,6 +205,7 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
       late_periods_.fetch_add(1, std::memory_order_relaxed);
     output_debt_frames_ += frames - got;
   }
+  output_stage_.process(interleaved, frames);
   frames_out_.fetch_add(frames, std::memory_order_relaxed);
   wake_engine();
 }
@@ -239,6 +241,7 @@ std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t fram
 std::size_t LivePipeline::take_output(float* interleaved, std::size_t frames) {
   const std::size_t got =
       output_ring_.read(std::span<float>(interleaved, frames * channels_)) / channels_;
+  output_stage_.process(interleaved, got);
   frames_out_.fetch_add(got, std::memory_order_relaxed);
   wake_engine();
   return got;

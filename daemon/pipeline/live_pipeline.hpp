@@ -52,6 +52,7 @@
 #include "dsp/engine.hpp"
 #include "dsp/filter_mailbox.hpp"
 #include "dsp/latency_stats.hpp"
+#include "dsp/output_stage.hpp"
 #include "dsp/spsc_ring.hpp"
 
 namespace tapstream {
@@ -121,6 +122,8 @@ class LivePipeline {
   // Banks posted here are installed by the engine thread at the next block
   // boundary (one control thread at a time, see dsp/filter_mailbox.hpp).
   FilterMailbox& mailbox() { return mailbox_; }
+  // Volume, mute and meters of what leaves pull_output()/take_output().
+  OutputStage& output_stage() { return output_stage_; }
 
   std::size_t channels() const { return channels_; }
   std::size_t block_frames() const { return options_.block_frames; }
@@ -170,6 +173,7 @@ class LivePipeline {
   SpscRing<float> output_ring_;
   FilterMailbox mailbox_;
   LatencyStats processing_times_;
+  OutputStage output_stage_;
   sem_t data_ready_;
   sem_t output_ready_;  // zero mode: posted by the engine thread after each block
 

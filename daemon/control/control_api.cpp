@@ -1,0 +1,617 @@
+#include "daemon/control/control_api.hpp"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "daemon/pipeline/live_pipeline.hpp"
+
+namespace tapstream {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const char* to_string(ApiErrorType type) {
+  switch (type) {
+    case ApiErrorType::bad_request:
+      return "bad_request";
+    case ApiErrorType::unknown_request:
+      return "unknown_request";
+    case ApiErrorType::invalid_value:
+      return "invalid_value";
+    case ApiErrorType::rejected:
+      return "rejected";
+    case ApiErrorType::not_allowed:
+      return "not_allowed";
+    case ApiErrorType::internal:
+      break;
+  }
+  return "internal";
+}
+
+namespace {
+
+constexpr const char* known_requests[] = {
+    "list_requests",    "get_state",          "get_info",      "get_stats",  "get_meters",
+    "subscribe_meters", "unsubscribe_meters", "get_volume",    "set_volume", "set_mute",
+    "list_filters",     "get_filter",         "upload_filter", "get_config", "validate_config",
+    "apply_config",     "patch_config",       "undo_config",   "get_log"};
+
+[[noreturn]] void fail(ApiErrorType type, const std::string& message) {
+  throw ApiError(type, message);
+}
+
+const json& field(const json& request, const char* name) {
+  const auto it = request.find(name);
+  if (it == request.end()) fail(ApiErrorType::bad_request, fmt::format("missing field '{}'", name));
+  return *it;
+}
+
+std::string string_field(const json& request, const char* name) {
+  const json& value = field(request, name);
+  if (!value.is_string())
+    fail(ApiErrorType::bad_request, fmt::format("'{}' must be a string", name));
+  return value.get<std::string>();
+}
+
+double number_field(const json& request, const char* name) {
+  const json& value = field(request, name);
+  if (!value.is_number())
+    fail(ApiErrorType::bad_request, fmt::format("'{}' must be a number", name));
+  return value.get<double>();
+}
+
+// "master" / "all" (nullopt) or a channel number.
+std::optional<std::size_t> channel_field(const json& request, std::size_t channels,
+                                         const char* word) {
+  const json& value = field(request, "channel");
+  if (value.is_string() && value.get<std::string>() == word) return std::nullopt;
+  if (!value.is_number_unsigned()) {
+    fail(ApiErrorType::bad_request,
+         fmt::format("'channel' must be \"{}\" or a channel number from 0", word));
+  }
+  const auto channel = value.get<std::uint64_t>();
+  if (channel >= channels) {
+    fail(ApiErrorType::invalid_value,
+         fmt::format("channel {} does not exist (0..{})", channel, channels - 1));
+  }
+  return static_cast<std::size_t>(channel);
+}
+
+json levels_json(const std::vector<ChannelLevels>& levels) {
+  json out = json::array();
+  for (const auto& l : levels) {
+    out.push_back({{"peak", l.peak},
+                   {"rms", l.rms},
+                   {"peak_since", l.peak_since},
+                   {"rms_since", l.rms_since},
+                   {"clipped", l.clipped},
+                   {"clipped_total", l.clipped_total}});
+  }
+  return out;
+}
+
+std::string base64_decode(std::string_view text) {
+  static constexpr std::string_view alphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve(text.size() * 3 / 4);
+  std::uint32_t bits = 0;
+  int count = 0;
+  for (char c : text) {
+    if (c == '=' || c == '\n' || c == '\r') continue;
+    const auto index = alphabet.find(c);
+    if (index == std::string_view::npos)
+      fail(ApiErrorType::bad_request, "'data_base64' is not base64");
+    bits = (bits << 6) | static_cast<std::uint32_t>(index);
+    count += 6;
+    if (count >= 8) {
+      count -= 8;
+      out.push_back(static_cast<char>((bits >> count) & 0xff));
+    }
+  }
+  return out;
+}
+
+std::string safe_file_name(const std::string& name) {
+  std::string out;
+  for (char c : fs::path(name).filename().string()) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty() || out.front() == '.' || out.size() > 100) {
+    fail(ApiErrorType::invalid_value,
+         "'name' must be a file name of 1..100 characters not starting with '.'");
+  }
+  return out;
+}
+
+// JSON patch values into TOML: objects merge, null removes, the rest replaces.
+void merge_into(toml::table& table, const json& patch, const std::string& where) {
+  for (const auto& [key, value] : patch.items()) {
+    const std::string name = where.empty() ? key : where + "." + key;
+    if (value.is_null()) {
+      table.erase(key);
+    } else if (value.is_object()) {
+      if (!table.contains(key) || !table[key].is_table())
+        table.insert_or_assign(key, toml::table{});
+      merge_into(*table[key].as_table(), value, name);
+    } else if (value.is_array()) {
+      toml::array array;
+      for (const auto& item : value) {
+        if (item.is_string()) {
+          array.push_back(item.get<std::string>());
+        } else if (item.is_number_integer()) {
+          array.push_back(item.get<std::int64_t>());
+        } else if (item.is_number()) {
+          array.push_back(item.get<double>());
+        } else if (item.is_boolean()) {
+          array.push_back(item.get<bool>());
+        } else {
+          fail(ApiErrorType::bad_request,
+               fmt::format("patch {}: arrays hold only plain values", name));
+        }
+      }
+      table.insert_or_assign(key, std::move(array));
+    } else if (value.is_string()) {
+      table.insert_or_assign(key, value.get<std::string>());
+    } else if (value.is_boolean()) {
+      table.insert_or_assign(key, value.get<bool>());
+    } else if (value.is_number_integer()) {
+      table.insert_or_assign(key, value.get<std::int64_t>());
+    } else {
+      table.insert_or_assign(key, value.get<double>());
+    }
+  }
+}
+
+// Removes a dotted key ("filter.max_taps") from a table; false if absent.
+bool erase_dotted(toml::table& root, const std::string& dotted) {
+  toml::table* table = &root;
+  std::string rest = dotted;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    toml::node* node = table->get(rest.substr(0, dot));
+    if (node == nullptr || !node->is_table()) return false;
+    table = node->as_table();
+    rest = rest.substr(dot + 1);
+  }
+  return table->erase(rest) > 0;
+}
+
+// The key a ConfigError message names ("filter.max_taps = 0: ..." or
+// "unknown key 'x' in [filter] ..."); "" when it names none.
+std::string key_of(const std::string& message) {
+  if (message.rfind("unknown key '", 0) == 0) {
+    const auto end = message.find('\'', 13);
+    if (end == std::string::npos) return {};
+    std::string key = message.substr(13, end - 13);
+    const auto table = message.find(" in [", end);
+    if (table == end + 1) {
+      const auto close = message.find(']', table);
+      key = message.substr(table + 5, close - table - 5) + "." + key;
+    }
+    return key;
+  }
+  const auto equals = message.find(" = ");
+  if (equals == std::string::npos) return {};
+  const std::string key = message.substr(0, equals);
+  return key.find_first_of(" '\"[") == std::string::npos ? key : std::string();
+}
+
+std::string read_text(const fs::path& file) {
+  std::ifstream stream(file, std::ios::binary);
+  std::ostringstream text;
+  text << stream.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+struct ControlApi::Impl {
+  LivePipeline& pipeline;
+  ApiHooks hooks;
+  fs::path upload_dir;
+
+  mutable std::mutex mutex;
+  std::vector<std::string> config_history;  // texts applied through the API, newest last
+  std::string stop_reason;
+  std::uint64_t last_blocks = 0;
+  Clock::time_point last_progress = Clock::now();
+
+  Impl(LivePipeline& p, ApiHooks h, fs::path dir)
+      : pipeline(p), hooks(std::move(h)), upload_dir(std::move(dir)) {}
+
+  fs::path base_dir() const {
+    const LiveConfig config = hooks.config();
+    return config.config_file.empty() ? fs::current_path() : config.config_file.parent_path();
+  }
+
+  std::string current_config_text() const {
+    {
+      std::lock_guard lock(mutex);
+      if (!config_history.empty()) return config_history.back();
+    }
+    const LiveConfig config = hooks.config();
+    return config.config_file.empty() ? std::string() : read_text(config.config_file);
+  }
+
+  json state() {
+    const LiveStats stats = pipeline.stats();
+    std::lock_guard lock(mutex);
+    const auto now = Clock::now();
+    if (stats.blocks != last_blocks) {
+      last_blocks = stats.blocks;
+      last_progress = now;
+    }
+    const double since = std::chrono::duration<double>(now - last_progress).count();
+    const double block_s = double(pipeline.block_frames()) / pipeline.sample_rate();
+    std::string state = "running";
+    if (!stop_reason.empty()) {
+      state = "stopping";
+    } else if (pipeline.output_stage().muted(std::nullopt)) {
+      state = "paused";  // the master mute silences the output, processing goes on
+    } else if (since > std::max(0.5, 20 * block_s)) {
+      state = "stalled";
+    }
+    return {{"state", state},
+            {"stop_reason", stop_reason},
+            {"seconds_since_last_block", since},
+            {"blocks", stats.blocks}};
+  }
+
+  json info() const {
+    const LiveConfig config = hooks.config();
+    const auto [input, output] = hooks.devices();
+    return {{"backend", pipeline.engine_name()},
+            {"engine", pipeline.engine_description()},
+            {"input", input.empty() ? config.input.describe() : input},
+            {"output", output.empty() ? config.output.describe() : output},
+            {"sample_rate", pipeline.sample_rate()},
+            {"channels", pipeline.channels()},
+            {"block_frames", pipeline.block_frames()},
+            {"latency_frames", pipeline.latency_frames()},
+            {"latency_ms", pipeline.latency_ms()},
+            {"max_taps", pipeline.engine_max_taps()},
+            {"realtime", pipeline.realtime_granted()},
+            {"ramp_ms",
+             1000.0 * double(pipeline.output_stage().ramp_frames()) / pipeline.sample_rate()}};
+  }
+
+  json stats() const {
+    const LiveStats s = pipeline.stats();
+    const auto p = pipeline.processing_times().summary();
+    const double period_us = 1e6 * double(pipeline.block_frames()) / pipeline.sample_rate();
+    return {{"blocks", s.blocks},
+            {"frames_in", s.frames_in},
+            {"frames_out", s.frames_out},
+            {"underruns", s.underruns},
+            {"late_frames", s.underrun_frames},
+            {"overruns", s.overruns},
+            {"lost_frames", s.overrun_frames},
+            {"clipped", pipeline.output_stage().clipped_total()},
+            {"swaps", s.swaps},
+            {"rejected_swaps", s.rejected_swaps},
+            {"engine_errors", s.engine_errors},
+            {"load", period_us > 0 ? p.mean_us / period_us : 0.0},
+            {"block_us",
+             {{"period", period_us},
+              {"mean", p.mean_us},
+              {"p50", p.p50_us},
+              {"p99", p.p99_us},
+              {"max", p.max_us}}}};
+  }
+
+  json volume() const {
+    const OutputStage& stage = pipeline.output_stage();
+    json channels = json::array();
+    for (std::size_t c = 0; c < stage.channels(); ++c) {
+      channels.push_back({{"db", stage.volume_db(c)}, {"muted", stage.muted(c)}});
+    }
+    return {
+        {"master", {{"db", stage.volume_db(std::nullopt)}, {"muted", stage.muted(std::nullopt)}}},
+        {"channels", channels}};
+  }
+
+  json filters() const {
+    const auto bank = hooks.filters();
+    json out = json::array();
+    for (std::size_t c = 0; c < bank->channels(); ++c) {
+      out.push_back({{"channel", c}, {"taps", bank->tap_count(c)}, {"source", bank->source(c)}});
+    }
+    return out;
+  }
+
+  json filter(const json& request) const {
+    const auto bank = hooks.filters();
+    const auto channel = channel_field(request, bank->channels(), "none");
+    if (!channel) fail(ApiErrorType::bad_request, "'channel' must be a channel number");
+    const auto taps = bank->taps(*channel);
+    constexpr std::size_t limit = 1 << 16;
+    const std::size_t count = std::min(taps.size(), limit);
+    return {{"channel", *channel},
+            {"source", bank->source(*channel)},
+            {"sample_rate", pipeline.sample_rate()},
+            {"taps", std::vector<float>(taps.begin(), taps.begin() + count)},
+            {"truncated", taps.size() > limit}};
+  }
+
+  json upload(const json& request) {
+    const auto channel = channel_field(request, pipeline.channels(), "all");
+    const std::string name = safe_file_name(string_field(request, "name"));
+    std::string data;
+    if (request.contains("data_base64")) {
+      data = base64_decode(string_field(request, "data_base64"));
+    } else {
+      data = string_field(request, "data");
+    }
+    if (data.empty()) fail(ApiErrorType::invalid_value, "the uploaded file is empty");
+    if (data.size() > max_upload_bytes) {
+      fail(ApiErrorType::invalid_value, fmt::format("the uploaded file has {} bytes, more than {}",
+                                                    data.size(), max_upload_bytes));
+    }
+    std::error_code error;
+    fs::create_directories(upload_dir, error);
+    const fs::path file = upload_dir / name;
+    write_file_atomically(file, data);
+    const std::string refused = hooks.load_filter(channel, file);
+    if (!refused.empty()) {
+      fs::remove(file, error);
+      fail(ApiErrorType::rejected, name + ": " + refused);
+    }
+    if (hooks.state_changed) hooks.state_changed();
+    return {{"file", file.string()}, {"swaps", pipeline.stats().swaps}, {"filters", filters()}};
+  }
+
+  static void write_file_atomically(const fs::path& file, const std::string& data) {
+    const fs::path temporary = file.string() + ".part";
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out.write(data.data(), static_cast<std::streamsize>(data.size()));
+      out.flush();
+      if (!out) fail(ApiErrorType::internal, "cannot write " + temporary.string());
+    }
+    fs::rename(temporary, file);
+  }
+
+  json apply(const std::string& text, bool remember) {
+    std::optional<LiveConfig> parsed;
+    const auto errors = validate(text, &parsed);
+    if (!errors.empty()) {
+      throw ApiError(
+          ApiErrorType::rejected,
+          "configuration refused: " + errors.front() +
+              (errors.size() > 1 ? fmt::format(" (and {} more)", errors.size() - 1) : ""));
+    }
+    std::vector<std::string> restart_needed;
+    const std::string refused = hooks.apply_config(*parsed, restart_needed);
+    if (!refused.empty()) fail(ApiErrorType::rejected, refused);
+    if (remember) {
+      std::lock_guard lock(mutex);
+      config_history.push_back(text);
+      if (config_history.size() > 32) config_history.erase(config_history.begin());
+    }
+    if (hooks.state_changed) hooks.state_changed();
+    return {{"restart_needed", restart_needed}, {"filters", filters()}};
+  }
+
+  std::vector<std::string> validate(const std::string& text,
+                                    std::optional<LiveConfig>* parsed) const {
+    std::vector<std::string> errors;
+    std::string current = text;
+    const fs::path base = base_dir();
+    const std::string prefix = "config: ";
+    for (int round = 0; round < 64; ++round) {
+      try {
+        LiveConfig config = parse_live_config(current, base, "config");
+        config.config_file = hooks.config().config_file;
+        if (config.channels != pipeline.channels()) {
+          errors.push_back(
+              fmt::format("channels = {}: the running stream has {} (restart to change)",
+                          config.channels, pipeline.channels()));
+        }
+        if (errors.empty() && parsed != nullptr) *parsed = std::move(config);
+        return errors;
+      } catch (const ConfigError& e) {
+        std::string message = e.what();
+        if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+        errors.push_back(message);
+        // Take the culprit out and look for the next problem.
+        const std::string key = key_of(message);
+        if (key.empty()) return errors;
+        try {
+          toml::table root = toml::parse(current);
+          if (!erase_dotted(root, key)) return errors;
+          std::ostringstream out;
+          out << root;
+          current = out.str();
+        } catch (const std::exception&) {
+          return errors;
+        }
+      }
+    }
+    return errors;
+  }
+
+  json dispatch(const std::string& verb, const json& request, ApiSession& session) {
+    OutputStage& stage = pipeline.output_stage();
+    if (verb == "list_requests") return known_requests;
+    if (verb == "get_state") return state();
+    if (verb == "get_info") return info();
+    if (verb == "get_stats") return stats();
+    if (verb == "get_meters") return {{"levels", levels_json(stage.read_levels(session.meters))}};
+    if (verb == "subscribe_meters") {
+      if (!session.can_subscribe) {
+        fail(ApiErrorType::not_allowed, "subscriptions need a websocket connection");
+      }
+      const double interval = number_field(request, "interval_ms");
+      if (!(interval >= double(min_meter_interval.count()) && interval <= 10000)) {
+        fail(ApiErrorType::invalid_value,
+             fmt::format("interval_ms must be between {} and 10000", min_meter_interval.count()));
+      }
+      session.meter_interval = std::chrono::milliseconds(static_cast<int>(interval));
+      return {{"interval_ms", session.meter_interval->count()}};
+    }
+    if (verb == "unsubscribe_meters") {
+      session.meter_interval.reset();
+      return json::object();
+    }
+    if (verb == "get_volume") return volume();
+    if (verb == "set_volume" || verb == "set_mute") {
+      const auto channel = channel_field(request, stage.channels(), "master");
+      if (verb == "set_volume") {
+        stage.set_volume_db(channel, number_field(request, "db"));
+      } else {
+        const json& muted = field(request, "muted");
+        if (!muted.is_boolean()) fail(ApiErrorType::bad_request, "'muted' must be true or false");
+        stage.set_mute(channel, muted.get<bool>());
+      }
+      if (hooks.state_changed) hooks.state_changed();
+      return volume();
+    }
+    if (verb == "list_filters") return {{"filters", filters()}};
+    if (verb == "get_filter") return filter(request);
+    if (verb == "upload_filter") return upload(request);
+    if (verb == "get_config") {
+      const LiveConfig config = hooks.config();
+      return {{"file", config.config_file.string()}, {"text", current_config_text()}};
+    }
+    if (verb == "validate_config") {
+      const auto errors = validate(string_field(request, "text"), nullptr);
+      return {{"valid", errors.empty()}, {"errors", errors}};
+    }
+    if (verb == "apply_config") return apply(string_field(request, "text"), true);
+    if (verb == "patch_config") {
+      const json& patch = field(request, "patch");
+      if (!patch.is_object()) fail(ApiErrorType::bad_request, "'patch' must be an object");
+      toml::table root;
+      try {
+        root = toml::parse(current_config_text());
+      } catch (const std::exception& e) {
+        fail(ApiErrorType::internal,
+             std::string("the running configuration does not parse: ") + e.what());
+      }
+      merge_into(root, patch, "");
+      std::ostringstream out;
+      out << root;
+      json result = apply(out.str(), true);
+      result["text"] = out.str();
+      return result;
+    }
+    if (verb == "undo_config") {
+      std::string previous;
+      {
+        std::lock_guard lock(mutex);
+        if (config_history.empty()) fail(ApiErrorType::invalid_value, "nothing to undo");
+        config_history.pop_back();
+        if (!config_history.empty()) previous = config_history.back();
+      }
+      if (previous.empty()) {
+        const LiveConfig config = hooks.config();
+        previous = read_text(config.config_file);
+      }
+      json result = apply(previous, false);
+      result["text"] = previous;
+      return result;
+    }
+    if (verb == "get_log") {
+      std::size_t lines = 200;
+      if (request.contains("lines")) {
+        const double wanted = number_field(request, "lines");
+        if (!(wanted >= 1 && wanted <= 10000)) {
+          fail(ApiErrorType::invalid_value, "lines must be between 1 and 10000");
+        }
+        lines = static_cast<std::size_t>(wanted);
+      }
+      return {{"lines", hooks.log ? hooks.log(lines) : std::vector<std::string>()}};
+    }
+    fail(ApiErrorType::unknown_request,
+         fmt::format("unknown request '{}' (list_requests lists them)", verb.substr(0, 64)));
+  }
+};
+
+ControlApi::ControlApi(LivePipeline& pipeline, ApiHooks hooks, fs::path upload_dir)
+    : impl_(std::make_unique<Impl>(pipeline, std::move(hooks), std::move(upload_dir))) {}
+
+ControlApi::~ControlApi() = default;
+
+std::string ControlApi::handle(std::string_view text, ApiSession& session) {
+  json reply = json::object();
+  try {
+    json request;
+    try {
+      request = json::parse(text);
+    } catch (const json::parse_error& e) {
+      fail(ApiErrorType::bad_request, std::string("not JSON: ") + e.what());
+    }
+    if (!request.is_object()) fail(ApiErrorType::bad_request, "a request is a JSON object");
+    if (request.contains("id")) reply["id"] = request["id"];
+    const std::string verb = string_field(request, "request");
+    reply["request"] = verb;
+    reply["result"] = impl_->dispatch(verb, request, session);
+    reply["ok"] = true;
+  } catch (const ApiError& e) {
+    reply.erase("result");
+    reply["ok"] = false;
+    reply["error"] = {{"type", to_string(e.type())}, {"message", e.what()}};
+  } catch (const std::out_of_range& e) {
+    reply.erase("result");
+    reply["ok"] = false;
+    reply["error"] = {{"type", "invalid_value"}, {"message", e.what()}};
+  } catch (const std::exception& e) {
+    reply.erase("result");
+    reply["ok"] = false;
+    reply["error"] = {{"type", "internal"}, {"message", e.what()}};
+  }
+  return reply.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ControlApi::meters_event(ApiSession& session) {
+  // The one message sent many times a second to many clients: formatted
+  // directly, the same JSON levels_json() would give.
+  const auto levels = impl_->pipeline.output_stage().read_levels(session.meters);
+  fmt::memory_buffer out;
+  fmt::format_to(std::back_inserter(out), R"({{"event":"meters","levels":[)");
+  for (std::size_t c = 0; c < levels.size(); ++c) {
+    const ChannelLevels& l = levels[c];
+    fmt::format_to(std::back_inserter(out),
+                   R"({}{{"peak":{:.6g},"rms":{:.6g},"peak_since":{:.6g},"rms_since":{:.6g},)"
+                   R"("clipped":{},"clipped_total":{}}})",
+                   c == 0 ? "" : ",", l.peak, l.rms, l.peak_since, l.rms_since, l.clipped,
+                   l.clipped_total);
+  }
+  fmt::format_to(std::back_inserter(out), "]}}");
+  return fmt::to_string(out);
+}
+
+std::string ControlApi::applied_config_text() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->config_history.empty() ? std::string() : impl_->config_history.back();
+}
+
+void ControlApi::set_state_changed(std::function<void()> changed) {
+  impl_->hooks.state_changed = std::move(changed);
+}
+
+void ControlApi::remember_applied_config(std::string text) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->config_history.push_back(std::move(text));
+}
+
+void ControlApi::set_stop_reason(const std::string& reason) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->stop_reason = reason;
+}
+
+std::vector<std::string> ControlApi::validate_config(const std::string& text,
+                                                     std::optional<LiveConfig>* parsed) const {
+  return impl_->validate(text, parsed);
+}
+
+}  // namespace tapstream

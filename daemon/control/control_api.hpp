@@ -1,0 +1,122 @@
+#pragma once
+// The one request model of the daemon's control plane: JSON requests, JSON
+// replies with typed errors, answered the same way for a websocket client
+// (daemon/control/websocket_server.hpp) and for a JSON line on the Unix
+// control socket (daemon/control/control_socket.hpp). docs/api.md lists
+// every request with an example.
+//
+//   {"id": 7, "request": "set_volume", "channel": "master", "db": -6}
+//   -> {"id": 7, "ok": true, "result": {...}}
+//   -> {"id": 7, "ok": false, "error": {"type": "invalid_value", "message": "..."}}
+//
+// Threads: handle() runs on control threads (the websocket server's and the
+// control socket's); the shared state it changes is behind `mutex_` (config
+// history, stop reason) or is itself thread-safe (OutputStage targets and
+// meters, LivePipeline::stats(), the hooks, which serialise filter swaps).
+// Nothing here touches the audio thread but through OutputStage's atomics
+// and the filter mailbox.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "dsp/filter_bank.hpp"
+#include "dsp/output_stage.hpp"
+
+namespace tapstream {
+
+class LivePipeline;
+
+// The error types a reply may carry (the "type" of its "error").
+enum class ApiErrorType {
+  bad_request,      // not JSON, not an object, a field missing or of the wrong type
+  unknown_request,  // "request" names nothing known
+  invalid_value,    // a field's value is out of range (channel, volume, interval)
+  rejected,         // a filter or configuration failed validation; the running one stays
+  not_allowed,      // e.g. a subscription over the Unix socket
+  internal,
+};
+const char* to_string(ApiErrorType type);
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(ApiErrorType type, const std::string& message)
+      : std::runtime_error(message), type_(type) {}
+  ApiErrorType type() const { return type_; }
+
+ private:
+  ApiErrorType type_;
+};
+
+// What the daemon does for the API that the pipeline alone cannot.
+struct ApiHooks {
+  // The running filter bank.
+  std::function<std::shared_ptr<const FilterBank>()> filters;
+  // Loads `file` for one channel (nullopt: all), validates and swaps it in;
+  // returns "" or the reason it was refused.
+  std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
+      load_filter;
+  // The running configuration, and its replacement (filters and gain are
+  // reloaded; returns "" or the reason; keys that need a restart are named
+  // in `restart_needed`).
+  std::function<LiveConfig()> config;
+  std::function<std::string(const LiveConfig&, std::vector<std::string>& restart_needed)>
+      apply_config;
+  // Device names as opened ("" where a file is used).
+  std::function<std::pair<std::string, std::string>()> devices;
+  // Recent log lines, oldest first.
+  std::function<std::vector<std::string>(std::size_t limit)> log;
+  // Called after every change that the state file keeps.
+  std::function<void()> state_changed;
+};
+
+// One client's place: its meter cursor and subscription.
+struct ApiSession {
+  MeterCursor meters;
+  std::optional<std::chrono::milliseconds> meter_interval;  // subscribed when set
+  bool can_subscribe = true;
+};
+
+class ControlApi {
+ public:
+  static constexpr std::size_t max_upload_bytes = 8 << 20;
+  static constexpr auto min_meter_interval = std::chrono::milliseconds(20);
+
+  // `upload_dir` receives uploaded coefficient files (made when needed).
+  ControlApi(LivePipeline& pipeline, ApiHooks hooks, std::filesystem::path upload_dir);
+  ~ControlApi();
+
+  // Answers one request (JSON text); never throws.
+  std::string handle(std::string_view request, ApiSession& session);
+  // The push a meter subscription sends: {"event":"meters", ...}.
+  std::string meters_event(ApiSession& session);
+  // The config text the API applied last (empty when none: the file's holds).
+  std::string applied_config_text() const;
+  // Replaces hooks.state_changed; call before any request is handled.
+  void set_state_changed(std::function<void()> changed);
+  // Makes `text` the applied configuration (restored from the state file).
+  void remember_applied_config(std::string text);
+  // Sets what get_state reports as the reason the daemon stops.
+  void set_stop_reason(const std::string& reason);
+
+  // Validates configuration text against the running daemon; returns every
+  // problem found (empty: valid). Public for tests and the state file.
+  std::vector<std::string> validate_config(const std::string& text,
+                                           std::optional<LiveConfig>* parsed = nullptr) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tapstream

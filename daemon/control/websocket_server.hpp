@@ -1,0 +1,71 @@
+#pragma once
+// The websocket API and the browser page of `tapstream run` ([web] in the
+// configuration; docs/api.md): one HTTP endpoint that serves the page's
+// static files and upgrades /ws to a websocket speaking the ControlApi
+// request model, with meters pushed to subscribers.
+//
+// Protection: bound to 127.0.0.1 unless configured otherwise, and then
+// (config.cpp insists) with a token that /ws requests must carry
+// (?token=... or "Authorization: Bearer ..."), compared in constant time; a
+// browser's cross-site request (an Origin that is not the page's own) is
+// refused; requests over 16 KiB of header, messages over
+// max_message_bytes, more than max_messages_per_second, a client whose
+// unsent replies pile up, or more than max_clients connections are cut off.
+// None of that reaches the audio: the server runs on its own thread and only
+// calls ControlApi, which talks to the audio thread through atomics and the
+// filter mailbox.
+//
+// Threads: one thread runs all connections (Boost.Asio's io_context);
+// start() and stop() are called by the thread that owns the server. The
+// Boost headers stay in websocket_server.cpp.
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace tapstream {
+
+class ControlApi;
+
+struct WebsocketServerOptions {
+  std::string address = "127.0.0.1";
+  int port = 0;                    // 0: any free port (see port())
+  std::string token;               // "" = none asked
+  std::filesystem::path web_root;  // static files; "" = none served
+  std::size_t max_clients = 128;
+  std::size_t max_message_bytes = 12 << 20;  // an 8 MiB upload in base64 fits
+  double max_messages_per_second = 100;      // sustained; bursts of twice that pass
+};
+
+class WebsocketServerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class WebsocketServer {
+ public:
+  WebsocketServer(WebsocketServerOptions options, ControlApi& api);
+  ~WebsocketServer();  // stop()
+  WebsocketServer(const WebsocketServer&) = delete;
+  WebsocketServer& operator=(const WebsocketServer&) = delete;
+
+  // Binds and starts the server thread; throws WebsocketServerError.
+  void start();
+  // Closes every connection and joins the thread. Safe to call twice.
+  void stop();
+  // The bound port (the chosen one when options.port was 0).
+  int port() const;
+
+  struct Impl;  // in websocket_server.cpp, with the Boost headers
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when both strings are equal, in a time that depends only on their
+// lengths (for tokens).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+}  // namespace tapstream

@@ -1,0 +1,378 @@
+// The websocket API against a running `tapstream run`: every request type,
+// bad requests with their typed errors, the same model on the Unix socket,
+// a token, a flooding and an oversized client, meter pushes, and volume and
+// mute surviving a restart through the state file. The daemon streams a
+// sine from a file paced at the sample rate, as a device would, so the
+// audio path runs in real time while the clients work.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/control/control_socket.hpp"
+#include "daemon/control/websocket_server.hpp"
+#include "tests/process_support.hpp"
+#include "tests/websocket_client.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::Child;
+using testing::read_text;
+using testing::TempDir;
+using testing::WebsocketClient;
+
+constexpr int rate = 48000;
+constexpr double amplitude = 0.5;
+
+void write_sine_wav(const fs::path& file, double seconds) {
+  const std::uint32_t frames = static_cast<std::uint32_t>(seconds * rate);
+  const std::uint32_t bytes = frames * 2 * 2;
+  std::ofstream out(file, std::ios::binary);
+  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  out.write("RIFF", 4);
+  u32(36 + bytes);
+  out.write("WAVEfmt ", 8);
+  u32(16);
+  u16(1);
+  u16(2);
+  u32(rate);
+  u32(rate * 4);
+  u16(4);
+  u16(16);
+  out.write("data", 4);
+  u32(bytes);
+  for (std::uint32_t i = 0; i < frames; ++i) {
+    const auto s = static_cast<std::int16_t>(
+        std::lround(32767 * amplitude * std::sin(2 * M_PI * 440.0 * i / rate)));
+    u16(static_cast<std::uint16_t>(s));
+    u16(static_cast<std::uint16_t>(s));
+  }
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+class WebApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_sine_wav(dir_ / "in.wav", 120);
+    std::ofstream(dir_ / "unit.txt") << "1.0\n";
+    port_ = free_port();
+  }
+
+  // Starts the daemon; `extra` is appended to the configuration.
+  void start(const std::string& extra = "") {
+    std::ofstream(dir_ / "live.toml")
+        << "sample_rate = 48000\nblock_frames = 256\nchannels = 2\n"
+        << "[input]\nfile = \"in.wav\"\nrealtime = true\n"
+        << "[output]\nfile = \"out.wav\"\n"
+        << "[filter]\nfile = \"unit.txt\"\nmax_taps = 1024\nwatch = false\n"
+        << "[control]\nsocket = \"sock/control.sock\"\n"
+        << "[state]\nfile = \"state.json\"\n"
+        << "[web]\nport = " << port_ << "\n"
+        << extra;
+    daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
+                                                               (dir_ / "live.toml").string()},
+                                      dir_ / "daemon.out", dir_ / "daemon.err");
+    ASSERT_TRUE(daemon_->started());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (read_text(dir_ / "daemon.out").find("web: http") == std::string::npos) {
+      ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void stop() {
+    daemon_->signal(SIGTERM);
+    EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 0) << read_text(dir_ / "daemon.err");
+    daemon_.reset();
+  }
+
+  json call(WebsocketClient& client, json request) {
+    const auto reply = client.request(request.dump());
+    if (!reply) {
+      ADD_FAILURE() << "no reply to " << request.dump();
+      return json::object();
+    }
+    return json::parse(*reply);
+  }
+
+  json ok(WebsocketClient& client, json request) {
+    json reply = call(client, request);
+    EXPECT_EQ(reply.value("ok", false), true) << request.dump() << " -> " << reply.dump();
+    return reply.value("result", json());
+  }
+
+  std::string error_type(WebsocketClient& client, const std::string& text) {
+    const auto reply = client.request(text);
+    if (!reply) return "no reply";
+    const json parsed = json::parse(*reply);
+    EXPECT_FALSE(parsed.value("ok", true)) << *reply;
+    return parsed["error"].value("type", "") + ": " + parsed["error"].value("message", "");
+  }
+
+  TempDir dir_{"tapstream-web"};
+  int port_ = 0;
+  std::unique_ptr<Child> daemon_;
+};
+
+TEST_F(WebApi, EveryRequestTypeAnswersAsDocumented) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+
+  const json requests = ok(client, {{"request", "list_requests"}});
+  EXPECT_EQ(requests.size(), 19u);
+  const json reply = call(client, {{"id", "x-1"}, {"request", "get_state"}});
+  EXPECT_EQ(reply["id"], "x-1");
+  EXPECT_EQ(reply["result"]["state"], "running");
+  const json info = ok(client, {{"request", "get_info"}});
+  EXPECT_EQ(info["channels"], 2);
+  EXPECT_EQ(info["sample_rate"], rate);
+  EXPECT_GT(info["latency_ms"].get<double>(), 0.0);
+  const json stats = ok(client, {{"request", "get_stats"}});
+  for (const char* key : {"blocks", "underruns", "overruns", "late_frames", "clipped", "swaps",
+                          "rejected_swaps", "load", "block_us"}) {
+    EXPECT_TRUE(stats.contains(key)) << key;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  json levels = ok(client, {{"request", "get_meters"}})["levels"];
+  ASSERT_EQ(levels.size(), 2u);
+  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), amplitude, 0.01);
+  EXPECT_NEAR(levels[1]["rms_since"].get<double>(), amplitude / std::sqrt(2.0), 0.01);
+
+  ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", -20}});
+  json volume = ok(client, {{"request", "set_mute"}, {"channel", 1}, {"muted", true}});
+  EXPECT_EQ(volume["master"]["db"], -20.0);
+  EXPECT_EQ(volume["channels"][1]["muted"], true);
+  EXPECT_EQ(ok(client, {{"request", "get_volume"}}), volume);
+  // The change reaches the audio within one period plus the 20 ms ramp;
+  // the meters then read the new level.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ok(client, {{"request", "get_meters"}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  levels = ok(client, {{"request", "get_meters"}})["levels"];
+  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), amplitude * 0.1, 0.002);
+  EXPECT_EQ(levels[1]["peak_since"].get<double>(), 0.0);
+
+  json filters = ok(client, {{"request", "list_filters"}})["filters"];
+  ASSERT_EQ(filters.size(), 2u);
+  EXPECT_EQ(filters[0]["taps"], 1);
+  const json uploaded = ok(client, {{"request", "upload_filter"},
+                                    {"channel", 0},
+                                    {"name", "three.txt"},
+                                    {"data", "0.5\n0.25\n0.125\n"}});
+  EXPECT_EQ(uploaded["filters"][0]["taps"], 3);
+  EXPECT_EQ(uploaded["filters"][1]["taps"], 1);
+  EXPECT_GE(uploaded["swaps"].get<int>(), 1);
+  const json taps = ok(client, {{"request", "get_filter"}, {"channel", 0}});
+  EXPECT_EQ(taps["taps"], json::array({0.5, 0.25, 0.125}));
+
+  const json config = ok(client, {{"request", "get_config"}});
+  EXPECT_NE(config["text"].get<std::string>().find("block_frames = 256"), std::string::npos);
+  const json valid = ok(client, {{"request", "validate_config"}, {"text", config["text"]}});
+  EXPECT_TRUE(valid["valid"].get<bool>()) << valid.dump();
+  const json patched =
+      ok(client, {{"request", "patch_config"}, {"patch", {{"filter", {{"gain_db", -6}}}}}});
+  EXPECT_NE(patched["text"].get<std::string>().find("gain_db = -6"), std::string::npos);
+  ok(client, {{"request", "apply_config"}, {"text", config["text"]}});
+  ok(client, {{"request", "undo_config"}});
+  ok(client, {{"request", "subscribe_meters"}, {"interval_ms", 50}});
+  ok(client, {{"request", "unsubscribe_meters"}});
+  const json log = ok(client, {{"request", "get_log"}, {"lines", 50}});
+  EXPECT_FALSE(log["lines"].empty());
+}
+
+TEST_F(WebApi, BadRequestsGetTypedErrorsAndEveryConfigProblemAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  EXPECT_EQ(error_type(client, "{not json").substr(0, 12), "bad_request:");
+  EXPECT_EQ(error_type(client, "[1,2]"), "bad_request: a request is a JSON object");
+  EXPECT_EQ(error_type(client, "{\"id\":1}"), "bad_request: missing field 'request'");
+  EXPECT_EQ(error_type(client, "{\"request\":\"fly\"}"),
+            "unknown_request: unknown request 'fly' (list_requests lists them)");
+  EXPECT_EQ(error_type(client, R"({"request":"set_volume","channel":9,"db":0})"),
+            "invalid_value: channel 9 does not exist (0..1)");
+  EXPECT_EQ(error_type(client, R"({"request":"set_volume","channel":"left","db":0})"),
+            "bad_request: 'channel' must be \"master\" or a channel number from 0");
+  EXPECT_EQ(error_type(client, R"({"request":"set_mute","channel":0,"muted":"yes"})"),
+            "bad_request: 'muted' must be true or false");
+  EXPECT_EQ(error_type(client, R"({"request":"subscribe_meters","interval_ms":1})"),
+            "invalid_value: interval_ms must be between 20 and 10000");
+  EXPECT_EQ(
+      error_type(client,
+                 R"({"request":"upload_filter","channel":"all","name":"b.txt","data":"1\nx\n"})")
+          .substr(0, 9),
+      "rejected:");
+  EXPECT_EQ(error_type(client, R"({"request":"undo_config"})"), "invalid_value: nothing to undo");
+
+  const json check = ok(client, {{"request", "validate_config"},
+                                 {"text",
+                                  "sample_rate = 5\nblock_frames = 0\nbogus = 1\n"
+                                  "[filter]\nfile = \"unit.txt\"\ngain_db = 99\n"}});
+  EXPECT_FALSE(check["valid"].get<bool>());
+  const std::string all = check["errors"].dump();
+  for (const char* culprit : {"sample_rate = 5", "block_frames = 0", "'bogus'", "filter.gain_db"}) {
+    EXPECT_NE(all.find(culprit), std::string::npos) << culprit << " not in " << all;
+  }
+  // The running configuration is untouched.
+  EXPECT_EQ(ok(client, {{"request", "get_info"}})["block_frames"], 256);
+
+  // The same request model on the Unix control socket, one JSON line.
+  const json over_socket = json::parse(
+      control_request(dir_ / "sock/control.sock", R"({"id":5,"request":"get_volume"})"));
+  EXPECT_EQ(over_socket["id"], 5);
+  EXPECT_TRUE(over_socket["ok"].get<bool>());
+  const json no_subscription = json::parse(control_request(
+      dir_ / "sock/control.sock", R"({"request":"subscribe_meters","interval_ms":50})"));
+  EXPECT_EQ(no_subscription["error"]["type"], "not_allowed");
+}
+
+TEST_F(WebApi, MetersArePushedAtTheRequestedInterval) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ok(client, {{"request", "subscribe_meters"}, {"interval_ms", 50}});
+  const auto started = std::chrono::steady_clock::now();
+  int events = 0;
+  while (events < 10) {
+    const auto message = client.receive();
+    ASSERT_TRUE(message.has_value());
+    const json event = json::parse(*message);
+    ASSERT_EQ(event["event"], "meters");
+    EXPECT_EQ(event["levels"].size(), 2u);
+    ++events;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GT(seconds, 0.4);  // not faster than asked
+  EXPECT_LT(seconds, 2.0);  // nor much slower, even on a loaded machine
+}
+
+TEST_F(WebApi, ATokenIsComparedAndACrossSiteOriginRefused) {
+  const std::string token = "correct-horse-battery-staple";
+  ASSERT_NO_FATAL_FAILURE(start("token = \"" + token + "\"\n"));
+  int status = 0;
+  WebsocketClient none(port_, "/ws", &status);
+  EXPECT_EQ(status, 401);
+  EXPECT_FALSE(none.open());
+  WebsocketClient wrong(port_, "/ws?token=correct-horse-battery-stapl", &status);
+  EXPECT_EQ(status, 401);
+  WebsocketClient right(port_, "/ws?token=" + token, &status);
+  EXPECT_EQ(status, 101);
+  EXPECT_TRUE(right.open());
+  ok(right, {{"request", "get_state"}});
+  WebsocketClient bearer(port_, "/ws", &status, "Authorization: Bearer " + token + "\r\n");
+  EXPECT_EQ(status, 101);
+  WebsocketClient cross_site(port_, "/ws?token=" + token, &status,
+                             "Origin: http://evil.example\r\n");
+  EXPECT_EQ(status, 403);
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+}
+
+TEST_F(WebApi, FloodingAndOversizedClientsAreCutOffWhileOthersAndTheAudioGoOn) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient watcher(port_, "/ws");
+  const json before = ok(watcher, {{"request", "get_stats"}});
+
+  WebsocketClient flood(port_, "/ws");
+  ASSERT_TRUE(flood.open());
+  int sent = 0;
+  while (sent < 5000 && flood.send(R"({"request":"get_stats"})")) ++sent;
+  // The server stops answering and closes: reading reaches the end.
+  int replies = 0;
+  while (flood.receive(std::chrono::seconds(2))) ++replies;
+  EXPECT_LT(replies, 1000) << "a flood of " << sent << " requests was answered";
+
+  WebsocketClient big(port_, "/ws");
+  ASSERT_TRUE(big.open());
+  big.send(std::string(13 << 20, ' '));
+  EXPECT_FALSE(big.receive(std::chrono::seconds(5)).has_value());
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const json after = ok(watcher, {{"request", "get_stats"}});
+  EXPECT_GT(after["blocks"].get<std::uint64_t>(), before["blocks"].get<std::uint64_t>());
+  EXPECT_EQ(ok(watcher, {{"request", "get_state"}})["state"], "running");
+  EXPECT_NE(read_text(dir_ / "daemon.err").find("cut off"), std::string::npos);
+}
+
+TEST_F(WebApi, VolumeMuteAndAnUploadedFilterSurviveARestart) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  {
+    WebsocketClient client(port_, "/ws");
+    ok(client, {{"request", "set_volume"}, {"channel", 0}, {"db", -12.5}});
+    ok(client, {{"request", "set_mute"}, {"channel", "master"}, {"muted", true}});
+    ok(client, {{"request", "upload_filter"},
+                {"channel", "all"},
+                {"name", "two.txt"},
+                {"data", "0.5\n0.5\n"}});
+  }
+  stop();
+  const json state = json::parse(read_text(dir_ / "state.json"));
+  EXPECT_EQ(state["channels"][0]["db"], -12.5);
+  EXPECT_TRUE(state["master"]["muted"].get<bool>());
+
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  const json volume = ok(client, {{"request", "get_volume"}});
+  EXPECT_EQ(volume["channels"][0]["db"], -12.5);
+  EXPECT_TRUE(volume["master"]["muted"].get<bool>());
+  EXPECT_EQ(ok(client, {{"request", "get_state"}})["state"], "paused");
+  const json filters = ok(client, {{"request", "list_filters"}})["filters"];
+  EXPECT_EQ(filters[0]["taps"], 2);
+  EXPECT_NE(filters[1]["source"].get<std::string>().find("two.txt"), std::string::npos);
+}
+
+TEST_F(WebApi, ThePageIsServedAndPathsOutsideItAreNot) {
+  ASSERT_NO_FATAL_FAILURE(start("root = \"" + std::string(TAPSTREAM_SOURCE_DIR) + "/web\"\n"));
+  const auto get = [&](const std::string& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port_));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    const std::string request = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string response;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) response.append(buffer, n);
+    ::close(fd);
+    return response;
+  };
+  EXPECT_NE(get("/").find("<title>tapstream</title>"), std::string::npos);
+  EXPECT_NE(get("/app.js").find("text/javascript"), std::string::npos);
+  EXPECT_EQ(get("/../CMakeLists.txt").find("200 OK"), std::string::npos);
+  EXPECT_NE(get("/nothing.js").find("404"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tapstream
