@@ -245,7 +245,7 @@ class OfflineRun {
   // Writer thread: output blocks into each job's sink.
   void write_all() {
     std::optional<OfflineSink> sink;
-    std::size_t sink_job = 0;
+    std::optional<std::size_t> sink_job;  // the job whose blocks come now
     bool job_failed = false;
     std::uint64_t written = 0;
     const auto job_done = [&](std::size_t job) {
@@ -257,7 +257,7 @@ class OfflineRun {
       if (!block) return;
       if (block->mark == Mark::all_done) return;
       const std::size_t job = block->job;
-      if (!sink || sink_job != job) {
+      if (sink_job != job) {
         sink.reset();
         sink_job = job;
         job_failed = false;
