@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <thread>
-#include <cstdio>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "daemon/commands/progress.hpp"
@@ -458,7 +458,8 @@ TEST(OfflinePipeline, ACancelSeenWhileEveryStageWaitsStillStopsTheRun) {
                    engine,
                    [&](std::span<float> buffer) -> std::size_t {
                      if (++reads > 3) {
-                       while (!cancel.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                       while (!cancel.load())
+                         std::this_thread::sleep_for(std::chrono::milliseconds(1));
                      }
                      std::fill(buffer.begin(), buffer.end(), 0.0f);
                      return buffer.size();

@@ -480,16 +480,14 @@ TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputNoTemporaryFileAndExits128Plu
 TEST(ProcessCommand, ABatchFiltersEveryFileLikeOneRunAndSkipsAnUnreadableOneByName) {
   TempDir dir;
   fs::create_directory(dir / "in");
-  write_sound(dir / "in" / "a.wav", scaled(random_signal(2 * 3000, 40), 0.5f), 2, 48000,
-              kFloatWav);
-  write_sound(dir / "in" / "b.wav", scaled(random_signal(2 * 7000, 41), 0.5f), 2, 48000,
-              kFloatWav);
+  write_sound(dir / "in" / "a.wav", scaled(random_signal(2 * 3000, 40), 0.5f), 2, 48000, kFloatWav);
+  write_sound(dir / "in" / "b.wav", scaled(random_signal(2 * 7000, 41), 0.5f), 2, 48000, kFloatWav);
   // Another channel count and rate: a second engine, in the same batch.
   write_sound(dir / "c.wav", scaled(random_signal(5000, 42), 0.5f), 1, 44100, kFloatWav);
   { std::ofstream(dir / "in" / "broken.wav") << "not a sound file"; }
   write_text_taps(dir / "taps.txt", scaled(random_signal(300, 43), 0.1f));
-  const std::vector<std::string> common = {"--taps", (dir / "taps.txt").string(), "--backend",
-                                           "cpu", "--block", "1024"};
+  const std::vector<std::string> common = {
+      "--taps", (dir / "taps.txt").string(), "--backend", "cpu", "--block", "1024"};
   std::vector<std::string> args = {"process", (dir / "in").string(), (dir / "c.wav").string(),
                                    "--out-dir", (dir / "out").string()};
   args.insert(args.end(), common.begin(), common.end());
@@ -516,10 +514,9 @@ TEST(ProcessCommand, ABatchOfOnlyBadFilesFailsAndWritesNothing) {
   TempDir dir;
   { std::ofstream(dir / "broken.wav") << "not a sound file"; }
   write_text_taps(dir / "taps.txt", {1.0f});
-  const RunResult run =
-      tapstream(dir, {"process", (dir / "broken.wav").string(), (dir / "missing.wav").string(),
-                      "--out-dir", (dir / "out").string(), "--taps", (dir / "taps.txt").string(),
-                      "--backend", "cpu"});
+  const RunResult run = tapstream(
+      dir, {"process", (dir / "broken.wav").string(), (dir / "missing.wav").string(), "--out-dir",
+            (dir / "out").string(), "--taps", (dir / "taps.txt").string(), "--backend", "cpu"});
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.err.find("missing.wav"), std::string::npos) << run.err;
   EXPECT_TRUE(fs::is_empty(dir / "out"));
@@ -529,8 +526,8 @@ TEST(ProcessCommand, OneFileNeedsExactlyAnInputAndAnOutput) {
   TempDir dir;
   write_sound(dir / "in.wav", random_signal(100, 44), 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", {1.0f});
-  const RunResult run = tapstream(
-      dir, {"process", (dir / "in.wav").string(), "--taps", (dir / "taps.txt").string()});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), "--taps", (dir / "taps.txt").string()});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("expected IN OUT"), std::string::npos) << run.err;
 }

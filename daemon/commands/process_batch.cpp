@@ -88,8 +88,8 @@ class Batch {
     std::vector<std::pair<std::pair<int, int>, std::vector<BatchFile>>> groups;
     for (const BatchFile& file : files) {
       const std::pair<int, int> key{file.info.channels, file.info.sample_rate};
-      auto group = std::find_if(groups.begin(), groups.end(),
-                                [&](const auto& g) { return g.first == key; });
+      auto group =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (group == groups.end()) group = groups.insert(groups.end(), {key, {}});
       group->second.push_back(file);
       total_frames_ += std::uint64_t(std::max<std::int64_t>(file.info.frames, 0));
@@ -227,9 +227,10 @@ class Batch {
     const ClipStats& clip = writer.clip_stats();
     if (clip.clipped_samples > 0) {
       progress_->finish();
-      spdlog::warn("{}: clipped {} samples, peak {:.2f} dBFS (lower --gain or write --format float)",
-                   writer.destination().string(), clip.clipped_samples,
-                   20.0 * std::log10(double(clip.peak)));
+      spdlog::warn(
+          "{}: clipped {} samples, peak {:.2f} dBFS (lower --gain or write --format float)",
+          writer.destination().string(), clip.clipped_samples,
+          20.0 * std::log10(double(clip.peak)));
     }
   }
 

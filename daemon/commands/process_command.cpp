@@ -49,7 +49,7 @@ struct ProcessArgs {
   double gain_db = 0.0;
   std::string backend = "auto";
   std::size_t block_frames = 0;  // 0: default_block_frames(channels)
-  std::string format;  // empty: the input's
+  std::string format;            // empty: the input's
   bool tail = false;
   bool ignore_rate = false;
   std::size_t max_taps = 1u << 20;

@@ -302,8 +302,8 @@ class OfflineRun {
   std::mutex mutex_;
   std::condition_variable changed_;
   Queue free_in_, full_in_, free_out_, full_out_;  // guarded by mutex_
-  bool stop_ = false;                             // guarded by mutex_
-  std::exception_ptr fatal_;                      // guarded by mutex_; read after the joins
+  bool stop_ = false;                              // guarded by mutex_
+  std::exception_ptr fatal_;                       // guarded by mutex_; read after the joins
 
   // Written by the reader before the job's failure marker is given on.
   std::vector<std::exception_ptr> source_errors_;
@@ -322,8 +322,12 @@ std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const O
 OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
                           const OfflineOptions& options) {
   const OfflineJob job{
-      [&] { return OfflineSource{read, options.tail_frames}; },
-      [&] { return OfflineSink{write, {}}; },
+      [&] {
+        return OfflineSource{read, options.tail_frames};
+      },
+      [&] {
+        return OfflineSink{write, {}};
+      },
   };
   const std::vector<OfflineJobResult> results =
       run_offline_jobs(engine, std::span<const OfflineJob>(&job, 1), options);

@@ -68,8 +68,8 @@ struct OfflineJobResult {
 };
 
 struct OfflineOptions {
-  std::size_t block_frames = 8192;  // at most the engine's max_block_frames()
-  std::size_t tail_frames = 0;      // single-file runs only; jobs say their own
+  std::size_t block_frames = 8192;   // at most the engine's max_block_frames()
+  std::size_t tail_frames = 0;       // single-file runs only; jobs say their own
   std::size_t blocks_in_flight = 3;  // buffers in each of the two rings (at least 2)
   BlockAllocator allocate;           // empty: ordinary_block_memory
   // Called on the writer thread after every block with the frames written so far.
