@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <stdexcept>
@@ -100,9 +101,32 @@ const LoadedModule& cuda_module() {
 }  // namespace
 #endif
 
+std::size_t offline_block_frames(const std::string& engine, std::size_t channels) {
+  const bool cuda = engine == "cuda";
+  const std::size_t target_samples = std::size_t(1) << (cuda ? 23 : 20);
+  const std::size_t most = cuda ? 65536 : 16384;
+  std::size_t frames = 4096;
+  while (frames < most && 2 * frames * std::max<std::size_t>(channels, 1) <= target_samples) {
+    frames *= 2;
+  }
+  return frames;
+}
+
+namespace {
+
+// The options with the block chosen for `engine` when the caller left it at 0.
+EngineOptions for_engine(const char* engine, const FilterBank& bank, EngineOptions options) {
+  if (options.max_block_frames == 0) {
+    options.max_block_frames = offline_block_frames(engine, bank.channels());
+  }
+  return options;
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
                                     const EngineOptions& options) {
-  if (backend == Backend::cpu) return make_cpu_engine(bank, options);
+  if (backend == Backend::cpu) return make_cpu_engine(bank, for_engine("cpu", bank, options));
 #ifdef TAPSTREAM_CUDA_MODULE
   const auto start = std::chrono::steady_clock::now();
   const LoadedModule& loaded = cuda_module();
@@ -118,12 +142,12 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
           milliseconds_since(start) - load_ms - device_ms);
     };
     if (backend == Backend::cuda) {
-      auto engine = loaded.module->make_engine(bank, options);
+      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
       log_startup();
       return engine;
     }
     try {
-      auto engine = loaded.module->make_engine(bank, options);
+      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
       log_startup();
       return engine;
     } catch (const std::exception& e) {
@@ -135,8 +159,13 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
+<<<<<<< HEAD
   spdlog::info("backend auto: using the CPU engine: {}", reason);
   return make_cpu_engine(bank, options);
+=======
+  spdlog::info("backend auto: using the CPU engine ({})", reason);
+  return make_cpu_engine(bank, for_engine("cpu", bank, options));
+>>>>>>> b4dddec (engine factory picks the offline block for the engine it makes (CPU 4096-16384 frames, CUDA up to 65536); compare-cpu.sh: sox ratio and targets, identity vs sox copy and cp, 10 ms start-up, batch vs loop)
 }
 
 BlockAllocator block_allocator(const Engine& engine) {

@@ -160,11 +160,8 @@ class Batch {
       for (const BatchFile& file : files) fail(file.input, e.what());
       return;
     }
-    const std::size_t block = settings_.block_frames > 0
-                                  ? settings_.block_frames
-                                  : default_block_frames(std::size_t(first.channels));
     EngineOptions engine_options;
-    engine_options.max_block_frames = block;
+    engine_options.max_block_frames = settings_.block_frames;
     engine_options.algorithm = settings_.algorithm;
     const std::unique_ptr<Engine> engine = make_engine(settings_.backend, *bank, engine_options);
     spdlog::debug("{} files of {} channels at {} Hz through {}", files.size(), first.channels,
@@ -196,7 +193,7 @@ class Batch {
     const std::uint64_t before = frames_done_;
     const auto started = std::chrono::steady_clock::now();
     OfflineOptions options;
-    options.block_frames = block;
+    options.block_frames = engine->max_block_frames();
     options.allocate = block_allocator(*engine);
     options.cancel = settings_.cancel;
     options.on_progress = [this, before](std::uint64_t written) {

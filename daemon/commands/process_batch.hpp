@@ -26,7 +26,7 @@ struct BatchSettings {
   Backend backend = Backend::automatic;
   Algorithm algorithm = Algorithm::automatic;
   SampleFormat format = SampleFormat::same_as_input;
-  std::size_t block_frames = 0;  // 0: default_block_frames(channels)
+  std::size_t block_frames = 0;  // 0: the engine factory's choice
   bool tail = false;
   bool ignore_rate = false;
   std::size_t max_taps = std::size_t(1) << 20;

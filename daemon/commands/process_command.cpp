@@ -48,7 +48,7 @@ struct ProcessArgs {
   std::string taps;
   double gain_db = 0.0;
   std::string backend = "auto";
-  std::size_t block_frames = 0;  // 0: default_block_frames(channels)
+  std::size_t block_frames = 0;  // 0: the engine factory's choice
   std::string format;            // empty: the input's
   bool tail = false;
   bool ignore_rate = false;
@@ -286,10 +286,8 @@ int process(const ProcessArgs& args) {
   spdlog::debug("taps {}: {} per channel at most, {}", args.taps, bank.max_taps(),
                 bank.is_shared() ? "one filter for all channels" : "one filter per channel");
 
-  const std::size_t block_frames =
-      args.block_frames > 0 ? args.block_frames : default_block_frames(std::size_t(info.channels));
   EngineOptions engine_options;
-  engine_options.max_block_frames = block_frames;
+  engine_options.max_block_frames = args.block_frames;
   engine_options.algorithm = algorithm;
   const std::unique_ptr<Engine> engine = make_engine(backend, bank, engine_options);
   spdlog::debug("engine: {}", engine->description());
@@ -308,7 +306,7 @@ int process(const ProcessArgs& args) {
                 writer_options.dither == Dither::tpdf ? "tpdf" : "none");
 
   OfflineOptions options;
-  options.block_frames = block_frames;
+  options.block_frames = engine->max_block_frames();
   options.allocate = block_allocator(*engine);
   options.tail_frames = args.tail ? bank.max_taps() - 1 : 0;
   const std::uint64_t expected_frames =
@@ -405,8 +403,8 @@ Command add_process_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   sub->add_option("--block", args->block_frames,
-                  "Frames per block (1 to 1048576; default: about 8 MiB of samples, 4096 to "
-                  "65536 frames)")
+                  "Frames per block (1 to 1048576; default: chosen for the engine, 4096 to "
+                  "16384 frames on the CPU, up to 65536 on the GPU)")
       ->check(CLI::Range(std::size_t(1), kMaxBlockFrames));
   sub->add_option("-f,--format", args->format,
                   "Output sample format: float, pcm16, pcm24, pcm32 (default: the input's)")

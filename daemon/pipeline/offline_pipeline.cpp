@@ -30,15 +30,6 @@
 
 namespace tapstream {
 
-std::size_t default_block_frames(std::size_t channels) {
-  constexpr std::size_t kTargetSamples = std::size_t(1) << 21;  // 8 MiB of floats
-  std::size_t frames = 4096;
-  while (frames < 65536 && 2 * frames * std::max<std::size_t>(channels, 1) <= kTargetSamples) {
-    frames *= 2;
-  }
-  return frames;
-}
-
 namespace {
 
 enum class Mark {

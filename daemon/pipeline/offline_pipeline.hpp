@@ -37,11 +37,6 @@ using ReadFrames = std::function<std::size_t(std::span<float> buffer)>;
 // Takes every sample of the given whole frames (interleaved).
 using WriteFrames = std::function<void(std::span<const float> frames)>;
 
-// Frames per block when the user names none: about 8 MiB of samples per
-// block, between 4096 and 65536 frames, so that the per-call cost of an engine
-// vanishes and 256 channels still fit a modest footprint.
-std::size_t default_block_frames(std::size_t channels);
-
 struct OfflineSource {
   ReadFrames read;
   std::size_t tail_frames = 0;  // zeros fed after the input (M - 1 for the full decay)
