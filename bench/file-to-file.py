@@ -164,6 +164,10 @@ class Bench:
                     continue
                 entry = {"taps": m}
                 main = self.args.backends[0]
+                if channels == 32 and main == "cuda":
+                    # Does a larger block than the factory's choice pay on the GPU?
+                    entry["tapstream_cuda_block_262144"] = self.tapstream(
+                        src, dst, taps[m][0], main, repeats, ("--block", "262144"))
                 entry["tapstream_" + main] = self.tapstream(src, dst, taps[m][0], main, repeats)
                 check = None
                 if not self.args.peers:
@@ -284,7 +288,7 @@ def main():
     finally:
         bench.save()
         shutil.rmtree(args.work, ignore_errors=True)
-    log(json.dumps(bench.results, indent=1))
+    log(f"wrote {args.out}" if args.out else json.dumps(bench.results, indent=1))
 
 
 if __name__ == "__main__":
