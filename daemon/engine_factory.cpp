@@ -67,7 +67,7 @@ bool gpu_driver_present() {
 LoadedModule load_module() {
   LoadedModule loaded;
   if (!gpu_driver_present()) {
-    loaded.reason = "no NVIDIA GPU driver (no /dev/nvidiactl)";
+    loaded.reason = "no NVIDIA driver is installed or loaded";
     return loaded;
   }
   loaded.reason = "the CUDA engine module (libtapstream_cuda.so) was not found";
@@ -151,7 +151,7 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
       log_startup();
       return engine;
     } catch (const std::exception& e) {
-      reason = cuda_failure_sentence(e.what());
+      reason = loaded.module->failure_sentence(e.what());
     }
   }
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
@@ -159,13 +159,8 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
-<<<<<<< HEAD
   spdlog::info("backend auto: using the CPU engine: {}", reason);
-  return make_cpu_engine(bank, options);
-=======
-  spdlog::info("backend auto: using the CPU engine ({})", reason);
   return make_cpu_engine(bank, for_engine("cpu", bank, options));
->>>>>>> b4dddec (engine factory picks the offline block for the engine it makes (CPU 4096-16384 frames, CUDA up to 65536); compare-cpu.sh: sox ratio and targets, identity vs sox copy and cp, 10 ms start-up, batch vs loop)
 }
 
 BlockAllocator block_allocator(const Engine& engine) {

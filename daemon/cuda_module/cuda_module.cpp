@@ -21,7 +21,8 @@ void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
 
-const CudaModule kModule{cuda_device_available, make_cuda_engine, allocate_pinned, free_pinned};
+const CudaModule kModule{cuda_device_available, make_cuda_engine, cuda_failure_sentence,
+                         allocate_pinned, free_pinned};
 
 }  // namespace
 }  // namespace tapstream

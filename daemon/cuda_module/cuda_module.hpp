@@ -17,8 +17,9 @@ namespace tapstream {
 struct CudaModule {
   // True when a CUDA device can be used; otherwise false and `reason` says why.
   bool (*device_available)(std::string* reason);
-  // See kernels/cuda_engine.hpp: make_cuda_engine.
+  // See kernels/cuda_engine.hpp: make_cuda_engine and cuda_failure_sentence.
   std::unique_ptr<Engine> (*make_engine)(const FilterBank& bank, const EngineOptions& options);
+  std::string (*failure_sentence)(const std::string& what);
   // Page-locked host memory (zero-filled); throws naming the failing call.
   float* (*allocate_pinned)(std::size_t floats);
   void (*free_pinned)(float* p);
