@@ -522,6 +522,27 @@ TEST(ProcessCommand, ABatchOfOnlyBadFilesFailsAndWritesNothing) {
   EXPECT_TRUE(fs::is_empty(dir / "out"));
 }
 
+TEST(ProcessCommand, ARunOnTheCpuEngineLoadsNoCudaLibrary) {
+  // Loading cuFFT and NVRTC alone costs about 45 ms: only the CUDA engine may.
+  TempDir dir;
+  write_sound(dir / "in.wav", random_signal(480, 45), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  const std::string log = (dir / "ld.log").string();
+  const std::string command =
+      "LD_DEBUG=libs LD_DEBUG_OUTPUT=" + quote(log) + " " + quote(TAPSTREAM_BINARY) +
+      " -q process " + quote((dir / "in.wav").string()) + " " + quote((dir / "out.wav").string()) +
+      " --taps " + quote((dir / "taps.txt").string()) + " --backend cpu";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::string loaded;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind("ld.log", 0) == 0) loaded += read_text(entry.path());
+  }
+  ASSERT_NE(loaded.find("libsndfile"), std::string::npos) << "LD_DEBUG gave no log";
+  EXPECT_EQ(loaded.find("libcufft"), std::string::npos);
+  EXPECT_EQ(loaded.find("libnvrtc"), std::string::npos);
+  EXPECT_EQ(loaded.find("libcudart"), std::string::npos);
+}
+
 TEST(ProcessCommand, OneFileNeedsExactlyAnInputAndAnOutput) {
   TempDir dir;
   write_sound(dir / "in.wav", random_signal(100, 44), 1, 48000, kFloatWav);
