@@ -177,4 +177,16 @@ BlockAllocator block_allocator(const Engine& engine) {
   return ordinary_block_memory;
 }
 
+EngineStaging engine_staging(Engine& engine) {
+#ifdef TAPSTREAM_CUDA_MODULE
+  if (engine.name() == "cuda" && cuda_module().module != nullptr) {
+    const CudaModule* module = cuda_module().module;
+    return {module->staging(engine, true), module->staging(engine, false)};
+  }
+#else
+  (void)engine;
+#endif
+  return {};
+}
+
 }  // namespace tapstream

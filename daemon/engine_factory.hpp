@@ -5,6 +5,7 @@
 // starts without loading the CUDA libraries or creating a CUDA context.
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "daemon/pipeline/block_memory.hpp"
@@ -37,5 +38,14 @@ std::size_t offline_block_frames(const std::string& engine, std::size_t channels
 // Memory for blocks to and from `engine`: page-locked for a CUDA engine (its
 // copies then run straight from and to it, asynchronously), else ordinary.
 BlockAllocator block_allocator(const Engine& engine);
+
+// A CUDA engine's own page-locked staging buffers (channels x max_block_frames
+// floats each): calls whose `in` and `out` are these copy nothing on the host,
+// and small ones go zero-copy. Empty for other engines.
+struct EngineStaging {
+  std::span<float> input;
+  std::span<float> output;
+};
+EngineStaging engine_staging(Engine& engine);
 
 }  // namespace tapstream

@@ -17,12 +17,17 @@ float* allocate_pinned(std::size_t floats) {
   return static_cast<float*>(p);
 }
 
+std::span<float> staging(Engine& engine, bool input) {
+  auto& cuda = dynamic_cast<CudaEngine&>(engine);
+  return input ? cuda.pinned_input() : cuda.pinned_output();
+}
+
 void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
 
-const CudaModule kModule{cuda_device_available, make_cuda_engine, cuda_failure_sentence,
-                         allocate_pinned, free_pinned};
+const CudaModule kModule{cuda_device_available, make_cuda_engine, cuda_failure_sentence, staging,
+                         allocate_pinned,       free_pinned};
 
 }  // namespace
 }  // namespace tapstream

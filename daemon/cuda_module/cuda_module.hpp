@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "dsp/engine.hpp"
@@ -20,6 +21,8 @@ struct CudaModule {
   // See kernels/cuda_engine.hpp: make_cuda_engine and cuda_failure_sentence.
   std::unique_ptr<Engine> (*make_engine)(const FilterBank& bank, const EngineOptions& options);
   std::string (*failure_sentence)(const std::string& what);
+  // A CUDA engine's own page-locked staging (CudaEngine::pinned_input/output).
+  std::span<float> (*staging)(Engine& engine, bool input);
   // Page-locked host memory (zero-filled); throws naming the failing call.
   float* (*allocate_pinned)(std::size_t floats);
   void (*free_pinned)(float* p);
