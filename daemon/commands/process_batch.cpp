@@ -183,7 +183,8 @@ class Batch {
           [&file, this] {
             auto writer = std::make_shared<SoundFileWriter>(
                 file.output, file.info.sample_rate, file.info.channels,
-                output_format(file.info.format, settings_.format, file.output));
+                choose_output_format(file.info.format, settings_.format, "", file.output, false)
+                    .format);
             return OfflineSink{[writer](std::span<const float> f) { writer->write(f); },
                                [this, writer] { commit(*writer); }};
           },
