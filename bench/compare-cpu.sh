@@ -2,9 +2,13 @@
 # Side by side on one offline job: `tapstream process --backend cpu`, BruteFIR
 # and `sox ... fir`: 60 s of stereo 48 kHz float noise through 4096 and 65536
 # random taps, file in and file out. Prints wall and CPU times, the throughput
-# ratio tapstream / BruteFIR, and checks that tapstream's output equals
-# BruteFIR's within 1e-5 (relative, whole file) once BruteFIR's partition delay
-# is aligned. Writes JSON with the machine, date and commit.
+# ratios tapstream / BruteFIR (target 2.5x) and tapstream / sox fir (target
+# 1.5x), and checks that tapstream's output equals BruteFIR's within 1e-5
+# (relative, whole file) once BruteFIR's partition delay is aligned. Then the
+# pipeline's own cost (a 1-tap identity filter against `sox in out` and `cp`),
+# the start-up (a 10 ms file, target 30 ms) and a batch of BATCH_FILES
+# two-second files against a shell loop of single runs. Writes JSON with the
+# machine, date and commit.
 #
 #   bench/compare-cpu.sh [BUILD_DIR]        (default: build)
 #   RUNS=5 TAPS="4096 65536" OUT_JSON=path bench/compare-cpu.sh build-cpu
@@ -155,7 +159,9 @@ for m in $taps_list; do
 
   ratio=$(calc "$bf_wall / $ts_wall")
   cpu_ratio=$(calc "($ts_cpu > 0) ? $bf_cpu / $ts_cpu : 0")
-  printf '        throughput tapstream / BruteFIR: %.2fx wall (target 1.5x), %.2fx CPU time\n' $ratio $cpu_ratio
+  sox_ratio=$(calc "$sx_wall / $ts_wall")
+  printf '        throughput tapstream / BruteFIR: %.2fx wall (target 2.5x), %.2fx CPU time\n' $ratio $cpu_ratio
+  printf '        throughput tapstream / sox fir: %.2fx wall (target 1.5x)\n' $sox_ratio
 
   # Exactness against BruteFIR, after its partition delay.
   check=$(python3 - "$work/tapstream-$m.wav" "$work/brutefir-$m.f32" $bf_p <<'PY'
@@ -206,8 +212,45 @@ PY
   ok=$(python3 -c "print('pass' if $err <= 1e-5 else 'FAIL')")
   [[ $ok = pass ]] || status=1
   echo "        tapstream vs BruteFIR: relative error $err over $compared frames, BruteFIR delay $delay frames: $ok"
-  json_rows+=("{\"taps\": $m, \"tapstream\": {\"wall_s\": $ts_wall, \"cpu_s\": $ts_cpu, \"engine\": \"$ts_desc\"}, \"engine_only\": {\"wall_s\": ${dr_wall:-null}, \"cpu_s\": ${dr_cpu:-null}}, \"brutefir\": {\"wall_s\": $bf_wall, \"cpu_s\": $bf_cpu, \"filter_length\": \"$bf_p,$(((m + bf_p - 1) / bf_p))\"}, \"sox\": {\"wall_s\": $sx_wall, \"cpu_s\": $sx_cpu}, \"ratio_wall\": $(printf '%.3f' $ratio), \"ratio_cpu\": $(printf '%.3f' $cpu_ratio), \"relative_error_vs_brutefir\": $err, \"brutefir_delay_frames\": $delay}")
+  json_rows+=("{\"taps\": $m, \"tapstream\": {\"wall_s\": $ts_wall, \"cpu_s\": $ts_cpu, \"engine\": \"$ts_desc\"}, \"engine_only\": {\"wall_s\": ${dr_wall:-null}, \"cpu_s\": ${dr_cpu:-null}}, \"brutefir\": {\"wall_s\": $bf_wall, \"cpu_s\": $bf_cpu, \"filter_length\": \"$bf_p,$(((m + bf_p - 1) / bf_p))\"}, \"sox\": {\"wall_s\": $sx_wall, \"cpu_s\": $sx_cpu}, \"ratio_wall\": $(printf '%.3f' $ratio), \"ratio_wall_vs_sox\": $(printf '%.3f' $sox_ratio), \"ratio_cpu\": $(printf '%.3f' $cpu_ratio), \"relative_error_vs_brutefir\": $err, \"brutefir_delay_frames\": $delay}")
 done
+
+# The pipeline's own cost: a 1-tap identity filter against copying the file.
+echo "1.0" >"$work/identity.txt"
+read -r id_wall id_cpu < <(best_of "$tapstream" -q process "$work/noise.wav" "$work/identity.wav" \
+  --taps "$work/identity.txt" --backend cpu)
+read -r soxcp_wall soxcp_cpu < <(best_of sox "$work/noise.wav" "$work/soxcopy.wav")
+read -r cp_wall cp_cpu < <(best_of cp "$work/noise.wav" "$work/copy.wav")
+printf '%-7s %-34s %9s %9s\n' 1 "tapstream (identity filter)" $id_wall $id_cpu
+printf '%-7s %-34s %9s %9s\n' - "sox in.wav out.wav (copy)" $soxcp_wall $soxcp_cpu
+printf '%-7s %-34s %9s %9s\n' - "cp" $cp_wall $cp_cpu
+
+# Start-up: a 10 ms file (median of 11 runs: the minimum would hide the usual cost).
+sox -R -n -r $rate -c 2 -b 32 -e floating-point "$work/short.wav" synth 0.01 whitenoise vol 0.5
+startup=()
+for ((i = 0; i < 11; i++)); do
+  read -r w c < <(measure "$tapstream" -q process "$work/short.wav" "$work/short-out.wav" \
+    --taps "$work/identity.txt" --backend cpu)
+  startup+=("$w")
+done
+startup_median=$(printf '%s\n' "${startup[@]}" | sort -g | sed -n 6p)
+printf 'a 10 ms file through the CPU engine: median %.3f s of 11 (target 0.030 s)\n' $startup_median
+
+# A batch of two-second stereo files: one process against a loop of one process per file.
+batch_files=${BATCH_FILES:-100}
+mkdir -p "$work/batch" "$work/batch-out" "$work/loop-out"
+sox -R -n -r $rate -c 2 -b 32 -e floating-point "$work/two.wav" synth 2 whitenoise vol 0.5
+for ((i = 0; i < batch_files; i++)); do cp "$work/two.wav" "$work/batch/f$i.wav"; done
+start=$(date +%s.%N)
+"$tapstream" -q process "$work/batch" --out-dir "$work/batch-out" --taps "$work/h4096.f32" --backend cpu
+batch_wall=$(calc "$(date +%s.%N) - $start")
+start=$(date +%s.%N)
+for f in "$work"/batch/*.wav; do
+  "$tapstream" -q process "$f" "$work/loop-out/$(basename "$f")" --taps "$work/h4096.f32" --backend cpu
+done
+loop_wall=$(calc "$(date +%s.%N) - $start")
+printf 'batch of %d two-second files, 4096 taps: %.3f s in one process, %.3f s in a loop (%.2fx; target 5x)\n' \
+  $batch_files $batch_wall $loop_wall "$(calc "$loop_wall / $batch_wall")"
 
 mkdir -p "$(dirname "$out_json")"
 {
@@ -222,7 +265,10 @@ mkdir -p "$(dirname "$out_json")"
     sep=,; ((i == ${#json_rows[@]} - 1)) && sep=
     echo "    ${json_rows[$i]}$sep"
   done
-  echo "  ]"
+  echo "  ],"
+  echo "  \"identity\": {\"tapstream_wall_s\": $id_wall, \"sox_copy_wall_s\": $soxcp_wall, \"cp_wall_s\": $cp_wall},"
+  echo "  \"startup_10ms_file_median_s\": $startup_median,"
+  echo "  \"batch\": {\"files\": $batch_files, \"seconds_each\": 2, \"taps\": 4096, \"batch_wall_s\": $batch_wall, \"loop_wall_s\": $loop_wall}"
   echo "}"
 } >"$out_json"
 echo "wrote $out_json"

@@ -1,12 +1,17 @@
 #include "daemon/engine_factory.hpp"
 
+#include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <stdexcept>
+#include <vector>
 
 #include "dsp/cpu_engine.hpp"
-#ifdef TAPSTREAM_HAVE_CUDA
-#include "kernels/cuda_engine.hpp"
+#ifdef TAPSTREAM_CUDA_MODULE
+#include "daemon/cuda_module/cuda_module.hpp"
 #endif
 
 namespace tapstream {
@@ -18,17 +23,135 @@ Backend parse_backend(const std::string& name) {
   throw std::invalid_argument("unknown backend '" + name + "' (expected cpu, cuda or auto)");
 }
 
+#ifdef TAPSTREAM_CUDA_MODULE
+namespace {
+
+namespace fs = std::filesystem;
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+struct LoadedModule {
+  const CudaModule* module = nullptr;
+  std::string reason;  // why not, when module is null
+};
+
+// Beside the executable, then where `cmake --install` puts it, then in the
+// build tree (for tests and benchmarks run from there).
+std::vector<fs::path> module_candidates() {
+  constexpr const char* kName = "libtapstream_cuda.so";
+  std::vector<fs::path> candidates;
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    candidates.push_back(exe.parent_path() / kName);
+    candidates.push_back(exe.parent_path().parent_path() / "lib" / "tapstream" / kName);
+  }
+  candidates.push_back(TAPSTREAM_CUDA_MODULE);
+  return candidates;
+}
+
+// Without the NVIDIA driver's device files (or WSL's GPU device) no CUDA device
+// can work: saying so costs a stat, where loading the CUDA libraries to be told
+// the same costs tens of milliseconds.
+bool gpu_driver_present() {
+  std::error_code error;
+  for (const char* device : {"/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"}) {
+    if (fs::exists(device, error)) return true;
+  }
+  return false;
+}
+
+LoadedModule load_module() {
+  LoadedModule loaded;
+  if (!gpu_driver_present()) {
+    loaded.reason = "no NVIDIA driver is installed or loaded";
+    return loaded;
+  }
+  loaded.reason = "the CUDA engine module (libtapstream_cuda.so) was not found";
+  for (const fs::path& candidate : module_candidates()) {
+    std::error_code error;
+    if (!fs::exists(candidate, error)) continue;
+    // Never closed: the engines it makes live until the process ends.
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      loaded.reason = std::string("cannot load the CUDA engine module: ") + dlerror();
+      return loaded;
+    }
+    using Entry = const CudaModule* (*)();
+    const auto entry = reinterpret_cast<Entry>(dlsym(handle, "tapstream_cuda_module"));
+    if (entry == nullptr) {
+      loaded.reason = candidate.string() + " is not a tapstream CUDA engine module";
+      return loaded;
+    }
+    loaded.module = entry();
+    return loaded;
+  }
+  return loaded;
+}
+
+// Loaded once per process, on first use (thread safe).
+const LoadedModule& cuda_module() {
+  static const LoadedModule loaded = load_module();
+  return loaded;
+}
+
+}  // namespace
+#endif
+
+std::size_t offline_block_frames(const std::string& engine, std::size_t channels) {
+  const bool cuda = engine == "cuda";
+  const std::size_t target_samples = std::size_t(1) << (cuda ? 23 : 20);
+  const std::size_t most = cuda ? 65536 : 16384;
+  std::size_t frames = 4096;
+  while (frames < most && 2 * frames * std::max<std::size_t>(channels, 1) <= target_samples) {
+    frames *= 2;
+  }
+  return frames;
+}
+
+namespace {
+
+// The options with the block chosen for `engine` when the caller left it at 0.
+EngineOptions for_engine(const char* engine, const FilterBank& bank, EngineOptions options) {
+  if (options.max_block_frames == 0) {
+    options.max_block_frames = offline_block_frames(engine, bank.channels());
+  }
+  return options;
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
                                     const EngineOptions& options) {
-  if (backend == Backend::cpu) return make_cpu_engine(bank, options);
-#ifdef TAPSTREAM_HAVE_CUDA
-  std::string reason;
-  if (cuda_device_available(&reason)) {
-    if (backend == Backend::cuda) return make_cuda_engine(bank, options);
+  if (backend == Backend::cpu) return make_cpu_engine(bank, for_engine("cpu", bank, options));
+#ifdef TAPSTREAM_CUDA_MODULE
+  const auto start = std::chrono::steady_clock::now();
+  const LoadedModule& loaded = cuda_module();
+  const double load_ms = milliseconds_since(start);
+  std::string reason = loaded.reason;
+  if (loaded.module != nullptr && loaded.module->device_available(&reason)) {
+    const double device_ms = milliseconds_since(start) - load_ms;
+    const auto log_startup = [&] {
+      spdlog::debug(
+          "cuda start-up: {:.1f} ms (libraries {:.1f} ms, device query {:.1f} ms, engine and "
+          "context {:.1f} ms)",
+          milliseconds_since(start), load_ms, device_ms,
+          milliseconds_since(start) - load_ms - device_ms);
+    };
+    if (backend == Backend::cuda) {
+      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
+      log_startup();
+      return engine;
+    }
     try {
-      return make_cuda_engine(bank, options);
+      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
+      log_startup();
+      return engine;
     } catch (const std::exception& e) {
-      reason = cuda_failure_sentence(e.what());
+      reason = loaded.module->failure_sentence(e.what());
     }
   }
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
@@ -37,7 +160,33 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
   spdlog::info("backend auto: using the CPU engine: {}", reason);
-  return make_cpu_engine(bank, options);
+  return make_cpu_engine(bank, for_engine("cpu", bank, options));
+}
+
+BlockAllocator block_allocator(const Engine& engine) {
+#ifdef TAPSTREAM_CUDA_MODULE
+  if (engine.name() == "cuda" && cuda_module().module != nullptr) {
+    const CudaModule* module = cuda_module().module;
+    return [module](std::size_t floats) {
+      return BlockMemory(module->allocate_pinned(floats), module->free_pinned);
+    };
+  }
+#else
+  (void)engine;
+#endif
+  return ordinary_block_memory;
+}
+
+EngineStaging engine_staging(Engine& engine) {
+#ifdef TAPSTREAM_CUDA_MODULE
+  if (engine.name() == "cuda" && cuda_module().module != nullptr) {
+    const CudaModule* module = cuda_module().module;
+    return {module->staging(engine, true), module->staging(engine, false)};
+  }
+#else
+  (void)engine;
+#endif
+  return {};
 }
 
 }  // namespace tapstream

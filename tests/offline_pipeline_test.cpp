@@ -11,13 +11,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "daemon/commands/progress.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/sound_file.hpp"
+#include "tests/process_support.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
@@ -26,6 +32,7 @@ namespace {
 using testing::random_signal;
 using testing::reference_convolution;
 using testing::relative_error;
+namespace fs = std::filesystem;
 
 // Direct-form causal convolution with a float64 accumulator and the halo kept
 // as the whole input history: obviously right, slow, for tests only.
@@ -251,6 +258,215 @@ TEST(OfflinePipeline, RealCpuEngineMatchesTheReferenceOnInterleavedChannels) {
     const auto want = reference_convolution(channel_of(input, kChannels, c), bank.taps(c));
     EXPECT_LE(relative_error(channel_of(output, kChannels, c), want), 1e-5) << "channel " << c;
   }
+}
+
+// An interleaved sink into memory that records whether it was finished and
+// when it was destroyed (a sound file's sink removes its file then).
+struct MemorySink {
+  std::vector<float> samples;
+  bool finished = false;
+  std::size_t fail_on_write = 0;  // throw on this write (1-based); 0: never
+  std::size_t writes = 0;
+};
+
+OfflineJob memory_job(const std::vector<float>* input, std::size_t channels, MemorySink* sink,
+                      std::size_t fail_after_frames = 0) {
+  return {
+      [=] {
+        auto source = std::make_shared<MemorySource>(MemorySource{input, channels, 0});
+        return OfflineSource{[source, fail_after_frames](std::span<float> buffer) {
+                               if (fail_after_frames > 0 && source->position >= fail_after_frames) {
+                                 throw std::runtime_error("in.wav: read failed: bad sector");
+                               }
+                               return (*source)(buffer);
+                             },
+                             0};
+      },
+      [sink] {
+        return OfflineSink{[sink](std::span<const float> s) {
+                             if (++sink->writes == sink->fail_on_write) {
+                               throw std::runtime_error("out.wav: write failed: disk full");
+                             }
+                             sink->samples.insert(sink->samples.end(), s.begin(), s.end());
+                           },
+                           [sink] { sink->finished = true; }};
+      },
+  };
+}
+
+TEST(OfflinePipeline, JobsGoThroughOneEngineResetBetweenThem) {
+  constexpr std::size_t kChannels = 3;
+  const std::uint64_t seed = 7001;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const FilterBank bank = three_channel_bank(seed);
+  const std::vector<std::vector<float>> inputs = {random_signal(300 * kChannels, seed + 1),
+                                                  random_signal(5 * kChannels, seed + 2),
+                                                  random_signal(1000 * kChannels, seed + 3)};
+  HistoryEngine engine(bank, 64);
+  std::vector<MemorySink> sinks(inputs.size());
+  std::vector<OfflineJob> jobs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    jobs.push_back(memory_job(&inputs[i], kChannels, &sinks[i]));
+  }
+  std::vector<std::size_t> done_order;
+  OfflineOptions options;
+  options.block_frames = 64;
+  options.on_job_done = [&](std::size_t job, const OfflineJobResult&) {
+    done_order.push_back(job);
+  };
+  const auto results = run_offline_jobs(engine, jobs, options);
+  EXPECT_EQ(done_order, (std::vector<std::size_t>{0, 1, 2}));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE("job " + std::to_string(i));
+    EXPECT_FALSE(results[i].error);
+    EXPECT_EQ(results[i].input_frames, inputs[i].size() / kChannels);
+    EXPECT_TRUE(sinks[i].finished);
+    ASSERT_EQ(sinks[i].samples.size(), inputs[i].size());
+    // Each file starts from silence: nothing of the previous file leaks in.
+    for (std::size_t c = 0; c < kChannels; ++c) {
+      const auto want = reference_convolution(channel_of(inputs[i], kChannels, c), bank.taps(c));
+      EXPECT_LE(relative_error(channel_of(sinks[i].samples, kChannels, c), want), 1e-6);
+    }
+  }
+}
+
+TEST(OfflinePipeline, AReadErrorMidFileFailsOnlyThatJobUnfinishedAndNamesIt) {
+  const FilterBank bank = FilterBank::shared({1.0f, -0.5f}, 2);
+  const std::vector<float> input = random_signal(2 * 500, 31);
+  HistoryEngine engine(bank, 16);
+  std::vector<MemorySink> sinks(3);
+  const std::vector<OfflineJob> jobs = {memory_job(&input, 2, &sinks[0]),
+                                        memory_job(&input, 2, &sinks[1], 100),
+                                        memory_job(&input, 2, &sinks[2])};
+  OfflineOptions options;
+  options.block_frames = 16;
+  const auto results = run_offline_jobs(engine, jobs, options);
+  ASSERT_TRUE(results[1].error);
+  try {
+    std::rethrow_exception(results[1].error);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "in.wav: read failed: bad sector");
+  }
+  EXPECT_FALSE(sinks[1].finished);
+  EXPECT_FALSE(results[0].error);
+  EXPECT_FALSE(results[2].error);
+  EXPECT_TRUE(sinks[0].finished);
+  EXPECT_TRUE(sinks[2].finished);
+  EXPECT_EQ(sinks[2].samples, sinks[0].samples);  // the failure left no trace in the engine
+}
+
+TEST(OfflinePipeline, AWriteErrorMidFileFailsOnlyThatJobUnfinishedAndNamesIt) {
+  const FilterBank bank = FilterBank::shared({0.5f}, 1);
+  const std::vector<float> input = random_signal(400, 32);
+  HistoryEngine engine(bank, 10);
+  std::vector<MemorySink> sinks(2);
+  sinks[0].fail_on_write = 3;
+  const std::vector<OfflineJob> jobs = {memory_job(&input, 1, &sinks[0]),
+                                        memory_job(&input, 1, &sinks[1])};
+  OfflineOptions options;
+  options.block_frames = 10;
+  const auto results = run_offline_jobs(engine, jobs, options);
+  ASSERT_TRUE(results[0].error);
+  try {
+    std::rethrow_exception(results[0].error);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "out.wav: write failed: disk full");
+  }
+  EXPECT_FALSE(sinks[0].finished);
+  EXPECT_EQ(sinks[0].writes, 3u);  // nothing more was offered to the failed sink
+  EXPECT_TRUE(sinks[1].finished);
+  EXPECT_EQ(sinks[1].samples.size(), input.size());
+}
+
+TEST(OfflinePipeline, ASoundFileThatFailsMidFileLeavesNothingBehind) {
+  // A read error after some blocks were already written: the writer's
+  // temporary file goes with it, and the destination never appears.
+  testing::TempDir dir;
+  const FilterBank bank = FilterBank::shared({1.0f}, 2);
+  const std::vector<float> input = random_signal(2 * 5000, 33);
+  HistoryEngine engine(bank, 256);
+  MemorySource source{&input, 2, 0};
+  OfflineOptions options;
+  options.block_frames = 256;
+  {
+    SoundFileWriter writer(dir / "out.wav", 48000, 2, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    std::size_t blocks = 0;
+    EXPECT_THROW(
+        {
+          try {
+            run_offline(
+                engine,
+                [&](std::span<float> buffer) {
+                  if (source.position > 2000) throw SoundFileError("in.wav: read failed");
+                  return source(buffer);
+                },
+                [&](std::span<const float> s) {
+                  writer.write(s);
+                  ++blocks;
+                },
+                options);
+          } catch (const SoundFileError& e) {
+            EXPECT_STREQ(e.what(), "in.wav: read failed");
+            throw;
+          }
+        },
+        SoundFileError);
+    EXPECT_GT(blocks, 0u);
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+TEST(OfflinePipeline, MemoryIsAllocatedOnceWhateverTheInputsLength) {
+  const FilterBank bank = FilterBank::shared({1.0f}, 1);
+  for (const std::size_t frames : {std::size_t(10), std::size_t(100000)}) {
+    const std::vector<float> input = random_signal(frames, 34);
+    HistoryEngine engine(bank, 64);
+    MemorySource source{&input, 1, 0};
+    std::size_t allocations = 0, floats = 0;
+    OfflineOptions options;
+    options.block_frames = 64;
+    options.blocks_in_flight = 3;
+    options.allocate = [&](std::size_t n) {
+      ++allocations;
+      floats += n;
+      return ordinary_block_memory(n);
+    };
+    std::size_t written = 0;
+    run_offline(
+        engine, std::ref(source), [&](std::span<const float> s) { written += s.size(); }, options);
+    EXPECT_EQ(written, frames);
+    EXPECT_EQ(allocations, 6u) << frames << " frames";  // 3 input and 3 output blocks
+    EXPECT_EQ(floats, 6u * 64u) << frames << " frames";
+  }
+}
+
+TEST(OfflinePipeline, ACancelSeenWhileEveryStageWaitsStillStopsTheRun) {
+  // The source blocks until cancel is set from another thread, as a signal
+  // handler would (which cannot wake anyone): the run must still end.
+  const FilterBank bank = FilterBank::shared({1.0f}, 1);
+  HistoryEngine engine(bank, 8);
+  std::atomic<bool> cancel{false};
+  OfflineOptions options;
+  options.block_frames = 8;
+  options.cancel = &cancel;
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel.store(true);
+  });
+  std::size_t reads = 0;
+  EXPECT_THROW(run_offline(
+                   engine,
+                   [&](std::span<float> buffer) -> std::size_t {
+                     if (++reads > 3) {
+                       while (!cancel.load())
+                         std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                     }
+                     std::fill(buffer.begin(), buffer.end(), 0.0f);
+                     return buffer.size();
+                   },
+                   [](std::span<const float>) {}, options),
+               std::runtime_error);
+  canceller.join();
 }
 
 TEST(ProgressBar, AppearsOnlyForJobsProjectedToTakeMoreThanTwoSeconds) {

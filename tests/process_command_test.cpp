@@ -477,6 +477,82 @@ TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputNoTemporaryFileAndExits128Plu
   }
 }
 
+TEST(ProcessCommand, ABatchFiltersEveryFileLikeOneRunAndSkipsAnUnreadableOneByName) {
+  TempDir dir;
+  fs::create_directory(dir / "in");
+  write_sound(dir / "in" / "a.wav", scaled(random_signal(2 * 3000, 40), 0.5f), 2, 48000, kFloatWav);
+  write_sound(dir / "in" / "b.wav", scaled(random_signal(2 * 7000, 41), 0.5f), 2, 48000, kFloatWav);
+  // Another channel count and rate: a second engine, in the same batch.
+  write_sound(dir / "c.wav", scaled(random_signal(5000, 42), 0.5f), 1, 44100, kFloatWav);
+  { std::ofstream(dir / "in" / "broken.wav") << "not a sound file"; }
+  write_text_taps(dir / "taps.txt", scaled(random_signal(300, 43), 0.1f));
+  const std::vector<std::string> common = {
+      "--taps", (dir / "taps.txt").string(), "--backend", "cpu", "--block", "1024"};
+  std::vector<std::string> args = {"process", (dir / "in").string(), (dir / "c.wav").string(),
+                                   "--out-dir", (dir / "out").string()};
+  args.insert(args.end(), common.begin(), common.end());
+  const RunResult batch = tapstream(dir, args);
+  EXPECT_EQ(batch.exit_code, 3) << batch.err;
+  EXPECT_NE(batch.err.find("broken.wav"), std::string::npos) << batch.err;
+  EXPECT_NE(batch.err.find("1 of 4 files failed"), std::string::npos) << batch.err;
+  EXPECT_EQ(entries(dir / "out"), (std::set<std::string>{"a.wav", "b.wav", "c.wav"}));
+  // Each file exactly as a run of its own gives it.
+  for (const fs::path& input : {dir / "in" / "a.wav", dir / "in" / "b.wav", dir / "c.wav"}) {
+    SCOPED_TRACE(input.string());
+    std::vector<std::string> single = {"process", input.string(), (dir / "single.wav").string()};
+    single.insert(single.end(), common.begin(), common.end());
+    ASSERT_EQ(tapstream(dir, single).exit_code, 0);
+    const Sound alone = read_sound(dir / "single.wav");
+    const Sound batched = read_sound(dir / "out" / input.filename());
+    EXPECT_EQ(batched.info.channels, alone.info.channels);
+    EXPECT_EQ(batched.info.samplerate, alone.info.samplerate);
+    EXPECT_EQ(batched.samples, alone.samples);
+  }
+}
+
+TEST(ProcessCommand, ABatchOfOnlyBadFilesFailsAndWritesNothing) {
+  TempDir dir;
+  { std::ofstream(dir / "broken.wav") << "not a sound file"; }
+  write_text_taps(dir / "taps.txt", {1.0f});
+  const RunResult run = tapstream(
+      dir, {"process", (dir / "broken.wav").string(), (dir / "missing.wav").string(), "--out-dir",
+            (dir / "out").string(), "--taps", (dir / "taps.txt").string(), "--backend", "cpu"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("missing.wav"), std::string::npos) << run.err;
+  EXPECT_TRUE(fs::is_empty(dir / "out"));
+}
+
+TEST(ProcessCommand, ARunOnTheCpuEngineLoadsNoCudaLibrary) {
+  // Loading cuFFT and NVRTC alone costs about 45 ms: only the CUDA engine may.
+  TempDir dir;
+  write_sound(dir / "in.wav", random_signal(480, 45), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f});
+  const std::string log = (dir / "ld.log").string();
+  const std::string command =
+      "LD_DEBUG=libs LD_DEBUG_OUTPUT=" + quote(log) + " " + quote(TAPSTREAM_BINARY) +
+      " -q process " + quote((dir / "in.wav").string()) + " " + quote((dir / "out.wav").string()) +
+      " --taps " + quote((dir / "taps.txt").string()) + " --backend cpu";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::string loaded;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind("ld.log", 0) == 0) loaded += read_text(entry.path());
+  }
+  ASSERT_NE(loaded.find("libsndfile"), std::string::npos) << "LD_DEBUG gave no log";
+  EXPECT_EQ(loaded.find("libcufft"), std::string::npos);
+  EXPECT_EQ(loaded.find("libnvrtc"), std::string::npos);
+  EXPECT_EQ(loaded.find("libcudart"), std::string::npos);
+}
+
+TEST(ProcessCommand, OneFileNeedsExactlyAnInputAndAnOutput) {
+  TempDir dir;
+  write_sound(dir / "in.wav", random_signal(100, 44), 1, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {1.0f});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), "--taps", (dir / "taps.txt").string()});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("expected IN OUT"), std::string::npos) << run.err;
+}
+
 TEST(ProcessCommand, ErrorsAreOneLine) {
   TempDir dir;
   write_sound(dir / "in.wav", random_signal(100, 12), 1, 48000, kFloatWav);

@@ -27,9 +27,6 @@
 #include "daemon/engine_factory.hpp"
 #include "dsp/engine.hpp"
 #include "dsp/filter_bank.hpp"
-#ifdef TAPSTREAM_HAVE_CUDA
-#include "kernels/cuda_engine.hpp"
-#endif
 
 namespace tapstream {
 
@@ -96,18 +93,12 @@ Probe probe(const std::string& engine_name, std::size_t channels, std::size_t fr
   std::unique_ptr<Engine> engine;
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
-#ifdef TAPSTREAM_HAVE_CUDA
-  if (engine_name == "cuda") {
-    std::string reason;
-    if (!cuda_device_available(&reason)) throw std::runtime_error(reason);
-    std::unique_ptr<CudaEngine> cuda = make_cuda_device_engine(bank, options);
-    in = cuda->pinned_input().first(channels * frames);
-    out = cuda->pinned_output().first(channels * frames);
-    engine = std::move(cuda);
-  }
-#endif
-  if (!engine) {
-    engine = make_engine(parse_backend(engine_name), bank, options);
+  engine = make_engine(parse_backend(engine_name), bank, options);
+  // The CUDA engine's own page-locked staging: small calls go zero-copy.
+  if (const EngineStaging staging = engine_staging(*engine); !staging.input.empty()) {
+    in = staging.input.first(channels * frames);
+    out = staging.output.first(channels * frames);
+  } else {
     host_in.resize(channels * frames);
     host_out.resize(channels * frames);
     in = host_in;
@@ -217,7 +208,6 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
   char date[32];
   std::strftime(date, sizeof date, "%FT%TZ", std::gmtime(&now));
   std::string gpu = "none";
-#ifdef TAPSTREAM_HAVE_CUDA
   for (const Capacity& c : results)
     if (c.engine == "cuda" && !c.search.empty()) {
       const std::string& d = c.search.front().description;
@@ -225,7 +215,6 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       if (open != std::string::npos && close != std::string::npos)
         gpu = d.substr(open + 1, close - open - 1);
     }
-#endif
   j << "{\n  \"benchmark\": \"capacity\",\n  \"commit\": \"" << json_escape(args.commit)
     << "\",\n  \"date\": \"" << date << "\",\n  \"gpu\": \"" << json_escape(gpu)
     << "\",\n  \"cpu_threads\": " << std::thread::hardware_concurrency()

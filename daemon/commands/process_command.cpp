@@ -1,4 +1,5 @@
-// `tapstream process IN OUT --taps FILE ...`: filters a sound file offline.
+// `tapstream process IN OUT --taps FILE ...`: filters a sound file offline;
+// `tapstream process IN... --out-dir DIR ...` filters many (process_batch).
 // Nothing is lost or half-written: IN is only read, OUT appears (atomically,
 // by rename) only when the whole job succeeded, and every failure is one line
 // naming the culprit. "-" is standard input or output; a FIFO or device
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
+#include "daemon/commands/process_batch.hpp"
 #include "daemon/commands/progress.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/gain_range.hpp"
@@ -39,13 +41,15 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMaxBlockFrames = 1u << 20;
 
 struct ProcessArgs {
+  std::vector<std::string> files;  // IN OUT, or with out_dir: IN...
+  std::string out_dir;
   std::string input;
   std::string output;
   std::string taps;
   double gain_db = 0.0;
   std::string backend = "auto";
-  std::size_t block_frames = 8192;
-  std::string format;  // empty: the input's
+  std::size_t block_frames = 0;  // 0: the engine factory's choice
+  std::string format;            // empty: the input's
   bool tail = false;
   bool ignore_rate = false;
   std::size_t max_taps = 1u << 20;
@@ -223,6 +227,22 @@ int process(const ProcessArgs& args) {
   const Algorithm algorithm = parse_algorithm(args.algorithm);
   const SampleFormat format =
       args.format.empty() ? SampleFormat::same_as_input : parse_sample_format(args.format);
+  if (!args.out_dir.empty()) {
+    BatchSettings batch;
+    batch.inputs.assign(args.files.begin(), args.files.end());
+    batch.out_dir = args.out_dir;
+    batch.taps = args.taps;
+    batch.gain = float(std::pow(10.0, args.gain_db / 20.0));
+    batch.backend = backend;
+    batch.algorithm = algorithm;
+    batch.format = format;
+    batch.block_frames = args.block_frames;
+    batch.tail = args.tail;
+    batch.ignore_rate = args.ignore_rate;
+    batch.max_taps = args.max_taps;
+    batch.cancel = &interrupted;
+    return run_batch(batch);
+  }
   check_paths(args);
 
   std::optional<RawInput> raw;
@@ -286,7 +306,8 @@ int process(const ProcessArgs& args) {
                 writer_options.dither == Dither::tpdf ? "tpdf" : "none");
 
   OfflineOptions options;
-  options.block_frames = args.block_frames;
+  options.block_frames = engine->max_block_frames();
+  options.allocate = block_allocator(*engine);
   options.tail_frames = args.tail ? bank.max_taps() - 1 : 0;
   const std::uint64_t expected_frames =
       info.frames > 0 ? std::uint64_t(info.frames) + options.tail_frames : 0;
@@ -354,18 +375,25 @@ int run_process(const ProcessArgs& args) {
 Command add_process_command(CLI::App& app) {
   auto args = std::make_shared<ProcessArgs>();
   CLI::App* sub = app.add_subcommand("process", "Filter a sound file offline");
-  sub->add_option("input", args->input,
-                  "Sound file to filter (any format libsndfile reads), or - for standard input")
-      ->required()
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            return value == "-" ? std::string() : CLI::ExistingFile(value);
-          },
-          "FILE or -"));
-  sub->add_option("output", args->output,
-                  "Where to write the result: a file (type from its extension), - for standard "
-                  "output, a FIFO or a device")
+  sub->add_option("files", args->files,
+                  "IN OUT: the sound file to filter (any format libsndfile reads, or - for "
+                  "standard input) and where to write the result (a file, type from its "
+                  "extension; - for standard output, a FIFO or a device); with --out-dir: IN... "
+                  "(sound files and directories)")
       ->required();
+  sub->add_option("-o,--out-dir", args->out_dir,
+                  "Filter every IN into this directory, keeping file names (a batch)");
+  sub->parse_complete_callback([args] {
+    if (!args->out_dir.empty()) return;
+    if (args->files.size() != 2) {
+      throw CLI::ValidationError("files", "expected IN OUT (or IN... --out-dir DIR), got " +
+                                              std::to_string(args->files.size()) + " files");
+    }
+    args->input = args->files[0];
+    args->output = args->files[1];
+    const std::string problem = args->input == "-" ? "" : CLI::ExistingFile(args->input);
+    if (!problem.empty()) throw CLI::ValidationError("input", problem);
+  });
   sub->add_option("-t,--taps", args->taps,
                   "Coefficient file: text, .f32, .f64, or an impulse response (WAV, FLAC, ...)")
       ->required();
@@ -374,9 +402,10 @@ Command add_process_command(CLI::App& app) {
   sub->add_option("-b,--backend", args->backend, "Engine: cpu, cuda or auto (GPU if usable)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
-  sub->add_option("--block", args->block_frames, "Frames per block (1 to 1048576)")
-      ->check(CLI::Range(std::size_t(1), kMaxBlockFrames))
-      ->capture_default_str();
+  sub->add_option("--block", args->block_frames,
+                  "Frames per block (1 to 1048576; default: chosen for the engine, 4096 to "
+                  "16384 frames on the CPU, up to 65536 on the GPU)")
+      ->check(CLI::Range(std::size_t(1), kMaxBlockFrames));
   sub->add_option("-f,--format", args->format,
                   "Output sample format: float, pcm16, pcm24, pcm32 (default: the input's)")
       ->check(CLI::IsMember({"float", "pcm16", "pcm24", "pcm32"}));

@@ -1,0 +1,34 @@
+#pragma once
+// The CUDA engine as a module that the engine factory loads only when a job
+// asks for it (libtapstream_cuda.so beside the executable, or in
+// ../lib/tapstream): the CUDA runtime, cuFFT and NVRTC cost about 45 ms of
+// dynamic loading alone, which a run on the CPU engine should not pay. Plain
+// C++, no CUDA headers; the executable and the module are built together from
+// one tree, so C++ types may cross the boundary.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "dsp/engine.hpp"
+
+namespace tapstream {
+
+struct CudaModule {
+  // True when a CUDA device can be used; otherwise false and `reason` says why.
+  bool (*device_available)(std::string* reason);
+  // See kernels/cuda_engine.hpp: make_cuda_engine and cuda_failure_sentence.
+  std::unique_ptr<Engine> (*make_engine)(const FilterBank& bank, const EngineOptions& options);
+  std::string (*failure_sentence)(const std::string& what);
+  // A CUDA engine's own page-locked staging (CudaEngine::pinned_input/output).
+  std::span<float> (*staging)(Engine& engine, bool input);
+  // Page-locked host memory (zero-filled); throws naming the failing call.
+  float* (*allocate_pinned)(std::size_t floats);
+  void (*free_pinned)(float* p);
+};
+
+}  // namespace tapstream
+
+// The module's one exported symbol.
+extern "C" const tapstream::CudaModule* tapstream_cuda_module();
