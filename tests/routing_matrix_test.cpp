@@ -8,6 +8,8 @@
 #include <sndfile.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -291,6 +293,96 @@ TEST(MatrixFile, EveryBadFileIsRefusedNamingThePathAndTheReason) {
   refused("inputs = 2\n[[path]]\ninput = 0\noutput = 0\nfile = \"a.txt\"\n",
           "needs both inputs and outputs");
   refused(head + "[[path]\n", "bad.toml:3");
+}
+
+}  // namespace
+}  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+std::filesystem::path shipped(const std::string& name) {
+  return std::filesystem::path(TAPSTREAM_SOURCE_DIR) / "config" / "matrix" / name;
+}
+
+// Impulse on every input at frame 0, `frames` frames through the CPU matrix engine.
+std::vector<std::vector<float>> impulse_response(const RoutingMatrix& m, std::size_t frames) {
+  std::vector<std::vector<float>> inputs(m.inputs(), std::vector<float>(frames, 0.0f));
+  for (auto& in : inputs) in[0] = 1.0f;
+  EngineOptions options;
+  options.max_block_frames = 1024;
+  const auto engine = make_cpu_matrix_engine(m, options);
+  std::mt19937_64 rng(5);
+  return run_stream(*engine, inputs, rng, Layout::planar);
+}
+
+TEST(ShippedMatrices, CrossoverDriversSumToTheInputDelayedByHalfTheFilter) {
+  MatrixFileOptions options;
+  options.sample_rate = 48000;
+  const RoutingMatrix m = load_matrix_file(shipped("crossover-2way.toml"), options);
+  ASSERT_EQ(m.inputs(), 2u);
+  ASSERT_EQ(m.outputs(), 4u);
+  const auto out = impulse_response(m, 2048);
+  const float tweeter_gain = float(std::pow(10.0, 2.0 / 20.0));  // undo its -2 dB
+  for (std::size_t side = 0; side < 2; ++side) {
+    for (std::size_t f = 0; f < 2048; ++f) {
+      const float sum = out[2 * side][f] + tweeter_gain * out[2 * side + 1][f];
+      ASSERT_NEAR(sum, f == 511 ? 1.0f : 0.0f, 1e-5) << "side " << side << ", frame " << f;
+    }
+  }
+}
+
+TEST(ShippedMatrices, CrossfeedGivesEachEarTheOtherChannelLowPassedAndEightDbDown) {
+  const RoutingMatrix m = load_matrix_file(shipped("crossfeed-2x2.toml"), {});
+  ASSERT_EQ(m.paths().size(), 4u);
+  std::vector<std::vector<float>> inputs = {std::vector<float>(256, 0.0f),
+                                            std::vector<float>(256, 0.0f)};
+  inputs[0][0] = 1.0f;  // left only
+  EngineOptions options;
+  options.max_block_frames = 64;
+  const auto engine = make_cpu_matrix_engine(m, options);
+  std::mt19937_64 rng(6);
+  const auto out = run_stream(*engine, inputs, rng, Layout::interleaved);
+  EXPECT_NEAR(out[0][0], 1.0f, 1e-6);  // the direct path, undelayed
+  double dc = 0.0;                     // the cross path's DC gain: -8 dB
+  for (float v : out[1]) dc += v;
+  EXPECT_NEAR(20.0 * std::log10(dc), -8.0, 0.01);
+  std::size_t peak = 0;
+  for (std::size_t f = 0; f < out[1].size(); ++f)
+    if (std::fabs(out[1][f]) > std::fabs(out[1][peak])) peak = f;
+  EXPECT_EQ(peak, 31u);  // the 63-tap linear-phase low-pass's centre
+}
+
+TEST(ShippedMatrices, WaveFieldScriptWritesA16To128MatrixWhoseDelaysFollowTheGeometry) {
+  if (std::system("python3 --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 is not installed: tools/make-wfs-matrix.py cannot run";
+  testing::TempDir dir;
+  const std::string command = "python3 " + std::string(TAPSTREAM_SOURCE_DIR) +
+                              "/tools/make-wfs-matrix.py " + dir.path().string() + " >/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  MatrixFileOptions options;
+  options.sample_rate = 48000;
+  const RoutingMatrix m = load_matrix_file(dir / "wfs-16x128.toml", options);
+  ASSERT_EQ(m.inputs(), 16u);
+  ASSERT_EQ(m.outputs(), 128u);
+  ASSERT_EQ(m.paths().size(), 2048u);
+  // An impulse on source 0 reaches each loudspeaker at its path's delay plus
+  // the fractional-delay filter's centre (15 frames and a fraction).
+  std::vector<std::vector<float>> inputs(16, std::vector<float>(2048, 0.0f));
+  inputs[0][0] = 1.0f;
+  EngineOptions engine_options;
+  engine_options.max_block_frames = 1024;
+  const auto engine = make_cpu_matrix_engine(m, engine_options);
+  std::mt19937_64 rng(7);
+  const auto out = run_stream(*engine, inputs, rng, Layout::planar);
+  for (const MatrixPath& p : m.paths()) {
+    if (p.input != 0) continue;
+    std::size_t peak = 0;
+    for (std::size_t f = 0; f < out[p.output].size(); ++f)
+      if (std::fabs(out[p.output][f]) > std::fabs(out[p.output][peak])) peak = f;
+    EXPECT_GE(peak, p.delay_frames + 15) << "loudspeaker " << p.output;
+    EXPECT_LE(peak, p.delay_frames + 16) << "loudspeaker " << p.output;
+  }
 }
 
 }  // namespace
