@@ -327,21 +327,23 @@ TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {
   }
 }
 
-TEST_F(CudaPartitioned, CostModelChoosesItForShortCallsAndLongFilters) {
-  // The automatic choice is opt-in (kernels/cuda_engine.cu) until this suite
-  // has run on a GPU.
-  ::setenv("TAPSTREAM_CUDA_PARTITIONED", "1", 1);
+TEST_F(CudaPartitioned, KernelOptionForcesItAndOfflineBlocksKeepTheUniformPath) {
+  // The automatic choice stays opt-in (kernels/cuda_engine.cu): on the H100
+  // (2026-11-23) this path measured 128 us p50 per 64-frame call at 8 x 65536
+  // taps, no better than the uniform path, so the cost model's estimated
+  // constants must be replaced by measured ones before it may choose it.
   const FilterBank b = bank(8, 65536, 64, 8105);
   EngineOptions options;
   options.max_block_frames = 64;
+  options.kernel = "partitioned";
   auto engine = make_cuda_engine(b, options);
   EXPECT_NE(engine->description().find("non-uniformly partitioned"), std::string::npos)
       << engine->description();
+  options.kernel = "auto";
   options.max_block_frames = 8192;  // offline-sized blocks: the uniform FFT path
   auto offline = make_cuda_engine(b, options);
   EXPECT_EQ(offline->description().find("non-uniformly partitioned"), std::string::npos)
       << offline->description();
-  ::unsetenv("TAPSTREAM_CUDA_PARTITIONED");
 }
 
 }  // namespace
