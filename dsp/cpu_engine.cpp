@@ -527,7 +527,9 @@ std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOpti
   if (options.algorithm == Algorithm::automatic && options.max_block_frames > 0 &&
       options.max_block_frames <= kMaxHeadFrames) {
     const std::size_t taps = options.max_taps == 0 ? bank.max_taps() : options.max_taps;
-    const std::size_t head = std::bit_ceil(options.max_block_frames);
+    // At least 16: FFTW plans start at 32 points (a head of 1 to 8 frames
+    // would ask for transforms of 2 to 16); calls may be shorter than the head.
+    const std::size_t head = std::max<std::size_t>(16, std::bit_ceil(options.max_block_frames));
     const CpuPartitionCosts costs;
     const PartitionPlan plan = plan_partitions(head, taps, costs);
     // Non-uniform where it has tails and the model says it costs less than

@@ -41,14 +41,7 @@ TEST_F(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAn
   const std::uint64_t seed = 20261124;
   std::cout << "seed " << seed << "\n";
   std::mt19937_64 rng(seed);
-  std::vector<MatrixPath> paths;
-  paths.push_back(make_path(0, 0, random_signal(1, seed + 1), -3.0));
-  paths.push_back(make_path(1, 0, random_signal(4097, seed + 2), 0.0, 12, true));
-  paths.push_back(make_path(2, 1, random_signal(70001, seed + 3), 6.0, 0));
-  paths.push_back(make_path(0, 2, random_signal(300, seed + 4), -20.0, 1000, false));
-  paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
-  paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
-  const RoutingMatrix matrix = RoutingMatrix::make(3, 5, std::move(paths));
+  const RoutingMatrix matrix = testing::mixed_length_matrix(seed);
   // One-frame calls get a shorter stream: each frame is a call of its own.
   struct Case {
     std::size_t max_block, frames;

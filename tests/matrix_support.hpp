@@ -67,4 +67,17 @@ inline std::vector<std::vector<float>> run_stream(MatrixEngine& filter,
   return outputs;
 }
 
+// 3 -> 5 with paths of 1 to 70001 taps, gains, delays, inverted paths, pairs
+// absent and output 4 reached by no path; random taps from `seed`.
+inline RoutingMatrix mixed_length_matrix(std::uint64_t seed) {
+  std::vector<MatrixPath> paths;
+  paths.push_back(make_path(0, 0, random_signal(1, seed + 1), -3.0));
+  paths.push_back(make_path(1, 0, random_signal(4097, seed + 2), 0.0, 12, true));
+  paths.push_back(make_path(2, 1, random_signal(70001, seed + 3), 6.0, 0));
+  paths.push_back(make_path(0, 2, random_signal(300, seed + 4), -20.0, 1000, false));
+  paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
+  paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
+  return RoutingMatrix::make(3, 5, std::move(paths));
+}
+
 }  // namespace tapstream::testing

@@ -55,16 +55,7 @@ TEST(RoutingMatrix, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyBlockSiz
   const std::uint64_t seed = 20261123;
   std::cout << "seed " << seed << "\n";
   std::mt19937_64 rng(seed);
-  // 3 -> 5, lengths 1 to 70001, gains, delays, inverted paths, pairs absent,
-  // output 4 reached by no path.
-  std::vector<MatrixPath> paths;
-  paths.push_back(make_path(0, 0, random_signal(1, seed + 1), -3.0));
-  paths.push_back(make_path(1, 0, random_signal(4097, seed + 2), 0.0, 12, true));
-  paths.push_back(make_path(2, 1, random_signal(70001, seed + 3), 6.0, 0));
-  paths.push_back(make_path(0, 2, random_signal(300, seed + 4), -20.0, 1000, false));
-  paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
-  paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
-  const RoutingMatrix matrix = RoutingMatrix::make(3, 5, std::move(paths));
+  const RoutingMatrix matrix = testing::mixed_length_matrix(seed);
   std::vector<std::vector<float>> inputs;
   for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(80000, seed + 10 + c));
 
