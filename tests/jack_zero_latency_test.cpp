@@ -164,7 +164,8 @@ void measure(std::size_t period) {
   jack_deactivate(s.recorder);
   jack_deactivate(s.feeder);
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 0) << read_text(dir / "daemon.err");
+  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM)  // README, exit codes
+      << read_text(dir / "daemon.err");
   jack_client_close(s.recorder);
   jack_client_close(s.feeder);
   ASSERT_EQ(s.recorded.load(), record_frames) << "recording incomplete";
