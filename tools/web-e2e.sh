@@ -49,12 +49,15 @@ result=$(node web/e2e/page.mjs "http://127.0.0.1:$port/" "$work/three-taps.txt" 
 echo "page: $result"
 sleep 1
 kill -TERM "$daemon"
-wait "$daemon"
+status=0
+wait "$daemon" || status=$?
 daemon=
+# A clean stop on SIGTERM exits 128 + 15 (README, exit codes).
+[ "$status" -eq 143 ] || { echo "web-e2e: daemon exited $status after SIGTERM, not 143" >&2; cat "$work/daemon.err" >&2; exit 1; }
 level() { sox "$work/out.wav" -n trim "$1" "$2" stats 2>&1 | awk '/RMS lev dB/ {print $4}'; }
 start_db=$(level 0.2 0.5)
 end=$(soxi -D "$work/out.wav")
-end_db=$(level "$(echo "$end - 0.6" | bc)" 0.5)
+end_db=$(level "$(awk "BEGIN { print $end - 0.6 }")" 0.5)
 echo "recording: RMS $start_db dB at the start, $end_db dB at the end"
 python3 - "$result" "$start_db" "$end_db" <<'PY'
 import json, sys
