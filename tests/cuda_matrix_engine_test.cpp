@@ -74,15 +74,7 @@ TEST_F(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAn
 TEST_F(CudaMatrixEngineTest, CrossfadedSwapMatchesTheCpuMatrixEngine) {
   const std::uint64_t seed = 91;
   std::cout << "seed " << seed << "\n";
-  const RoutingMatrix before = RoutingMatrix::make(
-      2, 2,
-      {make_path(0, 0, random_signal(3000, seed)), make_path(1, 0, random_signal(50, seed + 1)),
-       make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
-  const RoutingMatrix after =
-      RoutingMatrix::make(2, 2,
-                          {make_path(0, 0, random_signal(2900, seed + 3), 0.0, 0, true),
-                           make_path(1, 0, random_signal(1, seed + 4)),
-                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 40)});
+  const auto [before, after] = testing::swap_pair(seed);
   const std::vector<float> in = random_signal(2 * 9000, seed + 6);
   EngineOptions options;
   options.max_block_frames = 1024;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "dsp/matrix_engine.hpp"
@@ -78,6 +79,21 @@ inline RoutingMatrix mixed_length_matrix(std::uint64_t seed) {
   paths.push_back(make_path(2, 2, random_signal(17, seed + 5), 0.0, 3, true));
   paths.push_back(make_path(1, 3, random_signal(2048, seed + 6)));
   return RoutingMatrix::make(3, 5, std::move(paths));
+}
+
+// Two 2 -> 2 matrices with the same paths (one of 3000 taps) and other
+// filters, gains, delays and polarities: a swap from the first to the second.
+inline std::pair<RoutingMatrix, RoutingMatrix> swap_pair(std::uint64_t seed) {
+  RoutingMatrix before = RoutingMatrix::make(
+      2, 2,
+      {make_path(0, 0, random_signal(3000, seed)), make_path(1, 0, random_signal(50, seed + 1)),
+       make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
+  RoutingMatrix after =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(2900, seed + 3), 0.0, 0, true),
+                           make_path(1, 0, random_signal(1, seed + 4)),
+                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 40)});
+  return {std::move(before), std::move(after)};
 }
 
 }  // namespace tapstream::testing

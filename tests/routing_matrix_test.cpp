@@ -139,15 +139,7 @@ TEST(RoutingMatrix, SwapsKeepTheRoutingAndRefuseARerouteKeepingTheRunningMatrix)
 TEST(RoutingMatrix, CrossfadedSwapBlendsOneBlockAndThenFiltersWithTheNewMatrix) {
   const std::uint64_t seed = 77;
   std::cout << "seed " << seed << "\n";
-  const RoutingMatrix before = RoutingMatrix::make(
-      2, 2,
-      {make_path(0, 0, random_signal(3000, seed)), make_path(1, 0, random_signal(50, seed + 1)),
-       make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
-  const RoutingMatrix after =
-      RoutingMatrix::make(2, 2,
-                          {make_path(0, 0, random_signal(2900, seed + 3), 0.0, 0, true),
-                           make_path(1, 0, random_signal(1, seed + 4)),
-                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 40)});
+  const auto [before, after] = testing::swap_pair(seed);
   std::vector<std::vector<float>> inputs = {random_signal(9000, seed + 6),
                                             random_signal(9000, seed + 7)};
   const std::size_t swap_at = 5003, fade = 500, frames = 9000;
