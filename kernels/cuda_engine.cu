@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -215,6 +216,7 @@ class CudaEngineImpl final : public CudaEngine {
                                   std::to_string(channels_) + " channels need " +
                                   std::to_string(n) + " samples, got " + std::to_string(in.size()) +
                                   " in and " + std::to_string(out.size()) + " out");
+    const auto call_start = std::chrono::steady_clock::now();
     DeviceGuard guard(device_);
     const bool in_staged = in.data() == pinned_in_.get();
     const bool out_staged = out.data() == pinned_out_.get();
@@ -227,6 +229,7 @@ class CudaEngineImpl final : public CudaEngine {
              /*mapped=*/true);
       done_[0].record(streams_[0].get());
       end_block();
+      note_enqueued(call_start);
       done_[0].synchronize();
       if (!out_staged) std::memcpy(out.data(), pinned_out_.get(), n * sizeof(float));
       return;
@@ -268,6 +271,7 @@ class CudaEngineImpl final : public CudaEngine {
       chunk_done_[i % E].record(stream);
     }
     end_block();
+    note_enqueued(call_start);
     while (drained < chunks) drain(drained++);
   }
 
@@ -330,6 +334,8 @@ class CudaEngineImpl final : public CudaEngine {
   }
 
   CUstream_st* stream() const override { return streams_[0].get(); }
+  double last_call_host_us() const override { return last_call_host_us_; }
+
   std::span<float> pinned_input() override { return {pinned_in_.get(), pinned_in_.size()}; }
   std::span<float> pinned_output() override { return {pinned_out_.get(), pinned_out_.size()}; }
 
@@ -468,6 +474,12 @@ class CudaEngineImpl final : public CudaEngine {
     tb.uploaded.record(stream);
     chain_.record(stream);
     chain_stream_ = 0;
+  }
+
+  void note_enqueued(std::chrono::steady_clock::time_point call_start) {
+    last_call_host_us_ =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - call_start)
+            .count();
   }
 
   void wait_chain(std::size_t s) {
@@ -612,6 +624,7 @@ class CudaEngineImpl final : public CudaEngine {
   int multiprocessors_ = 1;
   std::string device_name_;
   std::size_t zero_copy_samples_ = kDefaultZeroCopySamples;
+  double last_call_host_us_ = 0.0;
   Algorithm algorithm_ = Algorithm::direct;
   std::string choice_note_;
 

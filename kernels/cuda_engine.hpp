@@ -55,6 +55,11 @@ class CudaEngine : public Engine {
   // The stream that process_device() work is ordered on (a cudaStream_t).
   virtual CUstream_st* stream() const = 0;
 
+  // The calling thread's time in the last process() before it waited for the
+  // device: host copies, launches and enqueueing (the call's CPU-side cost;
+  // the rest of the call is the device's work and the wait for it).
+  virtual double last_call_host_us() const = 0;
+
   // The engine's pinned host staging, channels() * max_block_frames() floats each.
   virtual std::span<float> pinned_input() = 0;
   virtual std::span<float> pinned_output() = 0;

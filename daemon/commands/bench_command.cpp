@@ -43,6 +43,7 @@ struct CapacityArgs {
   std::size_t max_samples = std::size_t(1) << 30;  // channels x taps held (memory)
   std::string json;
   std::string commit = "unknown";
+  std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
 };
 
 struct Percentiles {
@@ -84,12 +85,13 @@ struct Probe {
 };
 
 // Times `blocks` calls of `frames` frames after a warm-up.
-Probe probe(const std::string& engine_name, std::size_t channels, std::size_t frames,
-            std::size_t taps, std::size_t blocks, double budget_us) {
+Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,
+            std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us) {
   const FilterBank bank = capacity_bank(channels, taps);
   EngineOptions options;
   options.max_block_frames = frames;
   options.max_taps = taps;
+  if (engine_name == "cuda") options.kernel = cuda_kernel;
   std::unique_ptr<Engine> engine;
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
@@ -149,7 +151,7 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
-      p = probe(engine, channels, frames, taps, blocks, cap.budget_us);
+      p = probe(engine, args.cuda_kernel, channels, frames, taps, blocks, cap.budget_us);
     } catch (const std::exception& e) {  // out of memory counts as not fitting
       p.channels = channels;
       p.description = std::string("failed: ") + e.what();
@@ -219,7 +221,8 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
     << "\",\n  \"date\": \"" << date << "\",\n  \"gpu\": \"" << json_escape(gpu)
     << "\",\n  \"cpu_threads\": " << std::thread::hardware_concurrency()
     << ",\n  \"rate\": " << args.rate << ",\n  \"measure_blocks\": " << args.measure_blocks
-    << ",\n  \"probe_blocks\": " << args.probe_blocks << ",\n  \"results\": [";
+    << ",\n  \"probe_blocks\": " << args.probe_blocks << ",\n  \"cuda_kernel\": \""
+    << json_escape(args.cuda_kernel) << "\",\n  \"results\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Capacity& c = results[i];
     j << (i ? "," : "") << "\n    {\"engine\": \"" << c.engine << "\", \"frames\": " << c.frames
@@ -256,7 +259,7 @@ int run_capacity(const CapacityArgs& args) {
     // An engine that cannot run at all (no GPU, not built in) is an error,
     // not a capacity of zero.
     try {
-      probe(engine, 1, 64, 64, 10, 1e30);
+      probe(engine, "auto", 1, 64, 64, 10, 1e30);
     } catch (const std::exception& e) {
       throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
@@ -305,6 +308,9 @@ Command add_bench_command(CLI::App& app) {
       ->check(number_between(10, 1e7, "blocks"));
   capacity->add_option("--max-channels", args->max_channels, "Largest channel count tried")
       ->check(number_between(1, 1 << 20, "channels"));
+  capacity->add_option("--cuda-kernel", args->cuda_kernel,
+                       "The CUDA engine's kernel option (auto, or partitioned to force the "
+                       "non-uniformly partitioned path)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
   return {bench, [args, capacity] {

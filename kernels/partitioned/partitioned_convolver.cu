@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <sstream>
@@ -78,6 +79,51 @@ PartitionPlan plan_gpu_partitions(std::size_t channels, std::size_t max_block_fr
   return plan_partitions(std::bit_ceil(std::max<std::size_t>(max_block_frames, 1)), taps, costs,
                          kMaxTailPartition);
 }
+
+namespace {
+
+// What one tail segment's steps read and write.
+struct StepBuffers {
+  std::size_t channels = 0, P = 0, count = 0, first_tap = 0, slots = 0;
+  float* in_ring = nullptr;
+  std::int64_t ring_len = 0;
+  float* window = nullptr;
+  float2* delay_line = nullptr;  // the segment's slots x channels x (P + 1)
+  float2* acc = nullptr;
+  const RealFftPlan* forward = nullptr;
+  const RealFftPlan* inverse = nullptr;
+};
+
+// Step j's input: the 2P-frame window ending at stream frame (j + 1) P,
+// transformed into delay-line slot j mod slots.
+void enqueue_transform(const StepBuffers& b, std::int64_t j, cudaStream_t t) {
+  const std::int64_t P = std::int64_t(b.P);
+  launch_gather_windows(b.in_ring, b.ring_len, (j - 1) * P, b.window, 2 * b.P, b.channels, t);
+  const std::size_t slot = std::size_t(j % std::int64_t(b.slots));
+  b.forward->forward(b.window, b.delay_line + slot * b.channels * (b.P + 1), t);
+}
+
+// Step j's output with the filter spectra `spectra` (the segment's): the
+// multiply-accumulate, inverse transform and ring update into out_ring;
+// frames before min_frame are left alone.
+void enqueue_finish(const StepBuffers& b, std::int64_t j, const float2* spectra, float* out_ring,
+                    std::int64_t min_frame, cudaStream_t t) {
+  TailMacArgs m;
+  m.delay_line = b.delay_line;
+  m.slots = b.slots;
+  m.step = j;
+  m.spectra = spectra;
+  m.count = b.count;
+  m.channels = b.channels;
+  m.bins = b.P + 1;
+  m.acc = b.acc;
+  launch_tail_mac(m, t);
+  b.inverse->inverse(b.acc, b.window, t);
+  launch_accumulate_tail(b.window + b.P, 2 * b.P, b.P, b.channels, out_ring, b.ring_len,
+                         std::int64_t(b.first_tap) + j * std::int64_t(b.P), min_frame, t);
+}
+
+}  // namespace
 
 struct PartitionedConvolver::State {
   struct Segment {
@@ -247,36 +293,35 @@ struct PartitionedConvolver::State {
     }
   }
 
-  // The multiply-accumulate, inverse transform and ring update of step j of
-  // segment s with the filters in spectra[slot], into out_ring[r]; frames
-  // before min_frame are left alone.
+  StepBuffers buffers(const Segment& s) {
+    StepBuffers b;
+    b.channels = channels;
+    b.P = s.P;
+    b.count = s.count;
+    b.first_tap = s.first_tap;
+    b.slots = s.slots;
+    b.in_ring = in_ring.get();
+    b.ring_len = ring_len;
+    b.window = window.get();
+    b.delay_line = delay_line.get() + s.delay_offset;
+    b.acc = acc.get();
+    b.forward = s.forward;
+    b.inverse = s.inverse;
+    return b;
+  }
+
+  // Step j of segment s with the filters in spectra[slot], into out_ring[r];
+  // frames before min_frame are left alone.
   void finish_step(Segment& s, std::int64_t j, int slot, int r, std::int64_t min_frame) {
-    cudaStream_t t = tail.get();
-    TailMacArgs m;
-    m.delay_line = delay_line.get() + s.delay_offset;
-    m.slots = s.slots;
-    m.step = j;
-    m.spectra = spectra[slot].get() + s.spectra_offset;
-    m.count = s.count;
-    m.channels = channels;
-    m.bins = s.P + 1;
-    m.acc = acc.get();
-    launch_tail_mac(m, t);
-    s.inverse->inverse(acc.get(), window.get(), t);
-    launch_accumulate_tail(window.get() + s.P, 2 * s.P, s.P, channels, out_ring[r].get(), ring_len,
-                           std::int64_t(s.first_tap) + j * std::int64_t(s.P), min_frame, t);
+    enqueue_finish(buffers(s), j, spectra[slot].get() + s.spectra_offset, out_ring[r].get(),
+                   min_frame, tail.get());
   }
 
   void take_step(Segment& s) {
-    cudaStream_t t = tail.get();
     const std::int64_t j = s.next_step++;
-    const std::int64_t P = std::int64_t(s.P);
-    launch_gather_windows(in_ring.get(), ring_len, (j - 1) * P, window.get(), 2 * s.P, channels, t);
-    const std::size_t slot = std::size_t(j % std::int64_t(s.slots));
-    s.forward->forward(window.get(),
-                       delay_line.get() + s.delay_offset + slot * channels * (s.P + 1), t);
+    enqueue_transform(buffers(s), j, tail.get());
     finish_step(s, j, bank, ring, 0);
-    push_pending(std::int64_t(s.first_tap) + j * P);
+    push_pending(std::int64_t(s.first_tap) + j * std::int64_t(s.P));
   }
 
   void push_pending(std::int64_t output_start) {
@@ -427,6 +472,88 @@ std::string PartitionedConvolver::description() const {
   d << "non-uniformly partitioned (" << state_->plan.describe() << "; head of " << state_->head_taps
     << " taps in direct form per call, tail on a low-priority stream)";
   return d.str();
+}
+
+namespace {
+
+// Times `reps` back-to-back repetitions of `enqueue` on `stream` after two
+// warm-up ones.
+template <typename Enqueue>
+StepTiming time_repeated(int reps, cudaStream_t stream, Enqueue enqueue) {
+  for (int i = 0; i < 2; ++i) enqueue(i);
+  Event start(true), stop(true);
+  start.record(stream);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) enqueue(i + 2);
+  const auto t1 = std::chrono::steady_clock::now();
+  stop.record(stream);
+  stop.synchronize();
+  float ms = 0.0f;
+  TAPSTREAM_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  StepTiming t;
+  t.gpu_us = 1000.0 * double(ms) / double(reps);
+  t.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / double(reps);
+  return t;
+}
+
+}  // namespace
+
+StepTiming measure_tail_step(std::size_t channels, std::size_t P, std::size_t count, int reps) {
+  Stream stream;
+  StepBuffers b;
+  b.channels = channels;
+  b.P = P;
+  b.count = count;
+  b.first_tap = 2 * P;
+  b.slots = count + 2;
+  b.ring_len = std::int64_t(4 * P);
+  const std::size_t bins = P + 1;
+  DeviceBuffer<float> in_ring(channels * 4 * P), out_ring(channels * 4 * P);
+  DeviceBuffer<float> window(channels * 2 * P);
+  DeviceBuffer<float2> delay_line(b.slots * channels * bins), spectra(count * channels * bins);
+  DeviceBuffer<float2> acc(channels * bins);
+  for (auto* z : {&in_ring, &out_ring, &window}) z->zero(stream.get());
+  for (auto* z : {&delay_line, &spectra, &acc}) z->zero(stream.get());
+  RealFftPlan forward(2 * P, channels, CUFFT_R2C), inverse(2 * P, channels, CUFFT_C2R);
+  DeviceBuffer<char> work(std::max<std::size_t>({forward.work_bytes(), inverse.work_bytes(), 1}));
+  forward.attach_work_area(work.get());
+  inverse.attach_work_area(work.get());
+  b.in_ring = in_ring.get();
+  b.window = window.get();
+  b.delay_line = delay_line.get();
+  b.acc = acc.get();
+  b.forward = &forward;
+  b.inverse = &inverse;
+  return time_repeated(reps, stream.get(), [&](int j) {
+    enqueue_transform(b, j, stream.get());
+    enqueue_finish(b, j, spectra.get(), out_ring.get(), 0, stream.get());
+  });
+}
+
+StepTiming measure_head(std::size_t channels, std::size_t frames, std::size_t head_taps, int reps) {
+  Stream stream;
+  const std::int64_t ring_len = std::int64_t(std::bit_ceil(head_taps + frames + 1));
+  DeviceBuffer<float> in(channels * frames), out(channels * frames), taps(channels * head_taps);
+  DeviceBuffer<float> in_ring(channels * std::size_t(ring_len)),
+      tail_ring(channels * std::size_t(ring_len));
+  for (auto* z : {&in, &out, &taps, &in_ring, &tail_ring}) z->zero(stream.get());
+  HeadArgs h;
+  h.in = SampleView{in.get(), (long long)frames, 1};
+  h.channels = int(channels);
+  h.frames = int(frames);
+  h.in_ring = in_ring.get();
+  h.tail_ring = tail_ring.get();
+  h.ring_len = ring_len;
+  h.taps = taps.get();
+  h.taps_channel_stride = std::int64_t(head_taps);
+  h.head_taps = int(head_taps);
+  h.out = out.get();
+  h.out_channel_stride = (long long)frames;
+  h.out_frame_stride = 1;
+  return time_repeated(reps, stream.get(), [&](int i) {
+    h.first_frame = std::int64_t(i) * std::int64_t(frames);
+    launch_partitioned_head(h, stream.get());
+  });
 }
 
 }  // namespace tapstream::cuda

@@ -63,6 +63,19 @@ class GpuPartitionCosts final : public PartitionCostModel {
 PartitionPlan plan_gpu_partitions(std::size_t channels, std::size_t max_block_frames,
                                   std::size_t taps);
 
+// Device calibration of the cost model (bench/cuda_partitioned_bench): one
+// tail step of `channels` channels, partition P, `count` partitions (window
+// gather, forward transform, multiply-accumulate, inverse transform, ring
+// update) and one head call (`frames` frames, `head_taps` taps, device input),
+// each repeated `reps` times back to back on a stream of their own. gpu_us:
+// device time per repetition (events); host_us: the calling thread's time to
+// enqueue one.
+struct StepTiming {
+  double gpu_us = 0, host_us = 0;
+};
+StepTiming measure_tail_step(std::size_t channels, std::size_t P, std::size_t count, int reps);
+StepTiming measure_head(std::size_t channels, std::size_t frames, std::size_t head_taps, int reps);
+
 class PartitionedConvolver {
  public:
   PartitionedConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
