@@ -33,19 +33,24 @@ namespace tapstream::cuda {
 
 namespace {
 
-// The cost of one tail kernel launch when the kernel is small, the bandwidth
-// the tail's transforms and multiply-accumulate sustain, and the direct head
-// kernel's multiply-adds per nanosecond. Estimates from issue 3's H100
-// measurements (launch gaps, the 2.98 TB/s copy ceiling) and the head
-// kernel's shared-memory bound, not yet measured on this path: see
-// docs/performance.md, "Cost model constants"; the capacity run replaces them.
-constexpr double kTailLaunchNs = 2500.0;
-constexpr double kTailLaunches = 6.0;
-constexpr double kTailBytesPerNs = 2000.0;
-constexpr double kHeadLaunchNs = 4000.0;
-constexpr double kHeadMacsPerNs = 3000.0;
-// ... reached with at least this many head blocks (128 frames of one channel
-// each; two per multiprocessor of an H100); fewer get a proportional share.
+// Measured on the H100 (bench/cuda_partitioned_bench, 2026-11-23, see
+// docs/performance.md "Issue 8"): a tail step's device time is
+//   kStepFixedNs + channels x P x (kTransformNsPerSample + count x kMacNsPerSample)
+// (x kLongTransformFactor for 2P >= 65536-point transforms); fitted to the
+// steps of >= 80 us over 1..4096 channels and P = 64..65536 within 15 %.
+// kStepFixedNs is the step as one graph replay of 7 small kernels (predicted:
+// the un-graphed step measured 24 us, all of it the host's launches).
+constexpr double kStepFixedNs = 12000.0;
+constexpr double kTransformNsPerSample = 0.028;
+constexpr double kMacNsPerSample = 0.0062;
+constexpr double kLongTransformFactor = 1.3;
+// The head kernel: a launch and its mapped reads, then multiply-adds at
+// kHeadMacsPerNs once it has kHeadBlocksForFullRate blocks of 128 frames
+// (measured: 5 us at <= 512 channels x 64 frames x 256 taps; 4096 channels
+// 18 us; 4096 x 1024 x 4096 taps 3.2 ms, ~5300 MAC/ns); fewer blocks get a
+// proportional share.
+constexpr double kHeadLaunchNs = 5000.0;
+constexpr double kHeadMacsPerNs = 5000.0;
 constexpr double kHeadBlocksForFullRate = 264.0;
 // Tail partitions no longer than this (cuFFT 2P-point transforms).
 constexpr std::size_t kMaxTailPartition = 65536;
@@ -61,11 +66,9 @@ double GpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partitio
 }
 
 double GpuPartitionCosts::tail_step_ns(std::size_t P, std::size_t count) const {
-  // Bytes per channel: window gather (2P floats in and out), forward and
-  // inverse transforms (~2P floats and P + 1 bins each way), the
-  // multiply-accumulate (X and H of every partition) and the ring update.
-  const double bytes = 40.0 * double(P) + 16.0 * double(count) * double(P + 1);
-  return kTailLaunches * kTailLaunchNs + double(channels_) * bytes / kTailBytesPerNs;
+  const double per_sample = kTransformNsPerSample + double(count) * kMacNsPerSample;
+  const double factor = 2 * P >= 65536 ? kLongTransformFactor : 1.0;
+  return kStepFixedNs + double(channels_) * double(P) * per_sample * factor;
 }
 
 std::size_t GpuPartitionCosts::min_slack_frames(std::size_t partition_frames,
@@ -88,6 +91,7 @@ struct StepBuffers {
   float* in_ring = nullptr;
   std::int64_t ring_len = 0;
   float* window = nullptr;
+  float2* current = nullptr;     // the forward transform's output, channels x (P + 1)
   float2* delay_line = nullptr;  // the segment's slots x channels x (P + 1)
   float2* acc = nullptr;
   const RealFftPlan* forward = nullptr;
@@ -95,23 +99,25 @@ struct StepBuffers {
 };
 
 // Step j's input: the 2P-frame window ending at stream frame (j + 1) P,
-// transformed into delay-line slot j mod slots.
-void enqueue_transform(const StepBuffers& b, std::int64_t j, cudaStream_t t) {
+// transformed into `current` (the multiply-accumulate stores it into its
+// delay-line slot, j mod slots).
+void enqueue_transform(const StepBuffers& b, StepIndex j, cudaStream_t t) {
   const std::int64_t P = std::int64_t(b.P);
-  launch_gather_windows(b.in_ring, b.ring_len, (j - 1) * P, b.window, 2 * b.P, b.channels, t);
-  const std::size_t slot = std::size_t(j % std::int64_t(b.slots));
-  b.forward->forward(b.window, b.delay_line + slot * b.channels * (b.P + 1), t);
+  launch_gather_windows(b.in_ring, b.ring_len, -P, j, P, b.window, 2 * b.P, b.channels, t);
+  b.forward->forward(b.window, b.current, t);
 }
 
 // Step j's output with the filter spectra `spectra` (the segment's): the
-// multiply-accumulate, inverse transform and ring update into out_ring;
-// frames before min_frame are left alone.
-void enqueue_finish(const StepBuffers& b, std::int64_t j, const float2* spectra, float* out_ring,
-                    std::int64_t min_frame, cudaStream_t t) {
+// multiply-accumulate (X_j from `current` when `with_current`, else all from
+// the delay line), inverse transform and ring update into out_ring; frames
+// before min_frame are left alone.
+void enqueue_finish(const StepBuffers& b, StepIndex j, bool with_current, const float2* spectra,
+                    float* out_ring, std::int64_t min_frame, cudaStream_t t) {
   TailMacArgs m;
   m.delay_line = b.delay_line;
   m.slots = b.slots;
   m.step = j;
+  m.current = with_current ? b.current : nullptr;
   m.spectra = spectra;
   m.count = b.count;
   m.channels = b.channels;
@@ -120,40 +126,65 @@ void enqueue_finish(const StepBuffers& b, std::int64_t j, const float2* spectra,
   launch_tail_mac(m, t);
   b.inverse->inverse(b.acc, b.window, t);
   launch_accumulate_tail(b.window + b.P, 2 * b.P, b.P, b.channels, out_ring, b.ring_len,
-                         std::int64_t(b.first_tap) + j * std::int64_t(b.P), min_frame, t);
+                         std::int64_t(b.first_tap), j, std::int64_t(b.P), min_frame, t);
+}
+
+// A step as one graph: the transform, the multiply-accumulate, the ring
+// update and the counter's advance, the step index read from *counter, so
+// that a step costs the host one graph launch instead of seven launches (two
+// of them cuFFT's, ~24 us of host time on the H100 whatever the size).
+GraphExec capture_step(const StepBuffers& b, const float2* spectra, float* out_ring,
+                       std::int64_t* counter, cudaStream_t t) {
+  const StepIndex j{0, counter};
+  TAPSTREAM_CUDA_CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeThreadLocal));
+  enqueue_transform(b, j, t);
+  enqueue_finish(b, j, true, spectra, out_ring, 0, t);
+  launch_advance_step(counter, t);
+  return GraphExec::end_capture(t);
 }
 
 }  // namespace
 
 struct PartitionedConvolver::State {
+  // A tail segment: its own stream (smaller partitions more urgent), scratch,
+  // transforms and step counter, so that a long step never holds a short one
+  // up; each step replays a graph captured once per filter bank.
   struct Segment {
     std::size_t P = 0, count = 0, first_tap = 0;
     std::size_t slots = 0;           // delay-line depth
     std::size_t delay_offset = 0;    // float2 offset of its delay line
     std::size_t spectra_offset = 0;  // float2 offset of its filter spectra
     std::int64_t next_step = 0;      // steps taken (blocks of P completed)
-    RealFftPlan* forward = nullptr;  // 2P points, batch channels
-    RealFftPlan* inverse = nullptr;
+    Stream stream;
+    RealFftPlan forward, inverse;  // 2P points, batch channels
+    DeviceBuffer<char> fft_work;
+    DeviceBuffer<float> window;
+    DeviceBuffer<float2> current, acc;
+    GraphExec step_graph[2];  // by filter bank (and output ring)
+    Event mark;
+    // Steps launched and not yet waited for, in order (a ring).
+    std::vector<Event> done;
+    std::vector<std::int64_t> output_start;
+    std::size_t pending_first = 0, pending_count = 0;
+
+    explicit Segment(int priority) : stream(priority) {}
   };
 
   std::size_t channels = 0, max_taps = 0, max_block = 0, head_taps = 0;
   std::size_t taps_stride = 0;  // raw taps per channel row (>= the plan's last tap)
   PartitionPlan plan;
-  std::vector<Segment> segments;
-  std::map<std::size_t, std::pair<RealFftPlan, RealFftPlan>> step_plans;  // by P
+  std::vector<std::unique_ptr<Segment>> segments;
   std::int64_t ring_len = 0;
 
-  Stream tail;
+  Stream tail;  // uploads, swaps and resets, joined with every segment's stream
   DeviceBuffer<float> in_ring;
   DeviceBuffer<float> out_ring[2];
   int ring = 0;  // the output ring the current filters' tail adds into
   DeviceBuffer<float2> delay_line;
   DeviceBuffer<float2> spectra[2];
   DeviceBuffer<float> raw_taps[2];
-  int bank = 0;  // the filters in use
-  DeviceBuffer<float> window;
-  DeviceBuffer<float2> acc;
-  DeviceBuffer<char> fft_work;
+  DeviceBuffer<std::int64_t> step_counters;  // one per segment
+  int bank = 0;                              // the filters in use
   PinnedBuffer<float> staging;
   Event staging_free;
 
@@ -163,19 +194,8 @@ struct PartitionedConvolver::State {
   bool fading = false;  // the current call is a swap's crossfade
   int old_bank = 0;
 
-  // Tail steps launched and not yet waited for, in launch order (a ring).
-  std::vector<Event> step_done;
-  std::vector<std::int64_t> step_output;
-  std::size_t pending_first = 0, pending_count = 0;
-
-  Event input_ready, main_mark, swap_ready;
+  Event input_ready, main_mark, tail_mark;
   cudaStream_t last_main = nullptr;
-
-  static int lowest_priority() {
-    int least = 0, greatest = 0;
-    TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    return least;
-  }
 
   State(const FilterBank& bank_in, std::size_t max_taps_in, std::size_t max_block_in,
         PartitionPlan plan_in)
@@ -199,36 +219,38 @@ struct PartitionedConvolver::State {
     taps_stride = end_tap;
     ring_len = std::int64_t(std::bit_ceil(end_tap + max_block + 1));
 
-    std::size_t delay_total = 0, spectra_total = 0, max_P = 0, work = 0;
+    int least = 0, greatest = 0;
+    TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    std::size_t delay_total = 0, spectra_total = 0;
     for (std::size_t i = 1; i < plan.segments.size(); ++i) {
       const PartitionSegment& p = plan.segments[i];
-      Segment s;
-      s.P = p.partition_frames;
-      s.count = p.count;
-      s.first_tap = p.first_tap;
+      // The engine's streams have the greatest priority; the shortest tail
+      // partitions (the nearest deadlines) the next, down to the least.
+      auto s = std::make_unique<Segment>(std::min(least, greatest + int(i)));
+      s->P = p.partition_frames;
+      s->count = p.count;
+      s->first_tap = p.first_tap;
       // A swap recomputes the steps whose output is still ahead: up to
       // first_tap / P + 1 of them, each reading count spectra back.
-      s.slots = s.count + s.first_tap / s.P + 2;
-      const std::size_t bins = s.P + 1;
-      s.delay_offset = delay_total;
-      delay_total += s.slots * channels * bins;
-      s.spectra_offset = spectra_total;
-      spectra_total += s.count * channels * bins;
-      max_P = std::max(max_P, s.P);
-      auto [it, fresh] = step_plans.try_emplace(s.P);
-      if (fresh) {
-        it->second.first = RealFftPlan(2 * s.P, channels, CUFFT_R2C);
-        it->second.second = RealFftPlan(2 * s.P, channels, CUFFT_C2R);
-        work = std::max({work, it->second.first.work_bytes(), it->second.second.work_bytes()});
-      }
-      s.forward = &it->second.first;
-      s.inverse = &it->second.second;
-      segments.push_back(s);
-    }
-    fft_work = DeviceBuffer<char>(std::max<std::size_t>(work, 1));
-    for (auto& [P, pair] : step_plans) {
-      pair.first.attach_work_area(fft_work.get());
-      pair.second.attach_work_area(fft_work.get());
+      s->slots = s->count + s->first_tap / s->P + 2;
+      const std::size_t bins = s->P + 1;
+      s->delay_offset = delay_total;
+      delay_total += s->slots * channels * bins;
+      s->spectra_offset = spectra_total;
+      spectra_total += s->count * channels * bins;
+      s->forward = RealFftPlan(2 * s->P, channels, CUFFT_R2C);
+      s->inverse = RealFftPlan(2 * s->P, channels, CUFFT_C2R);
+      s->fft_work = DeviceBuffer<char>(
+          std::max<std::size_t>({s->forward.work_bytes(), s->inverse.work_bytes(), 1}));
+      s->forward.attach_work_area(s->fft_work.get());
+      s->inverse.attach_work_area(s->fft_work.get());
+      s->window = DeviceBuffer<float>(channels * 2 * s->P);
+      s->current = DeviceBuffer<float2>(channels * bins);
+      s->acc = DeviceBuffer<float2>(channels * bins);
+      const std::size_t most_pending = s->first_tap / s->P + 3;
+      s->done.resize(most_pending);
+      s->output_start.resize(most_pending);
+      segments.push_back(std::move(s));
     }
 
     const std::size_t ring_samples = channels * std::size_t(ring_len);
@@ -237,32 +259,84 @@ struct PartitionedConvolver::State {
     delay_line = DeviceBuffer<float2>(delay_total);
     for (auto& s : spectra) s = DeviceBuffer<float2>(spectra_total);
     for (auto& t : raw_taps) t = DeviceBuffer<float>(channels * taps_stride);
-    window = DeviceBuffer<float>(channels * 2 * max_P);
-    acc = DeviceBuffer<float2>(channels * (max_P + 1));
+    step_counters = DeviceBuffer<std::int64_t>(std::max<std::size_t>(segments.size(), 1));
     staging = PinnedBuffer<float>(channels * taps_stride);
 
-    std::size_t most_pending = 8;
-    for (const Segment& s : segments) most_pending += s.first_tap / s.P + 2;
-    step_done.resize(most_pending);
-    step_output.resize(most_pending);
-
+    for (std::size_t i = 0; i < segments.size(); ++i) capture_steps(i);
     clear(tail.get());
     upload(bank_in, 0);
     bank = 0;
+    synchronize_all();
+  }
+
+  ~State() {
+    for (auto& s : segments) cudaStreamSynchronize(s->stream.get());
+    cudaStreamSynchronize(tail.get());
+  }
+
+  static int lowest_priority() {
+    int least = 0, greatest = 0;
+    TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return least;
+  }
+
+  StepBuffers buffers(Segment& s) {
+    StepBuffers b;
+    b.channels = channels;
+    b.P = s.P;
+    b.count = s.count;
+    b.first_tap = s.first_tap;
+    b.slots = s.slots;
+    b.in_ring = in_ring.get();
+    b.ring_len = ring_len;
+    b.window = s.window.get();
+    b.current = s.current.get();
+    b.delay_line = delay_line.get() + s.delay_offset;
+    b.acc = s.acc.get();
+    b.forward = &s.forward;
+    b.inverse = &s.inverse;
+    return b;
+  }
+
+  // Segment i's step graphs, one per filter bank (and its output ring).
+  void capture_steps(std::size_t i) {
+    Segment& s = *segments[i];
+    for (int b = 0; b < 2; ++b)
+      s.step_graph[b] = capture_step(buffers(s), spectra[b].get() + s.spectra_offset,
+                                     out_ring[b].get(), step_counters.get() + i, s.stream.get());
+  }
+
+  // Orders every segment's stream after `stream`.
+  void fork_from(cudaStream_t stream) {
+    tail_mark.record(stream);
+    for (auto& s : segments) tail_mark.wait_on(s->stream.get());
+  }
+
+  // Orders `stream` after every segment's stream.
+  void join_into(cudaStream_t stream) {
+    for (auto& s : segments) {
+      s->mark.record(s->stream.get());
+      s->mark.wait_on(stream);
+    }
+  }
+
+  void synchronize_all() {
+    for (auto& s : segments) s->stream.synchronize();
     tail.synchronize();
   }
 
-  ~State() { cudaStreamSynchronize(tail.get()); }
-
+  // On `stream`: the rings, the delay line and the step counters start again.
   void clear(cudaStream_t stream) {
     in_ring.zero(stream);
     for (auto& r : out_ring) r.zero(stream);
     delay_line.zero(stream);
+    step_counters.zero(stream);
   }
 
   // Packs `b`'s taps into the staging, then (on the tail stream, after the
-  // last call) uploads them to raw_taps[slot] and transforms every tail
-  // segment's partitions into spectra[slot], the inverse FFT's 1 / (2P) folded in.
+  // last call and every step in flight) uploads them to raw_taps[slot] and
+  // transforms every tail segment's partitions into spectra[slot] through the
+  // segment's own plan and window, the inverse FFT's 1 / (2P) folded in.
   void upload(const FilterBank& b, int slot) {
     staging_free.synchronize();
     float* dst = staging.get();
@@ -276,94 +350,76 @@ struct PartitionedConvolver::State {
       main_mark.record(last_main);
       main_mark.wait_on(t);
     }
+    join_into(t);
     TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(raw_taps[slot].get(), dst,
                                          channels * taps_stride * sizeof(float),
                                          cudaMemcpyHostToDevice, t));
     staging_free.record(t);
-    // One partition of every channel at a time, through the step's own plan
-    // and window buffer (no extra memory for thousands of long filters).
-    for (const Segment& s : segments) {
+    for (auto& sp : segments) {
+      Segment& s = *sp;
       for (std::size_t i = 0; i < s.count; ++i) {
         launch_scatter_partitions(raw_taps[slot].get(), taps_stride, channels,
                                   s.first_tap + i * s.P, s.P, 1, 1.0f / float(2 * s.P),
-                                  window.get(), t);
-        s.forward->forward(window.get(),
-                           spectra[slot].get() + s.spectra_offset + i * channels * (s.P + 1), t);
+                                  s.window.get(), t);
+        s.forward.forward(s.window.get(),
+                          spectra[slot].get() + s.spectra_offset + i * channels * (s.P + 1), t);
       }
     }
+    fork_from(t);
   }
 
-  StepBuffers buffers(const Segment& s) {
-    StepBuffers b;
-    b.channels = channels;
-    b.P = s.P;
-    b.count = s.count;
-    b.first_tap = s.first_tap;
-    b.slots = s.slots;
-    b.in_ring = in_ring.get();
-    b.ring_len = ring_len;
-    b.window = window.get();
-    b.delay_line = delay_line.get() + s.delay_offset;
-    b.acc = acc.get();
-    b.forward = s.forward;
-    b.inverse = s.inverse;
-    return b;
-  }
-
-  // Step j of segment s with the filters in spectra[slot], into out_ring[r];
-  // frames before min_frame are left alone.
-  void finish_step(Segment& s, std::int64_t j, int slot, int r, std::int64_t min_frame) {
-    enqueue_finish(buffers(s), j, spectra[slot].get() + s.spectra_offset, out_ring[r].get(),
-                   min_frame, tail.get());
-  }
-
-  void take_step(Segment& s) {
+  void take_step(std::size_t i) {
+    Segment& s = *segments[i];
     const std::int64_t j = s.next_step++;
-    enqueue_transform(buffers(s), j, tail.get());
-    finish_step(s, j, bank, ring, 0);
-    push_pending(std::int64_t(s.first_tap) + j * std::int64_t(s.P));
-  }
-
-  void push_pending(std::int64_t output_start) {
-    if (pending_count == step_done.size()) {  // cannot happen by the sizing; stay correct anyway
-      step_done[pending_first].synchronize();
-      pending_first = (pending_first + 1) % step_done.size();
-      --pending_count;
+    s.step_graph[bank].launch(s.stream.get());
+    if (s.pending_count == s.done.size()) {  // cannot happen by the sizing; stay correct anyway
+      s.done[s.pending_first].synchronize();
+      s.pending_first = (s.pending_first + 1) % s.done.size();
+      --s.pending_count;
     }
-    const std::size_t i = (pending_first + pending_count) % step_done.size();
-    step_done[i].record(tail.get());
-    step_output[i] = output_start;
-    ++pending_count;
+    const std::size_t k = (s.pending_first + s.pending_count) % s.done.size();
+    s.done[k].record(s.stream.get());
+    s.output_start[k] = std::int64_t(s.first_tap) + j * std::int64_t(s.P);
+    ++s.pending_count;
   }
 
   // Makes `stream` wait for every tail step whose output starts before `end`.
   void wait_for_tail(std::int64_t end, cudaStream_t stream) {
-    std::size_t last = pending_count;  // none
-    for (std::size_t k = 0; k < pending_count; ++k)
-      if (step_output[(pending_first + k) % step_done.size()] < end) last = k;
-    if (last == pending_count) return;
-    step_done[(pending_first + last) % step_done.size()].wait_on(stream);
-    pending_first = (pending_first + last + 1) % step_done.size();
-    pending_count -= last + 1;
+    for (auto& sp : segments) {
+      Segment& s = *sp;
+      std::size_t due = 0;
+      while (due < s.pending_count && s.output_start[(s.pending_first + due) % s.done.size()] < end)
+        ++due;
+      if (due == 0) continue;
+      s.done[(s.pending_first + due - 1) % s.done.size()].wait_on(stream);
+      s.pending_first = (s.pending_first + due) % s.done.size();
+      s.pending_count -= due;
+    }
   }
 
   // The first call after set_filters(): every tail output still ahead is
-  // recomputed with the new filters into the other ring.
+  // recomputed with the new filters into the other ring (on the tail stream,
+  // after every step in flight; rare, so not a graph).
   void take_swap(cudaStream_t stream) {
     cudaStream_t t = tail.get();
     main_mark.record(stream);
     main_mark.wait_on(t);
+    join_into(t);
     const int new_bank = 1 - bank, new_ring = 1 - ring;
     out_ring[new_ring].zero(t);
-    for (Segment& s : segments) {
+    for (auto& sp : segments) {
+      Segment& s = *sp;
       const std::int64_t P = std::int64_t(s.P), a = std::int64_t(s.first_tap);
       const std::int64_t first = std::max<std::int64_t>(0, (position - a) / P);
       for (std::int64_t j = first; j < s.next_step; ++j)
-        finish_step(s, j, new_bank, new_ring, position);
+        enqueue_finish(buffers(s), StepIndex{j, nullptr}, false,
+                       spectra[new_bank].get() + s.spectra_offset, out_ring[new_ring].get(),
+                       position, t);
+      s.pending_first = s.pending_count = 0;  // the tail stream followed them all
     }
-    swap_ready.record(t);
-    swap_ready.wait_on(stream);
-    pending_first = pending_count = 0;  // swap_ready follows them all
+    tail_mark.record(t);
+    tail_mark.wait_on(stream);
+    fork_from(t);
     old_bank = bank;
     bank = new_bank;
     ring = new_ring;
@@ -403,27 +459,33 @@ struct PartitionedConvolver::State {
     if (call_offset + frames >= call_frames) fading = false;
 
     bool ordered = false;
-    for (Segment& s : segments) {
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      Segment& s = *segments[i];
       while ((s.next_step + 1) * std::int64_t(s.P) <= end) {
         if (!ordered) {
           input_ready.record(stream);
-          input_ready.wait_on(tail.get());
           ordered = true;
         }
-        take_step(s);
+        input_ready.wait_on(s.stream.get());
+        take_step(i);
       }
     }
   }
 
   void reset(cudaStream_t stream) {
+    cudaStream_t t = tail.get();
     main_mark.record(stream);
-    main_mark.wait_on(tail.get());
-    clear(tail.get());
-    swap_ready.record(tail.get());
-    swap_ready.wait_on(stream);
+    main_mark.wait_on(t);
+    join_into(t);
+    clear(t);
+    tail_mark.record(t);
+    tail_mark.wait_on(stream);
+    fork_from(t);
     position = 0;
-    for (Segment& s : segments) s.next_step = 0;
-    pending_first = pending_count = 0;
+    for (auto& s : segments) {
+      s->next_step = 0;
+      s->pending_first = s->pending_count = 0;
+    }
     fading = false;
     last_main = stream;
   }
@@ -460,7 +522,7 @@ void PartitionedConvolver::reset(cudaStream_t stream) {
 }
 
 void PartitionedConvolver::synchronize_tail() {
-  state_->tail.synchronize();
+  state_->synchronize_all();
 }
 
 const PartitionPlan& PartitionedConvolver::plan() const {
@@ -470,7 +532,7 @@ const PartitionPlan& PartitionedConvolver::plan() const {
 std::string PartitionedConvolver::description() const {
   std::ostringstream d;
   d << "non-uniformly partitioned (" << state_->plan.describe() << "; head of " << state_->head_taps
-    << " taps in direct form per call, tail on a low-priority stream)";
+    << " taps in direct form per call, each tail segment a graph on a stream of its own)";
   return d.str();
 }
 
@@ -511,23 +573,25 @@ StepTiming measure_tail_step(std::size_t channels, std::size_t P, std::size_t co
   DeviceBuffer<float> in_ring(channels * 4 * P), out_ring(channels * 4 * P);
   DeviceBuffer<float> window(channels * 2 * P);
   DeviceBuffer<float2> delay_line(b.slots * channels * bins), spectra(count * channels * bins);
-  DeviceBuffer<float2> acc(channels * bins);
+  DeviceBuffer<float2> current(channels * bins), acc(channels * bins);
+  DeviceBuffer<std::int64_t> counter(1);
   for (auto* z : {&in_ring, &out_ring, &window}) z->zero(stream.get());
-  for (auto* z : {&delay_line, &spectra, &acc}) z->zero(stream.get());
+  for (auto* z : {&delay_line, &spectra, &current, &acc}) z->zero(stream.get());
+  counter.zero(stream.get());
   RealFftPlan forward(2 * P, channels, CUFFT_R2C), inverse(2 * P, channels, CUFFT_C2R);
   DeviceBuffer<char> work(std::max<std::size_t>({forward.work_bytes(), inverse.work_bytes(), 1}));
   forward.attach_work_area(work.get());
   inverse.attach_work_area(work.get());
   b.in_ring = in_ring.get();
   b.window = window.get();
+  b.current = current.get();
   b.delay_line = delay_line.get();
   b.acc = acc.get();
   b.forward = &forward;
   b.inverse = &inverse;
-  return time_repeated(reps, stream.get(), [&](int j) {
-    enqueue_transform(b, j, stream.get());
-    enqueue_finish(b, j, spectra.get(), out_ring.get(), 0, stream.get());
-  });
+  const GraphExec step =
+      capture_step(b, spectra.get(), out_ring.get(), counter.get(), stream.get());
+  return time_repeated(reps, stream.get(), [&](int) { step.launch(stream.get()); });
 }
 
 StepTiming measure_head(std::size_t channels, std::size_t frames, std::size_t head_taps, int reps) {

@@ -12,11 +12,14 @@
 //   step whenever the stream crosses a multiple of P: transform the 2P-frame
 //   window of the input ring (cuFFT), multiply-accumulate against its filter
 //   spectra over all partitions in parallel, inverse-transform, and add the P
-//   frames of output into the output ring at stream frame a + jP. The steps run
-//   on a low-priority stream of their own, ordered after the call that
-//   completed their input; a call waits (on the device) only for the steps
-//   whose output falls inside it, which by the plan's slack (>= one call) were
-//   launched at least one call earlier.
+//   frames of output into the output ring at stream frame a + jP. Each
+//   segment has a stream of its own (shorter partitions more urgent, all below
+//   the caller's), so a long step never delays a short one, and each step is
+//   one replay of a CUDA graph captured at construction (the step index lives
+//   on the device), ordered after the call that completed its input; a call
+//   waits (on the device) only for the steps whose output falls inside it,
+//   which by the plan's slack (>= one call) were launched at least one call
+//   earlier.
 // - A filter swap transforms the new filters on the tail stream; the first call
 //   after it recomputes, with the new filters, every tail step whose output is
 //   still ahead (the frequency-domain delay line keeps the spectra it needs),
@@ -38,10 +41,10 @@
 
 namespace tapstream::cuda {
 
-// The GPU's costs for plan_partitions: a per-kernel launch cost, a sustained
-// memory bandwidth for the transforms and the spectral multiply-accumulate,
-// and the direct head kernel's rate (H100 estimates until measured; see
-// docs/performance.md, "Cost model constants").
+// The GPU's costs for plan_partitions, measured on an H100 (see
+// docs/performance.md, "Issue 8"): a tail step's fixed cost and its time per
+// sample of transform and per partition of multiply-accumulate, and the direct
+// head kernel's launch and rate.
 class GpuPartitionCosts final : public PartitionCostModel {
  public:
   explicit GpuPartitionCosts(std::size_t channels) : channels_(channels) {}

@@ -14,6 +14,10 @@ unsigned blocks_for(std::size_t n, int threads) {
   return unsigned((n + threads - 1) / threads);
 }
 
+__device__ __forceinline__ std::int64_t step_of(StepIndex s) {
+  return s.counter != nullptr ? *s.counter : s.value;
+}
+
 __device__ __forceinline__ float head_input(const HeadArgs& a, int c, std::int64_t f) {
   if (f >= 0) return a.in.data[c * a.in.channel_stride + f * a.in.frame_stride];
   return a.in_ring[c * a.ring_len + ((a.first_frame + f) & (a.ring_len - 1))];
@@ -71,10 +75,12 @@ __global__ void head_kernel(HeadArgs a) {
 }
 
 __global__ void gather_windows_kernel(const float* ring, std::int64_t ring_len,
-                                      std::int64_t first_frame, float* window,
+                                      std::int64_t first_frame, StepIndex step,
+                                      std::int64_t frames_per_step, float* window,
                                       std::size_t window_frames) {
   const std::size_t t = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (t >= window_frames) return;
+  first_frame += step_of(step) * frames_per_step;
   const std::size_t c = blockIdx.y;
   window[c * window_frames + t] =
       ring[c * ring_len + ((first_frame + std::int64_t(t)) & (ring_len - 1))];
@@ -94,13 +100,21 @@ __global__ void tail_mac_kernel(TailMacArgs a, std::size_t per_group) {
   const std::size_t per_slot = a.channels * a.bins;
   const std::size_t first = blockIdx.z * per_group;
   const std::size_t end = min(a.count, first + per_group);
+  const std::int64_t step = step_of(a.step);
   float2 acc = make_float2(0.0f, 0.0f);
   for (std::size_t i = first; i < end; ++i) {
-    const std::int64_t n = a.step - std::int64_t(i);
+    const std::int64_t n = step - std::int64_t(i);
     const std::int64_t slot =
         ((n % std::int64_t(a.slots)) + std::int64_t(a.slots)) % std::int64_t(a.slots);
-    complex_mac(acc, a.delay_line[std::size_t(slot) * per_slot + within],
-                a.spectra[i * per_slot + within]);
+    float2 x;
+    if (i == 0 && a.current != nullptr) {
+      // Only group 0 holds partition 0; the other groups read older slots.
+      x = a.current[within];
+      a.delay_line[std::size_t(slot) * per_slot + within] = x;
+    } else {
+      x = a.delay_line[std::size_t(slot) * per_slot + within];
+    }
+    complex_mac(acc, x, a.spectra[i * per_slot + within]);
   }
   if (gridDim.z == 1) {
     a.acc[within] = acc;
@@ -112,13 +126,20 @@ __global__ void tail_mac_kernel(TailMacArgs a, std::size_t per_group) {
 
 __global__ void accumulate_tail_kernel(const float* block, std::size_t block_stride,
                                        std::size_t frames, float* ring, std::int64_t ring_len,
-                                       std::int64_t first_frame, std::int64_t min_frame) {
+                                       std::int64_t first_frame, StepIndex step,
+                                       std::int64_t frames_per_step, std::int64_t min_frame) {
   const std::size_t u = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (u >= frames) return;
-  const std::int64_t frame = first_frame + std::int64_t(u);
+  const std::int64_t frame = first_frame + step_of(step) * frames_per_step + std::int64_t(u);
   if (frame < min_frame) return;
   const std::size_t c = blockIdx.y;
-  ring[c * ring_len + (frame & (ring_len - 1))] += block[c * block_stride + u];
+  // Atomic: the segments' steps run on streams of their own and may add into
+  // the same frames at once.
+  atomicAdd(&ring[c * ring_len + (frame & (ring_len - 1))], block[c * block_stride + u]);
+}
+
+__global__ void advance_step_kernel(std::int64_t* counter) {
+  *counter += 1;
 }
 
 __global__ void scatter_partitions_kernel(const float* taps, std::size_t taps_stride,
@@ -142,11 +163,17 @@ void launch_partitioned_head(const HeadArgs& args, cudaStream_t stream) {
 }
 
 void launch_gather_windows(const float* in_ring, std::int64_t ring_len, std::int64_t first_frame,
-                           float* window, std::size_t window_frames, std::size_t channels,
-                           cudaStream_t stream) {
+                           StepIndex step, std::int64_t frames_per_step, float* window,
+                           std::size_t window_frames, std::size_t channels, cudaStream_t stream) {
   gather_windows_kernel<<<dim3(blocks_for(window_frames, kThreads), unsigned(channels)), kThreads,
-                          0, stream>>>(in_ring, ring_len, first_frame, window, window_frames);
+                          0, stream>>>(in_ring, ring_len, first_frame, step, frames_per_step,
+                                       window, window_frames);
   TAPSTREAM_CUDA_CHECK_LAUNCH("gather_windows_kernel");
+}
+
+void launch_advance_step(std::int64_t* counter, cudaStream_t stream) {
+  advance_step_kernel<<<1, 1, 0, stream>>>(counter);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("advance_step_kernel");
 }
 
 void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream) {
@@ -167,10 +194,11 @@ void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream) {
 
 void launch_accumulate_tail(const float* block, std::size_t block_stride, std::size_t frames,
                             std::size_t channels, float* ring, std::int64_t ring_len,
-                            std::int64_t first_frame, std::int64_t min_frame, cudaStream_t stream) {
+                            std::int64_t first_frame, StepIndex step, std::int64_t frames_per_step,
+                            std::int64_t min_frame, cudaStream_t stream) {
   accumulate_tail_kernel<<<dim3(blocks_for(frames, kThreads), unsigned(channels)), kThreads, 0,
-                           stream>>>(block, block_stride, frames, ring, ring_len, first_frame,
-                                     min_frame);
+                           stream>>>(block, block_stride, frames, ring, ring_len, first_frame, step,
+                                     frames_per_step, min_frame);
   TAPSTREAM_CUDA_CHECK_LAUNCH("accumulate_tail_kernel");
 }
 

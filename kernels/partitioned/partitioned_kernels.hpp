@@ -38,19 +38,34 @@ struct HeadArgs {
 };
 void launch_partitioned_head(const HeadArgs& args, cudaStream_t stream);
 
-// window[c][t] = x(c, first_frame + t) for t < window_frames, from the input ring.
+// A tail step's index: `value`, or with `counter` non-null the device's
+// *counter at the time the kernel runs (a captured graph then replays the
+// next step each time; advance_step() moves the counter on).
+struct StepIndex {
+  std::int64_t value = 0;
+  const std::int64_t* counter = nullptr;
+};
+
+// window[c][t] = x(c, first_frame + step * frames_per_step + t) for t <
+// window_frames, from the input ring.
 void launch_gather_windows(const float* in_ring, std::int64_t ring_len, std::int64_t first_frame,
-                           float* window, std::size_t window_frames, std::size_t channels,
-                           cudaStream_t stream);
+                           StepIndex step, std::int64_t frames_per_step, float* window,
+                           std::size_t window_frames, std::size_t channels, cudaStream_t stream);
+
+// *counter += 1 (after the graph of a step).
+void launch_advance_step(std::int64_t* counter, cudaStream_t stream);
 
 // acc[c][bin] = sum_{i < count} X_{step - i}[c][bin] * H_i[c][bin], X_n in delay
 // line slot n mod slots ([slot][channel][bin]), H_i at spectra + i *
 // partition_stride + c * (bins). Parallel over bins, channels and groups of
-// partitions (groups > 1 accumulate with atomics into a zeroed acc).
+// partitions (groups > 1 accumulate with atomics into a zeroed acc). With
+// `current` non-null, X_step is read from it (the forward transform's fixed
+// output) and stored into its delay-line slot.
 struct TailMacArgs {
-  const float2* delay_line = nullptr;
+  float2* delay_line = nullptr;
   std::size_t slots = 0;
-  std::int64_t step = 0;
+  StepIndex step;
+  const float2* current = nullptr;
   const float2* spectra = nullptr;
   std::size_t count = 0;
   std::size_t channels = 0;
@@ -59,11 +74,12 @@ struct TailMacArgs {
 };
 void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream);
 
-// ring[c][(first_frame + u) & mask] += block[c * block_stride + u] for u < frames
-// and first_frame + u >= min_frame.
+// ring[c][(f + u) & mask] += block[c * block_stride + u] for u < frames and
+// f + u >= min_frame, where f = first_frame + step * frames_per_step.
 void launch_accumulate_tail(const float* block, std::size_t block_stride, std::size_t frames,
                             std::size_t channels, float* ring, std::int64_t ring_len,
-                            std::int64_t first_frame, std::int64_t min_frame, cudaStream_t stream);
+                            std::int64_t first_frame, StepIndex step, std::int64_t frames_per_step,
+                            std::int64_t min_frame, cudaStream_t stream);
 
 // For the filter spectra: out[(i * rows + r) * 2P + t] = scale * taps[r *
 // taps_stride + first_tap + i * P + t] for t < P, zero for P <= t < 2P.
