@@ -3,7 +3,9 @@
 // count whose per-block time (host input in, host output back, one
 // Engine::process call) stays under half the block period at p99.9, with a
 // distinct filter per channel; then it measures that count over --blocks
-// blocks and prints p50 / p99 / p99.9. The CUDA engine reads and writes its
+// blocks and prints p50 / p99 / p99.9. Calls come one per block period, as a
+// live device delivers them (--back-to-back: as fast as they return, which
+// measures throughput instead). The CUDA engine reads and writes its
 // own pinned staging (the live pipeline's path); the CPU engine uses all
 // cores. Prints a table and writes JSON (--json); bench/capacity_bench runs the
 // same code.
@@ -44,6 +46,7 @@ struct CapacityArgs {
   std::string json;
   std::string commit = "unknown";
   std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
+  bool back_to_back = false;         // calls as fast as they return, not one per period
 };
 
 struct Percentiles {
@@ -85,8 +88,11 @@ struct Probe {
 };
 
 // Times `blocks` calls of `frames` frames after a warm-up.
+// Times `blocks` calls of `frames` frames after a warm-up, one call per
+// `period_us` (as a live device delivers blocks; 0: back to back).
 Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,
-            std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us) {
+            std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us,
+            double period_us) {
   const FilterBank bank = capacity_bank(channels, taps);
   EngineOptions options;
   options.max_block_frames = frames;
@@ -111,11 +117,20 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& x : in) x = dist(rng);
   const std::size_t warm = std::max<std::size_t>(100, blocks / 10);
-  // Paced like a live stream would not be (back to back): the tail's
-  // background work then competes with the next call, the harder case.
+  // Paced, a call's background work (the CUDA engine's tail steps, the CPU
+  // engine's tail workers) runs in the rest of the period, as it does live.
+  // Back to back, calls come faster than real time and measure throughput:
+  // any deferred work then queues up behind the calls and is paid when due.
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double, std::micro>(period_us));
+  auto next = std::chrono::steady_clock::now();
   std::vector<double> us;
   us.reserve(blocks);
   for (std::size_t i = 0; i < warm + blocks; ++i) {
+    if (period_us > 0) {
+      std::this_thread::sleep_until(next);
+      next = std::max(next + period, std::chrono::steady_clock::now());  // late: no catching up
+    }
     const auto t0 = std::chrono::steady_clock::now();
     e.process(in, out, frames, Layout::interleaved);
     const auto t1 = std::chrono::steady_clock::now();
@@ -151,7 +166,8 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
-      p = probe(engine, args.cuda_kernel, channels, frames, taps, blocks, cap.budget_us);
+      p = probe(engine, args.cuda_kernel, channels, frames, taps, blocks, cap.budget_us,
+                args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
     } catch (const std::exception& e) {  // out of memory counts as not fitting
       p.channels = channels;
       p.description = std::string("failed: ") + e.what();
@@ -222,7 +238,8 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
     << "\",\n  \"cpu_threads\": " << std::thread::hardware_concurrency()
     << ",\n  \"rate\": " << args.rate << ",\n  \"measure_blocks\": " << args.measure_blocks
     << ",\n  \"probe_blocks\": " << args.probe_blocks << ",\n  \"cuda_kernel\": \""
-    << json_escape(args.cuda_kernel) << "\",\n  \"results\": [";
+    << json_escape(args.cuda_kernel)
+    << "\",\n  \"paced\": " << (args.back_to_back ? "false" : "true") << ",\n  \"results\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Capacity& c = results[i];
     j << (i ? "," : "") << "\n    {\"engine\": \"" << c.engine << "\", \"frames\": " << c.frames
@@ -259,7 +276,7 @@ int run_capacity(const CapacityArgs& args) {
     // An engine that cannot run at all (no GPU, not built in) is an error,
     // not a capacity of zero.
     try {
-      probe(engine, "auto", 1, 64, 64, 10, 1e30);
+      probe(engine, "auto", 1, 64, 64, 10, 1e30, 0.0);
     } catch (const std::exception& e) {
       throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
@@ -311,6 +328,9 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_option("--cuda-kernel", args->cuda_kernel,
                        "The CUDA engine's kernel option (auto, or partitioned to force the "
                        "non-uniformly partitioned path)");
+  capacity->add_flag("--back-to-back", args->back_to_back,
+                     "Issue calls as fast as they return (throughput) instead of one per block "
+                     "period (live)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
   return {bench, [args, capacity] {

@@ -531,7 +531,8 @@ const PartitionPlan& PartitionedConvolver::plan() const {
 
 std::string PartitionedConvolver::description() const {
   std::ostringstream d;
-  d << "non-uniformly partitioned (" << state_->plan.describe() << "; head of " << state_->head_taps
+  d << "non-uniformly partitioned FFT (" << state_->plan.describe() << "; head of "
+    << state_->head_taps
     << " taps in direct form per call, each tail segment a graph on a stream of its own)";
   return d.str();
 }
