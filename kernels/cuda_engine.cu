@@ -94,6 +94,16 @@ constexpr double kFftLaunches = 4.0;
 // =1 on.
 constexpr bool kPartitionedByDefault = true;
 constexpr std::size_t kMaxPartitionedBlock = 1024;
+// The models above count work and assume the device full; with few channels
+// and short calls the direct and uniform FFT paths are latency-bound instead:
+// each output walks all M taps one after another, each FFT bin all M / P
+// partitions. Measured on the H100/H200 (2026-11-23): direct 8 ch x 64 frames
+// x 65536 taps 118 us (model 24), 2 x 256 x 2048 14.7 us = the 11 us round
+// trip + 3.7; the automatic choice at 1-4 ch x 256 frames x 262144 taps
+// (1024 partitions) 316 us. Used only to weigh the partitioned path, whose
+// model is measured per step, against them.
+constexpr double kDirectSerialUsPerTap = 1.8e-3;
+constexpr double kFftSerialUsPerPartition = 0.3;
 
 bool partitioned_by_cost_model() {
   const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED");
@@ -434,7 +444,12 @@ class CudaEngineImpl final : public CudaEngine {
         const double partitioned_us =
             plan.cost_ns_per_frame(cuda::GpuPartitionCosts(C)) * double(F) / 1000.0;
         note << ", partitioned " << partitioned_us << " us";
-        if (plan.segments.size() > 1 && partitioned_us < std::min(fft_us, direct_us)) {
+        const double direct_latency_us =
+            std::max(direct_us, double(M) * kDirectSerialUsPerTap + kLaunchUs);
+        const double fft_latency_us =
+            std::max(fft_us, double(fft->partitions()) * kFftSerialUsPerPartition);
+        if (plan.segments.size() > 1 &&
+            partitioned_us < std::min(fft_latency_us, direct_latency_us)) {
           choice_note_ = note.str();
           partitioned_ = std::make_unique<cuda::PartitionedConvolver>(bank, M, F, std::move(plan));
           algorithm_ = Algorithm::fft;
