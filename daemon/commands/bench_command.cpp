@@ -87,7 +87,6 @@ struct Probe {
   bool fits = false;
 };
 
-// Times `blocks` calls of `frames` frames after a warm-up.
 // Times `blocks` calls of `frames` frames after a warm-up, one call per
 // `period_us` (as a live device delivers blocks; 0: back to back).
 Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,

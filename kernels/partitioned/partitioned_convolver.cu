@@ -1,14 +1,19 @@
 // Non-uniformly partitioned convolution (see partitioned_convolver.hpp).
 //
-// Stream frames are counted from 0 on the host (position_); samples, spectra
+// Stream frames are counted from 0 on the host (position); samples, spectra
 // and rings stay on the device. Ordering between the caller's stream (the
-// "main" stream: head kernels) and the tail stream:
+// "main" stream: head kernels) and each tail segment's stream:
 // - a tail step reads the input ring up to the frame its block completes, so
-//   the tail stream waits for the call that wrote it (input_ready_);
+//   the segment's stream waits for the call that wrote it (input_ready);
 // - a call reads (and zeroes) the output ring for its frames, so the main
-//   stream waits for the last tail step whose output starts inside the call;
-//   by the plan's slack (>= head size >= any call) that step was launched in an
-//   earlier call, so the wait never points at work not yet enqueued;
+//   stream waits, per segment, for the last step whose output starts inside
+//   the call; by the plan's slack (>= head size >= any call) that step was
+//   launched in an earlier call, so the wait never points at work not yet
+//   enqueued; segments add into the output ring with atomics, since their
+//   steps may run at once;
+// - uploads, swaps and resets run on the tail stream after joining every
+//   segment's stream (they share the segments' scratch and transforms), and
+//   the segments' streams wait for them;
 // - rings are longer than the last segment's end plus one call, so a tail step
 //   never writes a slot the main stream has yet to read for an earlier frame,
 //   and the input a step reads is never overwritten before the step is done
@@ -18,7 +23,6 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
