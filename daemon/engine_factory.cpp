@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -187,6 +188,16 @@ EngineStaging engine_staging(Engine& engine) {
   (void)engine;
 #endif
   return {};
+}
+
+double engine_call_host_us(const Engine& engine) {
+#ifdef TAPSTREAM_CUDA_MODULE
+  if (engine.name() == "cuda" && cuda_module().module != nullptr)
+    return cuda_module().module->last_call_host_us(engine);
+#else
+  (void)engine;
+#endif
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace tapstream

@@ -48,4 +48,9 @@ struct EngineStaging {
 };
 EngineStaging engine_staging(Engine& engine);
 
+// The CPU-side part of a CUDA engine's last process() call in microseconds
+// (host copies, launches, enqueueing; the rest is the device's work and the
+// wait for it); NaN for other engines.
+double engine_call_host_us(const Engine& engine);
+
 }  // namespace tapstream

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -83,6 +84,9 @@ FilterBank capacity_bank(std::size_t channels, std::size_t taps) {
 struct Probe {
   std::size_t channels = 0;
   Percentiles us;
+  // The calls' CPU-side part (CUDA engine: copies, launches, enqueueing before
+  // the wait for the device); empty for engines that do not report it.
+  std::optional<Percentiles> host_us;
   std::string description;
   bool fits = false;
 };
@@ -123,7 +127,7 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
   const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::micro>(period_us));
   auto next = std::chrono::steady_clock::now();
-  std::vector<double> us;
+  std::vector<double> us, host_us;
   us.reserve(blocks);
   for (std::size_t i = 0; i < warm + blocks; ++i) {
     if (period_us > 0) {
@@ -133,11 +137,14 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
     const auto t0 = std::chrono::steady_clock::now();
     e.process(in, out, frames, Layout::interleaved);
     const auto t1 = std::chrono::steady_clock::now();
-    if (i >= warm) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (i < warm) continue;
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (const double host = engine_call_host_us(e); !std::isnan(host)) host_us.push_back(host);
   }
   Probe p;
   p.channels = channels;
   p.us = percentiles(std::move(us));
+  if (!host_us.empty()) p.host_us = percentiles(std::move(host_us));
   p.description = e.description();
   p.fits = p.us.p999 < budget_us;
   return p;
@@ -172,9 +179,11 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
       p.description = std::string("failed: ") + e.what();
       p.fits = false;
     }
-    std::printf("  %-4s %5zu frames %7zu taps %6zu ch: p50 %9.1f p99 %9.1f p99.9 %9.1f us %s\n",
+    std::printf("  %-4s %5zu frames %7zu taps %6zu ch: p50 %9.1f p99 %9.1f p99.9 %9.1f us %s",
                 engine.c_str(), frames, taps, channels, p.us.p50, p.us.p99, p.us.p999,
                 p.fits ? "fits" : "over");
+    if (p.host_us) std::printf(" (CPU side p50 %.1f p99 %.1f us)", p.host_us->p50, p.host_us->p99);
+    std::printf("\n");
     std::fflush(stdout);
     cap.search.push_back(p);
     return p;
@@ -245,8 +254,12 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       << ", \"taps\": " << c.taps << ", \"budget_us\": " << c.budget_us
       << ", \"channels\": " << c.best.channels << ", \"capped\": " << (c.capped ? "true" : "false")
       << ", \"p50_us\": " << c.best.us.p50 << ", \"p99_us\": " << c.best.us.p99
-      << ", \"p999_us\": " << c.best.us.p999 << ", \"max_us\": " << c.best.us.max
-      << ", \"engine_description\": \"" << json_escape(c.best.description) << "\", \"search\": [";
+      << ", \"p999_us\": " << c.best.us.p999 << ", \"max_us\": " << c.best.us.max;
+    if (c.best.host_us)
+      j << ", \"host_p50_us\": " << c.best.host_us->p50
+        << ", \"host_p99_us\": " << c.best.host_us->p99
+        << ", \"host_p999_us\": " << c.best.host_us->p999;
+    j << ", \"engine_description\": \"" << json_escape(c.best.description) << "\", \"search\": [";
     for (std::size_t k = 0; k < c.search.size(); ++k) {
       const Probe& p = c.search[k];
       j << (k ? ", " : "") << "[" << p.channels << ", " << p.us.p50 << ", " << p.us.p99 << ", "
@@ -286,12 +299,17 @@ int run_capacity(const CapacityArgs& args) {
         results.push_back(find_capacity(args, engine, frames, taps));
       }
   }
-  std::printf("\n%-5s %6s %8s %9s %9s %9s %9s %9s\n", "engine", "block", "taps", "channels",
-              "p50 us", "p99 us", "p99.9 us", "budget");
-  for (const Capacity& c : results)
-    std::printf("%-5s %6zu %8zu %8zu%s %9.1f %9.1f %9.1f %9.1f\n", c.engine.c_str(), c.frames,
-                c.taps, c.best.channels, c.capped ? "+" : " ", c.best.us.p50, c.best.us.p99,
-                c.best.us.p999, c.budget_us);
+  std::printf("\n%-5s %6s %8s %9s %9s %9s %9s %9s %11s\n", "engine", "block", "taps", "channels",
+              "p50 us", "p99 us", "p99.9 us", "budget", "CPU-side p50");
+  for (const Capacity& c : results) {
+    std::printf("%-5s %6zu %8zu %8zu%s %9.1f %9.1f %9.1f %9.1f", c.engine.c_str(), c.frames, c.taps,
+                c.best.channels, c.capped ? "+" : " ", c.best.us.p50, c.best.us.p99, c.best.us.p999,
+                c.budget_us);
+    if (c.best.host_us)
+      std::printf(" %11.1f\n", c.best.host_us->p50);
+    else
+      std::printf(" %11s\n", "-");
+  }
   if (!args.json.empty()) {
     std::ofstream f(args.json);
     f << json_for(args, results);

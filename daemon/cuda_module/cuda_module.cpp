@@ -22,12 +22,16 @@ std::span<float> staging(Engine& engine, bool input) {
   return input ? cuda.pinned_input() : cuda.pinned_output();
 }
 
+double last_call_host_us(const Engine& engine) {
+  return dynamic_cast<const CudaEngine&>(engine).last_call_host_us();
+}
+
 void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
 
 const CudaModule kModule{cuda_device_available, make_cuda_engine, cuda_failure_sentence, staging,
-                         allocate_pinned,       free_pinned};
+                         allocate_pinned,       free_pinned,      last_call_host_us};
 
 }  // namespace
 }  // namespace tapstream

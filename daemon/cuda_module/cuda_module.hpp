@@ -26,6 +26,8 @@ struct CudaModule {
   // Page-locked host memory (zero-filled); throws naming the failing call.
   float* (*allocate_pinned)(std::size_t floats);
   void (*free_pinned)(float* p);
+  // CudaEngine::last_call_host_us: the last call's CPU-side part.
+  double (*last_call_host_us)(const Engine& engine);
 };
 
 }  // namespace tapstream
