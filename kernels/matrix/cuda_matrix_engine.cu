@@ -128,7 +128,7 @@ class CudaMatrixEngine final : public MatrixEngine {
   DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * partitions][inputs][bins]
   DeviceBuffer<float2> partial_, y_, y_old_;
   DeviceBuffer<float> filtered_, filtered_old_;  // [outputs][2P]
-  // A call's chunks, then its input samples; pinned on the host and on the device.
+  // A call's chunks, then its input samples: pinned host memory and its device copy.
   cuda::PinnedBuffer<char> host_call_;
   DeviceBuffer<char> device_call_;
   DeviceBuffer<float> d_out_;
