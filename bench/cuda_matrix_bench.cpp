@@ -1,5 +1,7 @@
 // Routing-matrix benchmark: live capacity and offline throughput of the
-// native matrix engines, CUDA and CPU, in one run.
+// native matrix engines, CUDA and CPU, in one run; the CUDA engine with its
+// two MAC kernels (tiled, cuBLAS batched CGEMM) side by side, and the tiled
+// one without CUDA graphs (each launch from the host) for comparison.
 //
 //   cuda_matrix_bench [OUT.json] [--commit SHA] [--blocks N]
 //
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -38,8 +41,8 @@ constexpr std::size_t kTaps = 8192;
 constexpr double kHalfPeriodUs = 1e6 * kBlock / kRate / 2.0;
 
 RoutingMatrix square_matrix(std::size_t n, std::size_t taps, std::uint64_t seed) {
-  std::mt19937 rng(static_cast<std::uint32_t>(seed));
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  // xorshift64: big matrices hold billions of taps, made in about a second.
+  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
   std::vector<MatrixPath> paths;
   paths.reserve(n * n);
   for (std::size_t o = 0; o < n; ++o) {
@@ -48,7 +51,12 @@ RoutingMatrix square_matrix(std::size_t n, std::size_t taps, std::uint64_t seed)
       p.input = i;
       p.output = o;
       p.taps.resize(taps);
-      for (float& t : p.taps) t = dist(rng) * 0.01f;
+      for (float& t : p.taps) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        t = (float(state >> 40) / float(1 << 24) * 2.0f - 1.0f) * 0.01f;  // [-0.01, 0.01)
+      }
       p.source = "random";
       paths.push_back(std::move(p));
     }
@@ -104,6 +112,25 @@ using Factory = std::unique_ptr<MatrixEngine> (*)(const RoutingMatrix&, const En
 
 // The CPU engine with one channel per path: its worker pool spreads the paths
 // over every core, where the native matrix engine runs on the caller's.
+std::unique_ptr<MatrixEngine> make_cuda_tiled(const RoutingMatrix& m,
+                                              const EngineOptions& options) {
+  return make_cuda_matrix_engine(m, options, CudaMatrixMac::tiled);
+}
+
+std::unique_ptr<MatrixEngine> make_cuda_cublas(const RoutingMatrix& m,
+                                               const EngineOptions& options) {
+  return make_cuda_matrix_engine(m, options, CudaMatrixMac::cublas);
+}
+
+// The engine reads TAPSTREAM_MATRIX_GRAPHS when it is made.
+std::unique_ptr<MatrixEngine> make_cuda_tiled_without_graphs(const RoutingMatrix& m,
+                                                             const EngineOptions& options) {
+  setenv("TAPSTREAM_MATRIX_GRAPHS", "off", 1);
+  auto engine = make_cuda_matrix_engine(m, options, CudaMatrixMac::tiled);
+  unsetenv("TAPSTREAM_MATRIX_GRAPHS");
+  return engine;
+}
+
 std::unique_ptr<MatrixEngine> make_cpu_per_path(const RoutingMatrix& m,
                                                 const EngineOptions& options) {
   return std::make_unique<MatrixFilter>(m, make_cpu_engine(m.path_bank(), options));
@@ -122,7 +149,7 @@ nlohmann::json capacity(const char* name, Factory make, const std::vector<std::s
     const double spectra_mb =
         double(n * n) * double(kTaps / kBlock) * double(kBlock + 1) * 8.0 / 1e6;
     std::printf(
-        "%-5s %4zu x %-4zu %6zu paths  p50 %8.1f us  p99 %8.1f us  p99.9 %8.1f us  max %8.1f us"
+        "%-14s %4zu x %-4zu %6zu paths  p50 %8.1f us  p99 %8.1f us  p99.9 %8.1f us  max %8.1f us"
         "  (spectra read per block %.0f MB)  %s\n",
         name, n, n, n * n, r.p50, r.p99, r.p999, r.max, spectra_mb, engine->description().c_str());
     std::fflush(stdout);
@@ -169,12 +196,14 @@ int main(int argc, char** argv) {
 
   nlohmann::json live = nlohmann::json::array();
   if (gpu) {
-    live.push_back(capacity("cuda", make_cuda_matrix_engine,
-                            {8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256}, blocks));
+    const std::vector<std::size_t> sizes = {8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+    live.push_back(capacity("cuda", make_cuda_tiled, sizes, blocks));
+    live.push_back(
+        capacity("cuda-cublas", make_cuda_cublas, {8, 32, 64, 128, 160, 192, 224, 256}, blocks));
+    live.push_back(capacity("cuda-no-graphs", make_cuda_tiled_without_graphs, {8, 64}, blocks));
   }
-  live.push_back(capacity("cpu", make_cpu_matrix_engine, {1, 2, 3, 4, 6, 8, 12, 16}, blocks));
-  live.push_back(
-      capacity("cpu-per-path", make_cpu_per_path, {1, 2, 3, 4, 6, 8, 12, 16, 24, 32}, blocks));
+  live.push_back(capacity("cpu", make_cpu_matrix_engine, {1, 2, 4, 6, 8, 12, 16}, blocks));
+  live.push_back(capacity("cpu-per-path", make_cpu_per_path, {2, 8, 16, 24, 28, 32}, blocks));
   report["live"] = live;
 
   nlohmann::json offline = nlohmann::json::array();
@@ -193,12 +222,14 @@ int main(int argc, char** argv) {
     EngineOptions options;
     options.max_block_frames = 65536;
     for (const auto& [name, make] :
-         std::vector<std::pair<const char*, Factory>>{{"cuda", make_cuda_matrix_engine},
+         std::vector<std::pair<const char*, Factory>>{{"cuda", make_cuda_tiled},
+                                                      {"cuda-cublas", make_cuda_cublas},
                                                       {"cpu", make_cpu_matrix_engine},
                                                       {"cpu-per-path", make_cpu_per_path}}) {
-      if (std::string(name) == "cuda" && !gpu) continue;
+      const bool cuda = std::string(name).starts_with("cuda");
+      if (cuda && !gpu) continue;
       const auto engine = make(m, options);
-      const double fps = offline_frames_per_second(*engine, std::string(name) == "cuda" ? 64 : 16);
+      const double fps = offline_frames_per_second(*engine, cuda ? 64 : 16);
       std::printf("offline %-12s %zu -> %zu, %zu taps: %.3g frames/s (%.0fx real time)  %s\n", name,
                   n_in, n_out, kTaps, fps, fps / kRate, engine->description().c_str());
       offline.push_back({{"engine", name},

@@ -1,11 +1,16 @@
-// The CUDA engine's native routing matrix against a float64 reference of each
-// output as the sum of its paths, at any call size, and its crossfaded swap;
-// skips, with the reason, where there is no usable GPU.
+// The CUDA engine's native routing matrix, with each of its MAC kernels (tiled,
+// cuBLAS), against a float64 reference of each output as the sum of its paths:
+// at random call sizes (mostly launched one by one), at fixed call sizes
+// (replayed as CUDA graphs), and through a crossfaded swap; skips, with the
+// reason, where there is no usable GPU.
 
 #include "kernels/matrix/cuda_matrix_engine.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 #include <string>
@@ -24,7 +29,7 @@ using testing::reference_output;
 using testing::relative_error;
 using testing::run_stream;
 
-class CudaMatrixEngineTest : public ::testing::Test {
+class CudaMatrixEngineTest : public ::testing::TestWithParam<CudaMatrixMac> {
  protected:
   void SetUp() override {
     std::string reason;
@@ -33,11 +38,11 @@ class CudaMatrixEngineTest : public ::testing::Test {
   static std::unique_ptr<MatrixEngine> make(const RoutingMatrix& m, std::size_t max_block) {
     EngineOptions options;
     options.max_block_frames = max_block;
-    return make_cuda_matrix_engine(m, options);
+    return make_cuda_matrix_engine(m, options, GetParam());
   }
 };
 
-TEST_F(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyCallSize) {
+TEST_P(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyCallSize) {
   const std::uint64_t seed = 20261124;
   std::cout << "seed " << seed << "\n";
   std::mt19937_64 rng(seed);
@@ -71,7 +76,41 @@ TEST_F(CudaMatrixEngineTest, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAn
   }
 }
 
-TEST_F(CudaMatrixEngineTest, CrossfadedSwapMatchesTheCpuMatrixEngine) {
+TEST_P(CudaMatrixEngineTest, FixedCallSizesReplayedAsGraphsMatchTheFloat64Sum) {
+  const std::uint64_t seed = 20261125;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix matrix = testing::mixed_length_matrix(seed);
+  // 128 in 128-frame segments: one chunk a call, each ending a segment; 96:
+  // calls that cross segment boundaries at four different places; 1: one
+  // frame a call in 64-frame segments.
+  struct Case {
+    std::size_t max_block, call, frames;
+  };
+  for (const Case c : {Case{128, 128, 20000}, Case{128, 96, 20000}, Case{1, 1, 2000}}) {
+    SCOPED_TRACE("calls of " + std::to_string(c.call) + " frames");
+    std::vector<std::vector<float>> inputs;
+    for (std::size_t i = 0; i < 3; ++i) inputs.push_back(random_signal(c.frames, seed + 10 + i));
+    const auto engine = make(matrix, c.max_block);
+    std::vector<std::vector<float>> got(5, std::vector<float>(c.frames, -7.0f));
+    std::vector<float> in(3 * c.call), out(5 * c.call);
+    for (std::size_t start = 0; start < c.frames; start += c.call) {
+      const std::size_t n = std::min(c.call, c.frames - start);
+      for (std::size_t ch = 0; ch < 3; ++ch)
+        for (std::size_t f = 0; f < n; ++f) in[f * 3 + ch] = inputs[ch][start + f];
+      std::fill(out.begin(), out.end(), std::nanf(""));
+      engine->process(in, out, n, Layout::interleaved);
+      for (std::size_t ch = 0; ch < 5; ++ch)
+        for (std::size_t f = 0; f < n; ++f) got[ch][start + f] = out[f * 5 + ch];
+    }
+    for (std::size_t o = 0; o < 4; ++o) {
+      EXPECT_LE(relative_error(got[o], reference_output(matrix, inputs, o)), 1e-5)
+          << "output " << o;
+    }
+    for (float v : got[4]) ASSERT_EQ(v, 0.0f) << "output 4 is reached by no path";
+  }
+}
+
+TEST_P(CudaMatrixEngineTest, CrossfadedSwapMatchesTheCpuMatrixEngine) {
   const std::uint64_t seed = 91;
   std::cout << "seed " << seed << "\n";
   const auto [before, after] = testing::swap_pair(seed);
@@ -98,7 +137,7 @@ TEST_F(CudaMatrixEngineTest, CrossfadedSwapMatchesTheCpuMatrixEngine) {
   EXPECT_LE(relative_error(outs[0], outs[1]), 1e-5);
 }
 
-TEST_F(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering) {
+TEST_P(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering) {
   const RoutingMatrix a = RoutingMatrix::make(2, 1, {make_path(0, 0, {1}), make_path(1, 0, {1})});
   const auto engine = make(a, 16);
   EXPECT_THROW(engine->set_matrix(
@@ -108,6 +147,29 @@ TEST_F(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering)
   std::vector<float> out(1);
   engine->process(in, out, 1, Layout::interleaved);
   EXPECT_NEAR(out[0], 3.0f, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(MacKernels, CudaMatrixEngineTest,
+                         ::testing::Values(CudaMatrixMac::tiled, CudaMatrixMac::cublas),
+                         [](const ::testing::TestParamInfo<CudaMatrixMac>& info) {
+                           return std::string(info.param == CudaMatrixMac::tiled ? "Tiled"
+                                                                                 : "Cublas");
+                         });
+
+TEST(CudaMatrixEngineOptions, AnUnknownMacKernelInTheEnvironmentIsRefusedByName) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  setenv("TAPSTREAM_MATRIX_MAC", "gemmish", 1);
+  EngineOptions options;
+  options.max_block_frames = 16;
+  try {
+    make_cuda_matrix_engine(RoutingMatrix::make(1, 1, {make_path(0, 0, {1})}), options);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("TAPSTREAM_MATRIX_MAC=gemmish"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("TAPSTREAM_MATRIX_MAC");
 }
 
 }  // namespace

@@ -1,17 +1,26 @@
-// Per call, split at segment boundaries (partition P, FFT size 2P): the new
-// frames go into each input's window [previous segment | current segment,
-// zeros after the frames seen]; a batched forward FFT gives the current
-// spectra; the matrix MAC sums, per bin and output, the current spectra
-// against the first partition and the delay line against the later ones; a
-// batched inverse FFT per output and the valid half of it is the output.
-// Outputs depend only on frames already seen, so no latency is added at any
-// call size. At a segment boundary the current spectra enter the delay line.
-// Because every chunk recomputes the whole sum from the delay line, a new
-// matrix needs no state of its own: a swap uploads its spectra, and the
-// crossfade call runs the MAC for both and blends in the emit kernel.
+// Per call, split at segment boundaries (partition P, FFT size 2P) into
+// chunks: the new frames go into each input's window [previous segment |
+// current segment, zeros after the frames seen]; a batched forward FFT gives
+// the current spectra, which enter the mirrored delay line at their slot; the
+// matrix MAC sums, per bin and output, the window of the delay line against
+// the path spectra; a batched inverse FFT per output and the valid half of it
+// is the output. Outputs depend only on frames already seen, so no latency is
+// added at any call size. Because every chunk recomputes the whole sum from
+// the delay line, a new matrix needs no state of its own: a swap uploads its
+// spectra, and the crossfade call runs the MAC for both and blends in the
+// emit kernel.
+//
+// The chunks' positions travel to the device with the call's input, and every
+// kernel reads them there, so a call's launch sequence depends only on its
+// shape. A shape seen twice is captured as a CUDA graph and replayed from then
+// on (a live stream of fixed-size calls is one graph launch a call).
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,15 +28,16 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
-#include "kernels/direct_kernels.hpp"
+#include "kernels/matrix/cublas_matrix_mac.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
+#include "kernels/matrix/matrix_chunks.hpp"
 #include "kernels/matrix/matrix_mac.hpp"
-#include "kernels/overlap_save_windows.hpp"
 
 namespace tapstream {
 namespace {
 
 using cuda::DeviceBuffer;
+using cuda::MatrixChunk;
 
 std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
@@ -42,9 +52,34 @@ std::size_t choose_partition(std::size_t max_block) {
   return p;
 }
 
+CudaMatrixMac resolve_mac(CudaMatrixMac mac) {
+  if (mac != CudaMatrixMac::automatic) return mac;
+  const char* env = std::getenv("TAPSTREAM_MATRIX_MAC");
+  const std::string name = env ? env : "";
+  if (name.empty() || name == "tiled") return CudaMatrixMac::tiled;
+  if (name == "cublas") return CudaMatrixMac::cublas;
+  throw std::invalid_argument("TAPSTREAM_MATRIX_MAC=" + name +
+                              ": unknown matrix kernel (tiled or cublas)");
+}
+
+bool graphs_enabled() {
+  const char* env = std::getenv("TAPSTREAM_MATRIX_GRAPHS");
+  return env == nullptr || std::string(env) != "off";
+}
+
+// What a call's launch sequence depends on.
+struct CallShape {
+  std::size_t frames = 0, chunks = 0;
+  Layout layout = Layout::interleaved;
+  bool fade = false;
+  const void* spectra = nullptr;
+  const void* old_spectra = nullptr;
+  bool operator==(const CallShape&) const = default;
+};
+
 class CudaMatrixEngine final : public MatrixEngine {
  public:
-  CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options);
+  CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options, CudaMatrixMac mac);
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
@@ -58,48 +93,77 @@ class CudaMatrixEngine final : public MatrixEngine {
     return "cuda: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
            std::to_string(matrix_->paths().size()) + " paths, partitioned FFT, " +
            std::to_string(2 * partition_) + "-point, " + std::to_string(partitions_) +
-           " partitions, " + std::to_string(groups_) + " partition groups";
+           " partitions, " +
+           (cublas_ ? std::string("cuBLAS batched CGEMM")
+                    : "tiled MAC, " + std::to_string(splits_) + " k-splits") +
+           (use_graphs_ ? ", CUDA graphs" : ", no graphs");
   }
 
  private:
-  // Dense spectra [partitions][inputs][outputs][bins] of `m` into `dst`.
+  static constexpr std::size_t kGraphs = 8, kSeen = 16;
+  struct CachedGraph {
+    CallShape shape;
+    cuda::GraphExec exec;
+    std::uint64_t used = 0;
+  };
+
+  // H of `m` into `dst`.
   void upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst);
-  void mac(const float2* spectra, float2* out, cudaStream_t stream);
+  void bind_cublas();
+  // The call's device work, after its chunks and input are in host_call_.
+  void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade);
+  void run(const CallShape& shape);
 
   cuda::DeviceGuard device_guard_;
   std::unique_ptr<RoutingMatrix> matrix_, pending_matrix_;
-  std::size_t max_block_, max_taps_, partition_, bins_, partitions_, slots_;
-  int groups_ = 1;
+  std::size_t max_block_, max_taps_, partition_, bins_, partitions_, chunk_capacity_, chunk_bytes_;
+  cuda::MatrixMacShape shape_;
+  int splits_ = 1;
+  bool use_graphs_;
   cuda::Stream stream_;
   cuda::RealFftPlan forward_, inverse_, filter_forward_;
   DeviceBuffer<char> fft_work_;
   DeviceBuffer<float2> spectra_, pending_spectra_, old_spectra_;
   DeviceBuffer<float> stage_;           // [inputs][2P]
-  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [slots][inputs][bins]
+  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * partitions][inputs][bins]
   DeviceBuffer<float2> partial_, y_, y_old_;
   DeviceBuffer<float> filtered_, filtered_old_;  // [outputs][2P]
-  DeviceBuffer<float> d_in_, d_in_planar_, d_out_planar_, d_out_;
-  cuda::PinnedBuffer<float> host_in_, host_out_;
+  // A call's chunks, then its input samples: pinned host memory and its device copy.
+  cuda::PinnedBuffer<char> host_call_;
+  DeviceBuffer<char> device_call_;
+  DeviceBuffer<float> d_out_;
+  cuda::PinnedBuffer<float> host_out_;
+  std::optional<cuda::CublasMatrixMac> cublas_;
+  std::vector<CachedGraph> graphs_;
+  std::array<CallShape, kSeen> seen_{};
+  std::size_t seen_next_ = 0;
+  std::uint64_t calls_ = 0;
   std::size_t position_ = 0, slot_ = 0;
   bool pending_crossfade_ = false;
 };
 
-CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
+CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options,
+                                   CudaMatrixMac mac)
     : device_guard_(options.device),
       matrix_(std::make_unique<RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
-      max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps) {
+      max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
+      use_graphs_(graphs_enabled()) {
   if (max_block_ == 0) throw std::invalid_argument("cuda matrix engine: max_block_frames is 0");
   if (matrix.max_taps() > max_taps_)
     throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
                                 std::to_string(matrix.max_taps()) + " taps, more than max_taps " +
                                 std::to_string(max_taps_));
+  const CudaMatrixMac kind = resolve_mac(mac);
   partition_ = choose_partition(max_block_);
   bins_ = partition_ + 1;
   partitions_ = div_up(max_taps_, partition_);
-  slots_ = partitions_;
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
-  groups_ = cuda::matrix_mac_groups(int(n_in), int(n_out), int(bins_), int(partitions_));
+  shape_.inputs = int(n_in);
+  shape_.outputs = int(n_out);
+  shape_.bins = int(bins_);
+  shape_.partitions = int(partitions_);
+  splits_ = cuda::matrix_mac_splits(shape_);
 
   forward_ = cuda::RealFftPlan(2 * partition_, n_in, CUFFT_R2C);
   inverse_ = cuda::RealFftPlan(2 * partition_, n_out, CUFFT_C2R);
@@ -110,24 +174,29 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
   inverse_.attach_work_area(fft_work_.get());
   filter_forward_.attach_work_area(fft_work_.get());
 
-  const std::size_t spectra_count = partitions_ * n_in * n_out * bins_;
+  const std::size_t spectra_count = std::size_t(shape_.spectra_count());
   spectra_ = DeviceBuffer<float2>(spectra_count);
   pending_spectra_ = DeviceBuffer<float2>(spectra_count);
   old_spectra_ = DeviceBuffer<float2>(spectra_count);
   stage_ = DeviceBuffer<float>(n_in * 2 * partition_);
   current_ = DeviceBuffer<float2>(n_in * bins_);
-  fdl_ = DeviceBuffer<float2>(slots_ * n_in * bins_);
-  partial_ = DeviceBuffer<float2>(std::size_t(groups_) * n_out * bins_);
+  fdl_ = DeviceBuffer<float2>(2 * partitions_ * n_in * bins_);
+  if (splits_ > 1) partial_ = DeviceBuffer<float2>(std::size_t(splits_) * n_out * bins_);
   y_ = DeviceBuffer<float2>(n_out * bins_);
   y_old_ = DeviceBuffer<float2>(n_out * bins_);
   filtered_ = DeviceBuffer<float>(n_out * 2 * partition_);
   filtered_old_ = DeviceBuffer<float>(n_out * 2 * partition_);
-  d_in_ = DeviceBuffer<float>(n_in * max_block_);
-  d_in_planar_ = DeviceBuffer<float>(n_in * max_block_);
-  d_out_planar_ = DeviceBuffer<float>(n_out * max_block_);
+  // A call of max_block frames starting anywhere in a segment.
+  chunk_capacity_ = div_up(max_block_, partition_) + 1;
+  chunk_bytes_ = div_up(chunk_capacity_ * sizeof(MatrixChunk), 256) * 256;
+  host_call_ = cuda::PinnedBuffer<char>(chunk_bytes_ + n_in * max_block_ * sizeof(float));
+  device_call_ = DeviceBuffer<char>(host_call_.size());
   d_out_ = DeviceBuffer<float>(n_out * max_block_);
-  host_in_ = cuda::PinnedBuffer<float>(n_in * max_block_);
   host_out_ = cuda::PinnedBuffer<float>(n_out * max_block_);
+  if (kind == CudaMatrixMac::cublas) {
+    cublas_.emplace(shape_);
+    bind_cublas();
+  }
   upload_spectra(matrix, spectra_);
   reset();
 }
@@ -138,9 +207,11 @@ void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float
   std::vector<std::vector<float>> taps;
   for (const MatrixPath& p : m.paths()) taps.push_back(p.effective_taps());
   // One partition at a time: [inputs][outputs][2P] zero-padded, transformed
-  // on the device into [inputs][outputs][bins].
+  // on the device into [inputs][outputs][bins], packed into H.
   cuda::PinnedBuffer<float> host(n_in * n_out * window);
   DeviceBuffer<float> time(n_in * n_out * window);
+  DeviceBuffer<float2> partition_spectra(n_in * n_out * bins_);
+  dst.zero(stream_.get());  // H's padding outputs and absent paths
   for (std::size_t j = 0; j < partitions_; ++j) {
     std::fill_n(host.get(), host.size(), 0.0f);
     for (std::size_t p = 0; p < taps.size(); ++p) {
@@ -152,38 +223,108 @@ void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float
     }
     TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(time.get(), host.get(), host.bytes(),
                                          cudaMemcpyHostToDevice, stream_.get()));
-    filter_forward_.forward(time.get(), dst.get() + j * n_in * n_out * bins_, stream_.get());
+    filter_forward_.forward(time.get(), partition_spectra.get(), stream_.get());
+    cuda::launch_pack_spectra(partition_spectra.get(), dst.get(), shape_, int(j), stream_.get());
     // The pinned staging is reused by the next partition.
     stream_.synchronize();
   }
 }
 
-void CudaMatrixEngine::mac(const float2* spectra, float2* out, cudaStream_t stream) {
-  cuda::MatrixMacArgs a;
-  a.current = current_.get();
-  a.fdl = fdl_.get();
-  a.spectra = spectra;
-  a.partial = partial_.get();
-  a.out = out;
-  a.inputs = int(inputs());
-  a.outputs = int(outputs());
-  a.bins = int(bins_);
-  a.partitions = int(partitions_);
-  a.slots = int(slots_);
-  a.slot = int(slot_);
-  a.groups = groups_;
-  cuda::launch_matrix_mac(a, stream);
+void CudaMatrixEngine::bind_cublas() {
+  cublas_->bind(0, spectra_.get(), y_.get(), stream_.get());
+  cublas_->bind(1, old_spectra_.get(), y_old_.get(), stream_.get());
+}
+
+void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade) {
+  const cudaStream_t s = stream_.get();
+  const std::size_t n_in = inputs(), n_out = outputs();
+  const int P = int(partition_);
+  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_call_.get(), host_call_.get(),
+                                       chunk_bytes_ + n_in * frames * sizeof(float),
+                                       cudaMemcpyHostToDevice, s));
+  const auto* d_chunks = reinterpret_cast<const MatrixChunk*>(device_call_.get());
+  const bool planar = layout == Layout::planar;
+  const cuda::Samples in{reinterpret_cast<float*>(device_call_.get() + chunk_bytes_),
+                         planar ? (long long)frames : 1, planar ? 1 : (long long)n_in};
+  const cuda::Samples out{d_out_.get(), planar ? (long long)frames : 1,
+                          planar ? 1 : (long long)n_out};
+  const int widest = int(std::min(frames, partition_));
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const MatrixChunk* chunk = d_chunks + c;
+    cuda::launch_stage_input(stage_.get(), in, chunk, int(n_in), P, widest, s);
+    forward_.forward(stage_.get(), current_.get(), s);
+    cuda::launch_store_current(fdl_.get(), current_.get(), chunk, int(n_in), int(bins_),
+                               int(partitions_), stage_.get(), P,
+                               cublas_ ? cublas_->window_pointers() : nullptr, s);
+    for (int set = 0; set < (fade ? 2 : 1); ++set) {
+      if (cublas_) {
+        cublas_->run(set, s);
+      } else {
+        cuda::MatrixMacArgs a;
+        a.shape = shape_;
+        a.fdl = fdl_.get();
+        a.chunk = chunk;
+        a.spectra = set == 0 ? spectra_.get() : old_spectra_.get();
+        a.partial = partial_.get();
+        a.out = set == 0 ? y_.get() : y_old_.get();
+        a.splits = splits_;
+        cuda::launch_matrix_mac(a, s);
+      }
+      inverse_.inverse(set == 0 ? y_.get() : y_old_.get(),
+                       set == 0 ? filtered_.get() : filtered_old_.get(), s);
+    }
+    cuda::launch_emit_output(out, filtered_.get(), fade ? filtered_old_.get() : nullptr, chunk,
+                             int(n_out), P, widest, int(frames), s);
+  }
+  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(host_out_.get(), d_out_.get(),
+                                       n_out * frames * sizeof(float), cudaMemcpyDeviceToHost, s));
+}
+
+void CudaMatrixEngine::run(const CallShape& shape) {
+  const cudaStream_t s = stream_.get();
+  ++calls_;
+  if (use_graphs_) {
+    for (CachedGraph& g : graphs_) {
+      if (g.shape == shape) {
+        g.used = calls_;
+        g.exec.launch(s);
+        return;
+      }
+    }
+    if (std::find(seen_.begin(), seen_.end(), shape) != seen_.end()) {
+      TAPSTREAM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue(shape.chunks, shape.frames, shape.layout, shape.fade);
+      } catch (...) {
+        cudaGraph_t broken = nullptr;
+        cudaStreamEndCapture(s, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        throw;
+      }
+      cuda::GraphExec exec = cuda::GraphExec::end_capture(s);
+      if (graphs_.size() == kGraphs) {
+        graphs_.erase(std::min_element(
+            graphs_.begin(), graphs_.end(),
+            [](const CachedGraph& a, const CachedGraph& b) { return a.used < b.used; }));
+      }
+      graphs_.push_back({shape, std::move(exec), calls_});
+      graphs_.back().exec.launch(s);
+      return;
+    }
+    seen_[seen_next_] = shape;
+    seen_next_ = (seen_next_ + 1) % kSeen;
+  }
+  enqueue(shape.chunks, shape.frames, shape.layout, shape.fade);
 }
 
 void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
                                Layout layout) {
-  const std::size_t n_in = inputs(), n_out = outputs(), P = partition_;
+  const std::size_t n_in = inputs(), n_out = outputs();
   if (frames == 0 || frames > max_block_)
     throw std::invalid_argument("cuda matrix engine: block of " + std::to_string(frames) +
                                 " frames (1.." + std::to_string(max_block_) + ")");
   if (in.size() < n_in * frames || out.size() < n_out * frames)
     throw std::invalid_argument("cuda matrix engine: buffers smaller than the block");
-  const cudaStream_t s = stream_.get();
 
   bool fade = false;
   if (pending_matrix_) {
@@ -192,57 +333,23 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
     std::swap(spectra_, pending_spectra_);
     matrix_ = std::move(pending_matrix_);
     fade = pending_crossfade_;
+    if (cublas_) bind_cublas();
   }
 
-  std::memcpy(host_in_.get(), in.data(), n_in * frames * sizeof(float));
-  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(d_in_.get(), host_in_.get(), n_in * frames * sizeof(float),
-                                       cudaMemcpyHostToDevice, s));
-  const bool planar = layout == Layout::planar;
-  cuda::SampleView in_view{d_in_.get(), planar ? (long long)frames : 1,
-                           planar ? 1 : (long long)n_in};
-  cuda::launch_copy_samples(in_view, d_in_planar_.get(), (long long)frames, 1, int(n_in),
-                            int(frames), s);
-
-  for (std::size_t done = 0; done < frames;) {
-    const std::size_t n = std::min(frames - done, P - position_);
-    cuda::launch_write_stage(stage_.get(), d_in_planar_.get() + done, frames, n_in, P, position_, n,
-                             s);
-    forward_.forward(stage_.get(), current_.get(), s);
-    mac(spectra_.get(), y_.get(), s);
-    inverse_.inverse(y_.get(), filtered_.get(), s);
-    if (fade) {
-      mac(old_spectra_.get(), y_old_.get(), s);
-      inverse_.inverse(y_old_.get(), filtered_old_.get(), s);
-    }
-    cuda::EmitArgs e;
-    e.filtered = filtered_.get();
-    e.filtered_old = fade ? filtered_old_.get() : nullptr;
-    e.out = d_out_planar_.get() + done;
-    e.out_stride = frames;
-    e.channels = n_out;
-    e.partition = P;
-    e.segments = 1;
-    e.first = position_;
-    e.frames = n;
-    e.call_offset = done;
-    e.call_frames = frames;
-    cuda::launch_emit(e, s);
+  auto* chunks = reinterpret_cast<MatrixChunk*>(host_call_.get());
+  std::size_t count = 0;
+  for (std::size_t done = 0; done < frames; ++count) {
+    const std::size_t n = std::min(frames - done, partition_ - position_);
+    chunks[count] = MatrixChunk{int(position_), int(n), int(done), int(slot_)};
     position_ += n;
     done += n;
-    if (position_ == P) {
-      TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(fdl_.get() + slot_ * n_in * bins_, current_.get(),
-                                           current_.bytes(), cudaMemcpyDeviceToDevice, s));
-      cuda::launch_advance_stage(stage_.get(), n_in, P, s);
-      slot_ = (slot_ + 1) % slots_;
+    if (position_ == partition_) {
+      slot_ = (slot_ + 1) % partitions_;
       position_ = 0;
     }
   }
-
-  cuda::SampleView out_view{d_out_planar_.get(), (long long)frames, 1};
-  cuda::launch_copy_samples(out_view, d_out_.get(), planar ? (long long)frames : 1,
-                            planar ? 1 : (long long)n_out, int(n_out), int(frames), s);
-  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(host_out_.get(), d_out_.get(),
-                                       n_out * frames * sizeof(float), cudaMemcpyDeviceToHost, s));
+  std::memcpy(host_call_.get() + chunk_bytes_, in.data(), n_in * frames * sizeof(float));
+  run(CallShape{frames, count, layout, fade, spectra_.get(), fade ? old_spectra_.get() : nullptr});
   stream_.synchronize();
   std::memcpy(out.data(), host_out_.get(), n_out * frames * sizeof(float));
 }
@@ -265,8 +372,14 @@ void CudaMatrixEngine::reset() {
 }  // namespace
 
 std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
+                                                      const EngineOptions& options,
+                                                      CudaMatrixMac mac) {
+  return std::make_unique<CudaMatrixEngine>(matrix, options, mac);
+}
+
+std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
                                                       const EngineOptions& options) {
-  return std::make_unique<CudaMatrixEngine>(matrix, options);
+  return make_cuda_matrix_engine(matrix, options, CudaMatrixMac::automatic);
 }
 
 }  // namespace tapstream
