@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dsp/cpu_engine.hpp"
+#include "dsp/cpu_matrix_engine.hpp"
 #ifdef TAPSTREAM_CUDA_MODULE
 #include "daemon/cuda_module/cuda_module.hpp"
 #endif
@@ -123,11 +124,12 @@ EngineOptions for_engine(const char* engine, const FilterBank& bank, EngineOptio
   return options;
 }
 
-}  // namespace
-
-std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
-                                    const EngineOptions& options) {
-  if (backend == Backend::cpu) return make_cpu_engine(bank, for_engine("cpu", bank, options));
+// Builds the engine `backend` names: the CUDA one through the module's
+// `make_cuda` when a GPU works (for auto: also when building it works),
+// otherwise `make_cpu`, logging auto's fallback once with its reason.
+template <typename Made, typename MakeCuda, typename MakeCpu>
+Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cpu) {
+  if (backend == Backend::cpu) return make_cpu();
 #ifdef TAPSTREAM_CUDA_MODULE
   const auto start = std::chrono::steady_clock::now();
   const LoadedModule& loaded = cuda_module();
@@ -143,12 +145,12 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
           milliseconds_since(start) - load_ms - device_ms);
     };
     if (backend == Backend::cuda) {
-      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
+      Made engine = make_cuda(*loaded.module);
       log_startup();
       return engine;
     }
     try {
-      auto engine = loaded.module->make_engine(bank, for_engine("cuda", bank, options));
+      Made engine = make_cuda(*loaded.module);
       log_startup();
       return engine;
     } catch (const std::exception& e) {
@@ -157,11 +159,39 @@ std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
   }
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #else
+  (void)make_cuda;
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
   spdlog::info("backend auto: using the CPU engine: {}", reason);
-  return make_cpu_engine(bank, for_engine("cpu", bank, options));
+  return make_cpu();
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
+                                    const EngineOptions& options) {
+  return make_any<std::unique_ptr<Engine>>(
+      backend,
+      [&](const auto& module) {
+        return module.make_engine(bank, for_engine("cuda", bank, options));
+      },
+      [&] { return make_cpu_engine(bank, for_engine("cpu", bank, options)); });
+}
+
+std::unique_ptr<MatrixEngine> make_matrix_engine(Backend backend, const RoutingMatrix& matrix,
+                                                 const EngineOptions& options) {
+  const std::size_t channels = std::max(matrix.inputs(), matrix.outputs());
+  const auto with_block = [&](const char* engine) {
+    EngineOptions chosen = options;
+    if (chosen.max_block_frames == 0)
+      chosen.max_block_frames = offline_block_frames(engine, channels);
+    return chosen;
+  };
+  return make_any<std::unique_ptr<MatrixEngine>>(
+      backend,
+      [&](const auto& module) { return module.make_matrix_engine(matrix, with_block("cuda")); },
+      [&] { return make_cpu_matrix_engine(matrix, with_block("cpu")); });
 }
 
 BlockAllocator block_allocator(const Engine& engine) {

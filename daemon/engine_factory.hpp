@@ -10,6 +10,7 @@
 
 #include "daemon/pipeline/block_memory.hpp"
 #include "dsp/engine.hpp"
+#include "dsp/matrix_engine.hpp"
 
 namespace tapstream {
 
@@ -26,6 +27,13 @@ Backend parse_backend(const std::string& name);
 // the engine's max_block_frames() then says which.
 std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
                                     const EngineOptions& options);
+
+// The same for a routing matrix: the CUDA matrix engine
+// (kernels/matrix/cuda_matrix_engine) or the CPU's native one
+// (dsp/cpu_matrix_engine). The block is chosen for the larger of the matrix's
+// input and output counts.
+std::unique_ptr<MatrixEngine> make_matrix_engine(Backend backend, const RoutingMatrix& matrix,
+                                                 const EngineOptions& options);
 
 // Frames per offline block for an engine (cpu or cuda) and channel count:
 // large enough that the per-call cost vanishes, small enough that six blocks

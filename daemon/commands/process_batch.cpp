@@ -14,7 +14,6 @@
 
 #include "daemon/commands/progress.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
-#include "dsp/coefficient_file.hpp"
 
 namespace tapstream {
 
@@ -127,8 +126,11 @@ class Batch {
           throw std::invalid_argument("its output " + output.string() +
                                       " is the input itself: refusing to overwrite it");
         }
-        if (same_file(settings_.taps, output)) {
+        if (same_file(settings_.filters.taps, output)) {
           throw std::invalid_argument("its output " + output.string() + " is the taps file");
+        }
+        if (same_file(settings_.filters.matrix, output)) {
+          throw std::invalid_argument("its output " + output.string() + " is the matrix file");
         }
         if (const auto other = claimed.find(output); other != claimed.end()) {
           throw std::invalid_argument("its output " + output.string() + " is also the output of " +
@@ -146,28 +148,19 @@ class Batch {
 
   void run_group(const std::vector<BatchFile>& files) {
     const SoundFileInfo& first = files.front().info;
-    std::optional<FilterBank> bank;
+    std::optional<OfflineFilter> filter;
     try {
-      CoefficientFileOptions taps_options;
-      taps_options.channels = std::size_t(first.channels);
-      taps_options.max_taps = settings_.max_taps;
-      taps_options.sample_rate = first.sample_rate;
-      taps_options.ignore_sample_rate = settings_.ignore_rate;
-      bank = load_filter_bank(settings_.taps, taps_options);
-      if (settings_.gain != 1.0f) bank = bank->scaled(settings_.gain);
+      filter.emplace(settings_.filters, std::size_t(first.channels), first.sample_rate);
     } catch (const std::exception& e) {
-      // The taps do not fit these files (channels, rate): each is reported.
+      // The filters do not fit these files (channels, rate): each is reported.
       for (const BatchFile& file : files) fail(file.input, e.what());
       return;
     }
-    EngineOptions engine_options;
-    engine_options.max_block_frames = settings_.block_frames;
-    engine_options.algorithm = settings_.algorithm;
-    const std::unique_ptr<Engine> engine = make_engine(settings_.backend, *bank, engine_options);
     spdlog::debug("{} files of {} channels at {} Hz through {}", files.size(), first.channels,
-                  first.sample_rate, engine->description());
+                  first.sample_rate, filter->description());
 
-    const std::size_t tail = settings_.tail ? bank->max_taps() - 1 : 0;
+    const std::size_t tail = settings_.tail ? filter->max_taps() - 1 : 0;
+    const int output_channels = int(filter->output_channels());
     std::vector<OfflineJob> jobs;
     for (std::size_t i = 0; i < files.size(); ++i) {
       const BatchFile& file = files[i];
@@ -180,9 +173,9 @@ class Batch {
             }
             return OfflineSource{[reader](std::span<float> b) { return reader->read(b); }, tail};
           },
-          [&file, this] {
+          [&file, this, output_channels] {
             auto writer = std::make_shared<SoundFileWriter>(
-                file.output, file.info.sample_rate, file.info.channels,
+                file.output, file.info.sample_rate, output_channels,
                 choose_output_format(file.info.format, settings_.format, "", file.output, false)
                     .format);
             return OfflineSink{[writer](std::span<const float> f) { writer->write(f); },
@@ -193,9 +186,7 @@ class Batch {
 
     const std::uint64_t before = frames_done_;
     const auto started = std::chrono::steady_clock::now();
-    OfflineOptions options;
-    options.block_frames = engine->max_block_frames();
-    options.allocate = block_allocator(*engine);
+    OfflineOptions options = filter->options();
     options.cancel = settings_.cancel;
     options.on_progress = [this, before](std::uint64_t written) {
       frames_done_ = before + written;
@@ -217,7 +208,7 @@ class Batch {
                    double(result.output_frames) / double(file.info.sample_rate), seconds);
       ++done_;
     };
-    run_offline_jobs(*engine, jobs, options);
+    filter->run(jobs, options);
   }
 
   void commit(SoundFileWriter& writer) {

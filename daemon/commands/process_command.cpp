@@ -1,4 +1,6 @@
-// `tapstream process IN OUT --taps FILE ...`: filters a sound file offline;
+// `tapstream process IN OUT --taps FILE ...`: filters a sound file offline
+// (or `--matrix FILE.toml`: through a routing matrix, its inputs in and its
+// outputs out);
 // `tapstream process IN... --out-dir DIR ...` filters many (process_batch).
 // Nothing is lost or half-written: IN is only read, OUT appears (atomically,
 // by rename) only when the whole job succeeded, and every failure is one line
@@ -23,12 +25,12 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
+#include "daemon/commands/offline_filter.hpp"
 #include "daemon/commands/process_batch.hpp"
 #include "daemon/commands/progress.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/gain_range.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
-#include "dsp/coefficient_file.hpp"
 #include "dsp/float_spool.hpp"
 #include "dsp/sound_file.hpp"
 
@@ -46,6 +48,7 @@ struct ProcessArgs {
   std::string input;
   std::string output;
   std::string taps;
+  std::string matrix;
   double gain_db = 0.0;
   std::string backend = "auto";
   std::size_t block_frames = 0;  // 0: the engine factory's choice
@@ -148,13 +151,17 @@ bool same_file(const fs::path& a, const fs::path& b) {
 
 // Refuses outputs that would overwrite something the job reads.
 void check_paths(const ProcessArgs& args) {
-  const fs::path in = args.input, out = args.output, taps = args.taps;
+  const fs::path in = args.input, out = args.output, taps = args.taps, matrix = args.matrix;
   if (same_file(in, out)) {
     throw std::invalid_argument("output '" + args.output + "' is the input file '" + args.input +
                                 "': refusing to overwrite the input");
   }
   if (same_file(taps, out)) {
     throw std::invalid_argument("output '" + args.output + "' is the taps file '" + args.taps +
+                                "': refusing to overwrite it");
+  }
+  if (!args.matrix.empty() && same_file(matrix, out)) {
+    throw std::invalid_argument("output '" + args.output + "' is the matrix file '" + args.matrix +
                                 "': refusing to overwrite it");
   }
   if (is_standard_stream(taps)) {
@@ -190,19 +197,20 @@ double dbfs(double linear) {
 // --normalize: the first pass filters into a spool and measures the peak; the
 // second scales the spool so that the peak lands on `target_dbfs`. Returns
 // what the first pass returned.
-OfflineResult run_normalized(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
-                             const OfflineOptions& options, double target_dbfs) {
+OfflineResult run_normalized(OfflineFilter& filter, SoundFileReader& reader,
+                             SoundFileWriter& writer, const OfflineOptions& options,
+                             double target_dbfs) {
   FloatSpool spool;
   float peak = 0.0f;
-  const OfflineResult result = run_offline(
-      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
-      [&spool, &peak](std::span<const float> frames) {
-        for (const float x : frames) {
-          if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
-        }
-        spool.write(frames);
-      },
-      options);
+  const OfflineResult result =
+      filter.run([&reader](std::span<float> buffer) { return reader.read(buffer); },
+                 [&spool, &peak](std::span<const float> frames) {
+                   for (const float x : frames) {
+                     if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
+                   }
+                   spool.write(frames);
+                 },
+                 options);
   double gain = 1.0;
   if (peak > 0.0f) {
     gain = std::pow(10.0, target_dbfs / 20.0) / double(peak);
@@ -212,7 +220,7 @@ OfflineResult run_normalized(Engine& engine, SoundFileReader& reader, SoundFileW
     spdlog::warn("normalize: the output is silent; nothing to scale");
   }
   spool.rewind();
-  std::vector<float> block(options.block_frames * engine.channels());
+  std::vector<float> block(options.block_frames * filter.output_channels());
   for (std::size_t got; (got = spool.read(block)) > 0;) {
     if (interrupted.load(std::memory_order_relaxed)) throw std::runtime_error("interrupted");
     for (std::size_t i = 0; i < got; ++i) block[i] = float(double(block[i]) * gain);
@@ -227,19 +235,31 @@ int process(const ProcessArgs& args) {
   const Algorithm algorithm = parse_algorithm(args.algorithm);
   const SampleFormat format =
       args.format.empty() ? SampleFormat::same_as_input : parse_sample_format(args.format);
+  if (args.taps.empty() == args.matrix.empty()) {
+    throw UsageError("give the filters as --taps FILE or as --matrix FILE.toml (one of them)");
+  }
+  if (!args.matrix.empty() && algorithm != Algorithm::automatic) {
+    throw UsageError("--algorithm applies to --taps; the matrix engines choose their own");
+  }
+  FilterChoice filters;
+  filters.taps = args.taps;
+  filters.matrix = args.matrix;
+  filters.gain_db = args.gain_db;
+  filters.backend = backend;
+  filters.algorithm = algorithm;
+  filters.block_frames = args.block_frames;
+  filters.max_taps = args.max_taps;
+  filters.ignore_rate = args.ignore_rate;
+  filters.strict = args.strict;
   if (!args.out_dir.empty()) {
+    // A bad matrix is refused before the output directory is made.
+    if (!args.matrix.empty()) load_offline_matrix(filters, 0);
     BatchSettings batch;
     batch.inputs.assign(args.files.begin(), args.files.end());
     batch.out_dir = args.out_dir;
-    batch.taps = args.taps;
-    batch.gain = float(std::pow(10.0, args.gain_db / 20.0));
-    batch.backend = backend;
-    batch.algorithm = algorithm;
+    batch.filters = filters;
     batch.format = format;
-    batch.block_frames = args.block_frames;
     batch.tail = args.tail;
-    batch.ignore_rate = args.ignore_rate;
-    batch.max_taps = args.max_taps;
     batch.cancel = &interrupted;
     return run_batch(batch);
   }
@@ -274,28 +294,15 @@ int process(const ProcessArgs& args) {
     damage.push_back(problem + "; filtering what is there");
   }
 
-  CoefficientFileOptions taps_options;
-  taps_options.channels = std::size_t(info.channels);
-  taps_options.max_taps = args.max_taps;
-  taps_options.sample_rate = info.sample_rate;
-  taps_options.ignore_sample_rate = args.ignore_rate;
-  taps_options.strict = args.strict;
-  taps_options.damage = &damage;
-  FilterBank bank = load_filter_bank(args.taps, taps_options);
-  if (args.gain_db != 0.0) bank = bank.scaled(float(std::pow(10.0, args.gain_db / 20.0)));
-  spdlog::debug("taps {}: {} per channel at most, {}", args.taps, bank.max_taps(),
-                bank.is_shared() ? "one filter for all channels" : "one filter per channel");
-
-  EngineOptions engine_options;
-  engine_options.max_block_frames = args.block_frames;
-  engine_options.algorithm = algorithm;
-  const std::unique_ptr<Engine> engine = make_engine(backend, bank, engine_options);
-  spdlog::debug("engine: {}", engine->description());
+  filters.damage = &damage;
+  OfflineFilter filter(filters, std::size_t(info.channels), info.sample_rate, input_name);
+  spdlog::debug("engine: {}", filter.description());
+  const int output_channels = int(filter.output_channels());
 
   SoundFileWriterOptions writer_options;
   writer_options.dither = dither_for(args.dither, chosen.format);
   writer_options.metadata = reader.metadata();
-  SoundFileWriter writer(args.output, info.sample_rate, info.channels, chosen.format,
+  SoundFileWriter writer(args.output, info.sample_rate, output_channels, chosen.format,
                          writer_options);
   for (const auto& stale : writer.removed_stale()) {
     spdlog::info("removed {}, a temporary file left by an earlier run that ended abruptly",
@@ -305,10 +312,8 @@ int process(const ProcessArgs& args) {
   spdlog::debug("output {}: {}, dither {}", output_name, describe_format(chosen.format),
                 writer_options.dither == Dither::tpdf ? "tpdf" : "none");
 
-  OfflineOptions options;
-  options.block_frames = engine->max_block_frames();
-  options.allocate = block_allocator(*engine);
-  options.tail_frames = args.tail ? bank.max_taps() - 1 : 0;
+  OfflineOptions options = filter.options();
+  options.tail_frames = args.tail ? filter.max_taps() - 1 : 0;
   const std::uint64_t expected_frames =
       info.frames > 0 ? std::uint64_t(info.frames) + options.tail_frames : 0;
   ProgressBar progress(expected_frames, ProgressBar::stderr_is_terminal());
@@ -317,8 +322,9 @@ int process(const ProcessArgs& args) {
 
   const OfflineResult result =
       std::isnan(args.normalize_dbfs)
-          ? run_offline(*engine, reader, writer, options)
-          : run_normalized(*engine, reader, writer, options, args.normalize_dbfs);
+          ? filter.run([&reader](std::span<float> buffer) { return reader.read(buffer); },
+                       [&writer](std::span<const float> frames) { writer.write(frames); }, options)
+          : run_normalized(filter, reader, writer, options, args.normalize_dbfs);
   const std::int64_t promised = std::max(reader.declared_frames(), info.frames);
   if (promised > std::int64_t(result.input_frames) && damage.empty()) {
     const std::string problem = cut_short(promised, result.input_frames);
@@ -344,10 +350,13 @@ int process(const ProcessArgs& args) {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double audio_seconds = double(result.output_frames) / double(info.sample_rate);
+  const std::string channels = output_channels == info.channels
+                                   ? plural(std::uint64_t(info.channels), "channel")
+                                   : std::to_string(info.channels) + " -> " +
+                                         plural(std::uint64_t(output_channels), "channel");
   spdlog::info("{:.2f} s of audio ({}, {}, {} Hz) through {} in {:.3f} s ({:.1f}x real time) -> {}",
-               audio_seconds, plural(result.output_frames, "frame"),
-               plural(std::uint64_t(info.channels), "channel"), info.sample_rate,
-               engine->description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, output_name);
+               audio_seconds, plural(result.output_frames, "frame"), channels, info.sample_rate,
+               filter.description(), wall, wall > 0.0 ? audio_seconds / wall : 0.0, output_name);
   return damage.empty() ? exit_code::ok : exit_code::partial;
 }
 
@@ -394,10 +403,14 @@ Command add_process_command(CLI::App& app) {
     const std::string problem = args->input == "-" ? "" : CLI::ExistingFile(args->input);
     if (!problem.empty()) throw CLI::ValidationError("input", problem);
   });
-  sub->add_option("-t,--taps", args->taps,
-                  "Coefficient file: text, .f32, .f64, or an impulse response (WAV, FLAC, ...)")
-      ->required();
-  sub->add_option("-g,--gain", args->gain_db, "Gain in dB applied to the filters")
+  auto* taps = sub->add_option(
+      "-t,--taps", args->taps,
+      "Coefficient file: text, .f32, .f64, or an impulse response (WAV, FLAC, ...)");
+  sub->add_option("-m,--matrix", args->matrix,
+                  "Routing matrix file (TOML, docs/routing-matrix.md) instead of --taps: the "
+                  "input has its inputs, the output its outputs")
+      ->excludes(taps);
+  sub->add_option("-g,--gain", args->gain_db, "Gain in dB applied to the filters (or every path)")
       ->check(number_between(min_gain_db, max_gain_db, "dB"));
   sub->add_option("-b,--backend", args->backend, "Engine: cpu, cuda or auto (GPU if usable)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/matrix/cuda_matrix_engine.hpp"
 
 namespace tapstream {
 namespace {
@@ -30,8 +31,14 @@ void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
 
-const CudaModule kModule{cuda_device_available, make_cuda_engine, cuda_failure_sentence, staging,
-                         allocate_pinned,       free_pinned,      last_call_host_us};
+const CudaModule kModule{cuda_device_available,
+                         make_cuda_engine,
+                         cuda_failure_sentence,
+                         make_cuda_matrix_engine,
+                         staging,
+                         allocate_pinned,
+                         free_pinned,
+                         last_call_host_us};
 
 }  // namespace
 }  // namespace tapstream

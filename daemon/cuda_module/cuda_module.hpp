@@ -12,6 +12,7 @@
 #include <string>
 
 #include "dsp/engine.hpp"
+#include "dsp/matrix_engine.hpp"
 
 namespace tapstream {
 
@@ -21,6 +22,9 @@ struct CudaModule {
   // See kernels/cuda_engine.hpp: make_cuda_engine and cuda_failure_sentence.
   std::unique_ptr<Engine> (*make_engine)(const FilterBank& bank, const EngineOptions& options);
   std::string (*failure_sentence)(const std::string& what);
+  // See kernels/matrix/cuda_matrix_engine.hpp.
+  std::unique_ptr<MatrixEngine> (*make_matrix_engine)(const RoutingMatrix& matrix,
+                                                      const EngineOptions& options);
   // A CUDA engine's own page-locked staging (CudaEngine::pinned_input/output).
   std::span<float> (*staging)(Engine& engine, bool input);
   // Page-locked host memory (zero-filled); throws naming the failing call.

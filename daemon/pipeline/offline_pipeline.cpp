@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "dsp/sound_file.hpp"
 
@@ -38,6 +39,32 @@ enum class Mark {
   all_done,    // no more jobs
 };
 
+// The engine stage, an Engine or a MatrixEngine: one indirect call per block
+// of thousands of frames, so the plain Engine path pays nothing measurable.
+struct StageEngine {
+  std::size_t input_channels = 0;
+  std::size_t output_channels = 0;
+  std::size_t max_block_frames = 0;
+  std::function<void(std::span<const float> in, std::span<float> out, std::size_t frames)> process;
+  std::function<void()> reset;
+};
+
+StageEngine stage_of(Engine& engine) {
+  return {engine.channels(), engine.channels(), engine.max_block_frames(),
+          [&engine](std::span<const float> in, std::span<float> out, std::size_t frames) {
+            engine.process(in, out, frames, Layout::interleaved);
+          },
+          [&engine] { engine.reset(); }};
+}
+
+StageEngine stage_of(MatrixEngine& engine) {
+  return {engine.inputs(), engine.outputs(), engine.max_block_frames(),
+          [&engine](std::span<const float> in, std::span<float> out, std::size_t frames) {
+            engine.process(in, out, frames, Layout::interleaved);
+          },
+          [&engine] { engine.reset(); }};
+}
+
 struct Block {
   BlockMemory samples{nullptr, [](float*) {}};
   std::size_t job = 0;
@@ -49,26 +76,26 @@ struct Block {
 
 class OfflineRun {
  public:
-  OfflineRun(Engine& engine, std::span<const OfflineJob> jobs, const OfflineOptions& options)
-      : engine_(engine),
+  OfflineRun(StageEngine engine, std::span<const OfflineJob> jobs, const OfflineOptions& options)
+      : engine_(std::move(engine)),
         jobs_(jobs),
         options_(options),
-        channels_(engine.channels()),
+        input_channels_(engine_.input_channels),
+        output_channels_(engine_.output_channels),
         block_frames_(options.block_frames),
         blocks_(std::max<std::size_t>(options.blocks_in_flight, 2)),
         source_errors_(jobs.size()),
         results_(jobs.size()) {
-    if (block_frames_ == 0 || block_frames_ > engine.max_block_frames()) {
+    if (block_frames_ == 0 || block_frames_ > engine_.max_block_frames) {
       throw std::invalid_argument("block of " + std::to_string(block_frames_) +
                                   " frames: the engine takes 1 to " +
-                                  std::to_string(engine.max_block_frames()));
+                                  std::to_string(engine_.max_block_frames));
     }
     const BlockAllocator allocate =
         options.allocate ? options.allocate : BlockAllocator(ordinary_block_memory);
-    const std::size_t samples = block_frames_ * channels_;
     for (std::size_t i = 0; i < 2 * blocks_; ++i) {
       Block block;
-      block.samples = allocate(samples);
+      block.samples = allocate(block_frames_ * (i < blocks_ ? input_channels_ : output_channels_));
       (i < blocks_ ? free_in_ : free_out_).push_back(std::move(block));
     }
   }
@@ -136,8 +163,9 @@ class OfflineRun {
     changed_.notify_all();
   }
 
-  std::span<float> samples(Block& block, std::size_t from, std::size_t to) const {
-    return {block.samples.get() + from * channels_, (to - from) * channels_};
+  static std::span<float> samples(Block& block, std::size_t channels, std::size_t from,
+                                  std::size_t to) {
+    return {block.samples.get() + from * channels, (to - from) * channels};
   }
 
   // Reader thread: every job's frames, then its tail of zeros, in blocks.
@@ -169,7 +197,8 @@ class OfflineRun {
         block->mark = Mark::data;
         std::size_t frames = 0;
         while (!at_end && frames < block_frames_) {
-          const std::size_t got = source.read(samples(*block, frames, block_frames_));
+          const std::size_t got =
+              source.read(samples(*block, input_channels_, frames, block_frames_));
           if (got > block_frames_ - frames) {
             throw std::logic_error("source returned more frames than asked for");
           }
@@ -179,7 +208,8 @@ class OfflineRun {
         block->input_frames = frames;
         if (at_end) {
           const std::size_t zeros = std::min(tail, block_frames_ - frames);
-          std::fill_n(block->samples.get() + frames * channels_, zeros * channels_, 0.0f);
+          std::fill_n(block->samples.get() + frames * input_channels_, zeros * input_channels_,
+                      0.0f);
           frames += zeros;
           tail -= zeros;
         }
@@ -223,8 +253,8 @@ class OfflineRun {
       if (in->mark == Mark::data && in->frames > 0) {
         if (current_job && *current_job != in->job) engine_.reset();
         current_job = in->job;
-        engine_.process(samples(*in, 0, in->frames), samples(*out, 0, in->frames), in->frames,
-                        Layout::interleaved);
+        engine_.process(samples(*in, input_channels_, 0, in->frames),
+                        samples(*out, output_channels_, 0, in->frames), in->frames);
       }
       const bool done = in->mark == Mark::all_done;
       give(free_in_, std::move(*in));
@@ -264,7 +294,7 @@ class OfflineRun {
         if (!job_failed) {
           check_cancel();
           if (!sink) sink = jobs_[job].open_sink();
-          if (block->frames > 0) sink->write(samples(*block, 0, block->frames));
+          if (block->frames > 0) sink->write(samples(*block, output_channels_, 0, block->frames));
           result.input_frames += block->input_frames;
           result.output_frames += block->frames;
           if (block->job_end && sink->finish) sink->finish();
@@ -283,10 +313,11 @@ class OfflineRun {
     }
   }
 
-  Engine& engine_;
+  StageEngine engine_;
   std::span<const OfflineJob> jobs_;
   const OfflineOptions& options_;
-  const std::size_t channels_;
+  const std::size_t input_channels_;
+  const std::size_t output_channels_;
   const std::size_t block_frames_;
   const std::size_t blocks_;
 
@@ -302,16 +333,9 @@ class OfflineRun {
   std::vector<OfflineJobResult> results_;
 };
 
-}  // namespace
-
-std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
-                                               const OfflineOptions& options) {
-  OfflineRun run(engine, jobs, options);
-  return run.run();
-}
-
-OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
-                          const OfflineOptions& options) {
+template <typename AnyEngine>
+OfflineResult run_one(AnyEngine& engine, const ReadFrames& read, const WriteFrames& write,
+                      const OfflineOptions& options) {
   const OfflineJob job{
       [&] {
         return OfflineSource{read, options.tail_frames};
@@ -326,15 +350,56 @@ OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFra
   return {results[0].input_frames, results[0].output_frames};
 }
 
+template <typename AnyEngine>
+OfflineResult run_files(AnyEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
+                        const OfflineOptions& options) {
+  return run_offline(
+      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
+      [&writer](std::span<const float> frames) { writer.write(frames); }, options);
+}
+
+}  // namespace
+
+std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
+                                               const OfflineOptions& options) {
+  OfflineRun run(stage_of(engine), jobs, options);
+  return run.run();
+}
+
+std::vector<OfflineJobResult> run_offline_jobs(MatrixEngine& engine,
+                                               std::span<const OfflineJob> jobs,
+                                               const OfflineOptions& options) {
+  OfflineRun run(stage_of(engine), jobs, options);
+  return run.run();
+}
+
+OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
+                          const OfflineOptions& options) {
+  return run_one(engine, read, write, options);
+}
+
+OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const WriteFrames& write,
+                          const OfflineOptions& options) {
+  return run_one(engine, read, write, options);
+}
+
 OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
                           const OfflineOptions& options) {
   if (std::size_t(reader.info().channels) != engine.channels()) {
     throw std::invalid_argument("input has " + std::to_string(reader.info().channels) +
                                 " channels, the engine " + std::to_string(engine.channels()));
   }
-  return run_offline(
-      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
-      [&writer](std::span<const float> frames) { writer.write(frames); }, options);
+  return run_files(engine, reader, writer, options);
+}
+
+OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
+                          const OfflineOptions& options) {
+  if (std::size_t(reader.info().channels) != engine.inputs()) {
+    throw std::invalid_argument("input has " + std::to_string(reader.info().channels) +
+                                " channels, the matrix " + std::to_string(engine.inputs()) +
+                                " inputs");
+  }
+  return run_files(engine, reader, writer, options);
 }
 
 }  // namespace tapstream

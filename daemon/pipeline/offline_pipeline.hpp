@@ -7,6 +7,10 @@
 // stays fixed whatever the input's length. With a tail, zeros follow the
 // input so that the filters' decay (M - 1 frames) is written too.
 //
+// The engine stage runs an Engine (as many channels out as in) or a
+// MatrixEngine (inputs() in, outputs() out): the input ring's blocks hold the
+// source's channels, the output ring's the sink's.
+//
 // A run is a list of jobs (one per file) through one engine, reset between
 // jobs, so that a batch decodes the next file while the current one filters.
 // A job whose source or sink fails is reported and skipped; the others go on.
@@ -25,13 +29,14 @@
 
 #include "daemon/pipeline/block_memory.hpp"
 #include "dsp/engine.hpp"
+#include "dsp/matrix_engine.hpp"
 
 namespace tapstream {
 
 class SoundFileReader;
 class SoundFileWriter;
 
-// Reads up to buffer.size() / channels frames into `buffer` (interleaved) and
+// Reads up to buffer.size() / input channels frames into `buffer` (interleaved) and
 // returns how many; 0 means the end of the input.
 using ReadFrames = std::function<std::size_t(std::span<float> buffer)>;
 // Takes every sample of the given whole frames (interleaved).
@@ -86,13 +91,24 @@ struct OfflineResult {
 // throws; errors of a job's source or sink are that job's result.
 std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
                                                const OfflineOptions& options);
+// The same through a routing matrix: sources give engine.inputs() channels,
+// sinks take engine.outputs().
+std::vector<OfflineJobResult> run_offline_jobs(MatrixEngine& engine,
+                                               std::span<const OfflineJob> jobs,
+                                               const OfflineOptions& options);
 
 // One input through `engine`: the same, rethrowing the job's error.
 OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
                           const OfflineOptions& options);
+OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const WriteFrames& write,
+                          const OfflineOptions& options);
 
 // The same from a sound file into a sound file (the writer is not committed).
 OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
+                          const OfflineOptions& options);
+// Throws std::invalid_argument naming both counts unless the reader has
+// engine.inputs() channels (and the writer must have engine.outputs()).
+OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
                           const OfflineOptions& options);
 
 }  // namespace tapstream
