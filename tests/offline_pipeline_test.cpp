@@ -22,7 +22,9 @@
 
 #include "daemon/commands/progress.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/cpu_matrix_engine.hpp"
 #include "dsp/sound_file.hpp"
+#include "tests/matrix_support.hpp"
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"
 
@@ -326,6 +328,58 @@ TEST(OfflinePipeline, JobsGoThroughOneEngineResetBetweenThem) {
     for (std::size_t c = 0; c < kChannels; ++c) {
       const auto want = reference_convolution(channel_of(inputs[i], kChannels, c), bank.taps(c));
       EXPECT_LE(relative_error(channel_of(sinks[i].samples, kChannels, c), want), 1e-6);
+    }
+  }
+}
+
+TEST(OfflinePipeline, AMatrixTakesItsInputsAndGivesItsOutputsJobAfterJobWithTheTail) {
+  const std::uint64_t seed = 7011;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const RoutingMatrix matrix =
+      RoutingMatrix::make(3, 5,
+                          {testing::make_path(0, 0, random_signal(40, seed)),
+                           testing::make_path(2, 0, random_signal(300, seed + 1), -6.0, 7, true),
+                           testing::make_path(1, 3, random_signal(1, seed + 2), 3.0),
+                           testing::make_path(2, 1, random_signal(129, seed + 3))});
+  EngineOptions engine_options;
+  engine_options.max_block_frames = 100;
+  const auto engine = make_cpu_matrix_engine(matrix, engine_options);
+  const std::vector<std::vector<float>> inputs = {random_signal(1000 * 3, seed + 4),
+                                                  random_signal(2 * 3, seed + 5)};
+  const std::size_t tail = matrix.max_taps() - 1;
+  std::vector<MemorySink> sinks(inputs.size());
+  std::vector<OfflineJob> jobs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    OfflineJob job = memory_job(&inputs[i], 3, &sinks[i]);
+    job.open_source = [open = job.open_source, tail] {
+      OfflineSource source = open();
+      source.tail_frames = tail;
+      return source;
+    };
+    jobs.push_back(std::move(job));
+  }
+  OfflineOptions options;
+  options.block_frames = 100;
+  const auto results = run_offline_jobs(*engine, jobs, options);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE("job " + std::to_string(i));
+    ASSERT_FALSE(results[i].error);
+    const std::size_t frames = inputs[i].size() / 3 + tail;
+    EXPECT_EQ(results[i].output_frames, frames);
+    ASSERT_EQ(sinks[i].samples.size(), frames * 5);
+    std::vector<std::vector<float>> planar;
+    for (std::size_t c = 0; c < 3; ++c) {
+      planar.push_back(channel_of(inputs[i], 3, c));
+      planar.back().resize(frames, 0.0f);
+    }
+    for (std::size_t o = 0; o < 5; ++o) {
+      const auto want = testing::reference_output(matrix, planar, o);
+      const auto got = channel_of(sinks[i].samples, 5, o);
+      if (o == 2 || o == 4) {
+        EXPECT_EQ(got, std::vector<float>(frames, 0.0f)) << "output " << o << " has no path";
+      } else {
+        EXPECT_LE(relative_error(got, want), 1e-5) << "output " << o;
+      }
     }
   }
 }
