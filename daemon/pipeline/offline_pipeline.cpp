@@ -350,14 +350,6 @@ OfflineResult run_one(AnyEngine& engine, const ReadFrames& read, const WriteFram
   return {results[0].input_frames, results[0].output_frames};
 }
 
-template <typename AnyEngine>
-OfflineResult run_files(AnyEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
-                        const OfflineOptions& options) {
-  return run_offline(
-      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
-      [&writer](std::span<const float> frames) { writer.write(frames); }, options);
-}
-
 }  // namespace
 
 std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
@@ -389,17 +381,9 @@ OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWrit
     throw std::invalid_argument("input has " + std::to_string(reader.info().channels) +
                                 " channels, the engine " + std::to_string(engine.channels()));
   }
-  return run_files(engine, reader, writer, options);
-}
-
-OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
-                          const OfflineOptions& options) {
-  if (std::size_t(reader.info().channels) != engine.inputs()) {
-    throw std::invalid_argument("input has " + std::to_string(reader.info().channels) +
-                                " channels, the matrix " + std::to_string(engine.inputs()) +
-                                " inputs");
-  }
-  return run_files(engine, reader, writer, options);
+  return run_offline(
+      engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },
+      [&writer](std::span<const float> frames) { writer.write(frames); }, options);
 }
 
 }  // namespace tapstream

@@ -106,9 +106,5 @@ OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const Wr
 // The same from a sound file into a sound file (the writer is not committed).
 OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
                           const OfflineOptions& options);
-// Throws std::invalid_argument naming both counts unless the reader has
-// engine.inputs() channels (and the writer must have engine.outputs()).
-OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
-                          const OfflineOptions& options);
 
 }  // namespace tapstream
