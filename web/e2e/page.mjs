@@ -24,6 +24,11 @@ try {
   result.transfer_bytes = await page.evaluate(() =>
     performance.getEntriesByType('resource').reduce((sum, r) => sum + r.encodedBodySize, 0) +
     performance.getEntriesByType('navigation')[0].encodedBodySize);
+  // The JavaScript the page runs, as the browser received it (target < 200 KB).
+  result.script_bytes = await page.evaluate(() =>
+    performance.getEntriesByType('resource')
+      .filter(r => r.initiatorType === 'script' || new URL(r.name).pathname.endsWith('.js'))
+      .reduce((sum, r) => sum + r.decodedBodySize, 0));
   await page.waitForSelector('.badge.running', {timeout: 10000});
   // A second load, as a person reloading sees it (the first includes the browser's start).
   await page.reload({waitUntil: 'load'});
