@@ -52,11 +52,11 @@ constexpr int rate = 48000;
 constexpr std::size_t period = 256;
 constexpr std::size_t channels = 2;
 constexpr float level = 0.5f;
-constexpr std::size_t record_frames = 3 * rate;
+constexpr std::size_t record_frames = 3 * rate / 2;
 
 // Shared by the two JACK process callbacks and the test thread: the recorder
-// writes `recording` and `first_time`, then publishes them with a release
-// store of `recorded`; the test reads after an acquire load of it.
+// writes `recording`, then publishes it with a release store of `recorded`;
+// the test reads after an acquire load of it.
 struct Graph {
   jack_client_t* feeder = nullptr;
   jack_client_t* recorder = nullptr;
@@ -65,10 +65,7 @@ struct Graph {
 
   std::atomic<bool> armed{false};
   std::vector<float> recording = std::vector<float>(record_frames);  // daemon output 0
-  jack_nframes_t first_time = 0;
-  jack_nframes_t last_time = 0;  // recorder only
   std::atomic<std::size_t> recorded{0};
-  std::atomic<int> gaps{0};  // cycles the recorder missed
 };
 
 int feed(jack_nframes_t frames, void* arg) {
@@ -84,13 +81,6 @@ int record(jack_nframes_t frames, void* arg) {
   auto& g = *static_cast<Graph*>(arg);
   if (!g.armed.load(std::memory_order_acquire)) return 0;
   const std::size_t at = g.recorded.load(std::memory_order_relaxed);
-  const jack_nframes_t now = jack_last_frame_time(g.recorder);
-  if (at == 0) {
-    g.first_time = now;
-  } else if (now != g.last_time + frames) {
-    g.gaps.fetch_add(1, std::memory_order_relaxed);
-  }
-  g.last_time = now;
   const auto* in = static_cast<const float*>(jack_port_get_buffer(g.in_ports[0], frames));
   const std::size_t n = std::min<std::size_t>(frames, record_frames - at);
   std::copy(in, in + n, g.recording.begin() + static_cast<std::ptrdiff_t>(at));
@@ -325,21 +315,21 @@ TEST_F(JackWebApi, AFaderMoveReachesTheRecordedOutputWithinOnePeriodPlusTheRamp)
   while (graph_.recorded.load(std::memory_order_acquire) < record_frames / 3) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const jack_nframes_t asked = jack_frame_time(graph_.recorder);
+  // Counted on the output's own clock, the recorded frames (JACK's frame
+  // time estimate runs ahead of the cycles of a server that a loaded machine
+  // delays): every cycle recorded before the request preceded it; the cycle
+  // after the one being recorded at the answer comes after it.
+  const auto asked = static_cast<std::int64_t>(graph_.recorded.load(std::memory_order_acquire));
   api_ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", -20}});
-  const jack_nframes_t answered = jack_frame_time(graph_.recorder);
+  const auto answered =
+      static_cast<std::int64_t>(graph_.recorded.load(std::memory_order_acquire)) - asked;
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (graph_.recorded.load(std::memory_order_acquire) < record_frames) {
     ASSERT_LT(Clock::now(), deadline) << "the recording did not finish";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_EQ(graph_.gaps.load(), 0) << "the recorder missed cycles, its frame clock is unknown";
 
-  // Frame times relative to the request, from the recording's first frame.
   const std::vector<float>& r = graph_.recording;
-  const auto at = [&](std::size_t i) {
-    return static_cast<std::int64_t>(graph_.first_time + i) - static_cast<std::int64_t>(asked);
-  };
   const float target = level * 0.1f;  // -20 dB
   const auto first_change =
       std::find_if(r.begin(), r.end(), [](float x) { return std::abs(x - level) > 1e-4f; });
@@ -347,16 +337,17 @@ TEST_F(JackWebApi, AFaderMoveReachesTheRecordedOutputWithinOnePeriodPlusTheRamp)
       std::find_if(r.begin(), r.end(), [&](float x) { return std::abs(x - target) < 1e-4f; });
   ASSERT_NE(first_change, r.end()) << "the level never changed";
   ASSERT_NE(at_target, r.end()) << "the level never reached -20 dB";
-  const auto start = at(static_cast<std::size_t>(first_change - r.begin()));
-  const auto end = at(static_cast<std::size_t>(at_target - r.begin()));
-  const auto answer = static_cast<std::int64_t>(answered - asked);
-  std::printf("fader: asked at frame 0, answered at %lld; ramp from %lld to %lld (%lld frames)\n",
-              static_cast<long long>(answer), static_cast<long long>(start),
-              static_cast<long long>(end), static_cast<long long>(end - start));
-  // Not before the cycle in which it was asked, done within one period plus
-  // the ramp of the answer, linear over the ramp, and steady after it.
-  EXPECT_GE(start, -static_cast<std::int64_t>(period));
-  EXPECT_LE(end, answer + static_cast<std::int64_t>(period) + ramp_frames);
+  const auto start = (first_change - r.begin()) - asked;
+  const auto end = (at_target - r.begin()) - asked;
+  std::printf(
+      "fader: asked at output frame 0, answered at %lld; ramp from %lld to %lld (%lld "
+      "frames)\n",
+      static_cast<long long>(answered), static_cast<long long>(start), static_cast<long long>(end),
+      static_cast<long long>(end - start));
+  // Not before it was asked, done within one period plus the ramp of the
+  // answer, linear over the ramp, and steady after it.
+  EXPECT_GE(start, 0);
+  EXPECT_LE(end, answered + static_cast<std::int64_t>(period) + ramp_frames);
   EXPECT_NEAR(static_cast<double>(end - start), static_cast<double>(ramp_frames), 2.0);
   const auto halfway = first_change + (at_target - first_change) / 2;
   EXPECT_NEAR(*halfway, (level + target) / 2, 0.01);
