@@ -5,8 +5,9 @@
 # and uploads a 3-tap filter (|H(440 Hz)| = -1.16 dB), then a broken one.
 # Checks: the recording's level falls by 21.2 dB from its start to its end,
 # the swap and the refusal show on the page, the page's JavaScript is under
-# 200 KB, and a reload of the page takes < 1 s (the target is 300 ms, printed
-# beside the measurement: docs/api.md has it; CI machines are slower).
+# 200 KB, and a reload of the page takes < 1 s (the median of five; the
+# target is 300 ms, printed beside the measurement: docs/api.md has it; CI
+# machines are slower).
 # Screenshots: $TAPSTREAM_E2E_SHOTS (default: a temporary directory).
 # Usage: tools/web-e2e.sh [BUILD_DIR]   (needs chromium, node, npm, sox)
 set -euo pipefail
@@ -52,7 +53,8 @@ python3 - "$result" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 print(f"page: loaded in {r['navigation_ms']:.0f} ms cold, {r['reload_navigation_ms']:.0f} ms on reload "
-      f"(target < 300 ms); {r['transfer_bytes'] / 1000:.1f} KB in all, JavaScript "
+      f"(median of {r['reload_navigation_ms_all']}; target < 300 ms); "
+      f"{r['transfer_bytes'] / 1000:.1f} KB in all, JavaScript "
       f"{r['script_bytes'] / 1000:.1f} KB (target < 200 KB)")
 PY
 sleep 1

@@ -30,12 +30,17 @@ try {
       .filter(r => r.initiatorType === 'script' || new URL(r.name).pathname.endsWith('.js'))
       .reduce((sum, r) => sum + r.decodedBodySize, 0));
   await page.waitForSelector('.badge.running', {timeout: 10000});
-  // A second load, as a person reloading sees it (the first includes the browser's start).
-  await page.reload({waitUntil: 'load'});
-  result.reload_navigation_ms = await page.evaluate(() => {
-    const n = performance.getEntriesByType('navigation')[0];
-    return n.loadEventEnd - n.startTime;
-  });
+  // Reloads, as a person reloading sees them (the first load includes the
+  // browser's start); the median of five, as the machine may be busy.
+  result.reload_navigation_ms_all = [];
+  for (let i = 0; i < 5; i++) {
+    await page.reload({waitUntil: 'load'});
+    result.reload_navigation_ms_all.push(await page.evaluate(() => {
+      const n = performance.getEntriesByType('navigation')[0];
+      return Math.round(n.loadEventEnd - n.startTime);
+    }));
+  }
+  result.reload_navigation_ms = [...result.reload_navigation_ms_all].sort((a, b) => a - b)[2];
   await page.waitForSelector('.badge.running', {timeout: 10000});
   await page.waitForFunction(() => document.querySelectorAll('#filter-list tbody tr').length > 0);
   await page.waitForTimeout(500);
