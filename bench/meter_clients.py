@@ -106,6 +106,8 @@ def measure(args, clients, seconds):
         } if rates else None,
         "clients_cut_off": sum(cut_off),
         "blocks": after["blocks"] - before["blocks"],
+        # Against rate / period: fewer when the (dummy) device itself was held up.
+        "blocks_per_second": (after["blocks"] - before["blocks"]) / elapsed,
         **{k: after.get(k, 0) - before.get(k, 0) for k in xrun_counters},
         "totals_at_end": {k: after.get(k, 0) for k in xrun_counters},
         "load_average_1_5_15": {"before": load_before, "after": load_after},
@@ -155,6 +157,7 @@ def private_daemon(args):
             raise RuntimeError("the daemon exited: " + open(f"{work}/daemon.err").read())
         args.pid = daemon.pid
         yield work
+        args.jackd_xrun_lines = sum("xrun" in line.lower() for line in open(f"{work}/jackd.out"))
         daemon.send_signal(signal.SIGTERM)
         status = daemon.wait(15)
         if status != 128 + signal.SIGTERM and status != -signal.SIGTERM:
@@ -222,7 +225,8 @@ def main():
         "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "setup": {"jack_dummy": args.jack, "latency": args.latency, "rate": args.rate,
                   "period": args.period, "channels": args.channels, "taps": args.taps,
-                  "margin": args.margin, "jack_realtime": args.jack_realtime} if args.jack else "attached",
+                  "margin": args.margin, "jack_realtime": args.jack_realtime,
+                  "jackd_xrun_lines": args.jackd_xrun_lines} if args.jack else "attached",
         "interval_ms": args.interval_ms, "seconds": args.seconds,
         "baseline": baseline, "subscribed": loaded,
         "meter_cost_percent_of_one_core": loaded["cpu_percent_of_one_core"] - baseline["cpu_percent_of_one_core"],
@@ -240,7 +244,8 @@ def main():
     s = loaded
     asked = 1000.0 / args.interval_ms
     print(f"{args.clients} clients x {s['seconds']:.0f} s at {asked:g}/s: late periods {s['late_periods']}, "
-          f"underruns {s['underruns']}, overruns {s['overruns']}, cut off {s['clients_cut_off']}; "
+          f"underruns {s['underruns']}, overruns {s['overruns']}, cut off {s['clients_cut_off']}, "
+          f"blocks/s {s['blocks_per_second']:.1f} of {args.rate / args.period:.1f}; "
           f"updates/s per client min {s['per_client_updates_per_second']['min']:.2f} "
           f"median {s['per_client_updates_per_second']['median']:.2f}; daemon CPU "
           f"{baseline['cpu_percent_of_one_core']:.2f} % -> {s['cpu_percent_of_one_core']:.2f} % of one core "
