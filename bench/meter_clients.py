@@ -103,6 +103,7 @@ def measure(args, clients, seconds):
         "meter_events_per_second": sum(rates),
         "per_client_updates_per_second": {
             "min": min(rates), "median": statistics.median(rates), "max": max(rates),
+            "each": [round(r, 3) for r in rates],
         } if rates else None,
         "clients_cut_off": sum(cut_off),
         "blocks": after["blocks"] - before["blocks"],
