@@ -58,6 +58,11 @@ try {
   await page.waitForFunction(() => /installed/.test(document.querySelector('#upload-message').textContent),
                              null, {timeout: 10000});
   result.upload_message = await page.textContent('#upload-message');
+  // The filter list is fetched again after the message shows: wait for it (a
+  // list that never changes fails the check in tools/web-e2e.sh).
+  await page.waitForFunction(
+    () => document.querySelector('#filter-list tbody tr td:nth-child(2)')?.textContent === '3',
+    null, {timeout: 5000}).catch(() => {});
   result.first_filter_taps = await page.textContent('#filter-list tbody tr td:nth-child(2)');
   await page.setInputFiles('#file', badFile);
   await page.waitForFunction(() => document.querySelector('#upload-message').className === 'error',
