@@ -11,9 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,6 +25,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/websocket_server.hpp"
 #include "tests/process_support.hpp"
+#include "tests/web_api_support.hpp"
 #include "tests/websocket_client.hpp"
 
 namespace tapstream {
@@ -30,7 +33,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using testing::api_ok;
 using testing::Child;
+using testing::expect_bad_requests_get_typed_errors;
+using testing::expect_every_request_type_answers_as_documented;
+using testing::free_port;
 using testing::read_text;
 using testing::TempDir;
 using testing::WebsocketClient;
@@ -62,18 +69,6 @@ void write_sine_wav(const fs::path& file, double seconds) {
     u16(static_cast<std::uint16_t>(s));
     u16(static_cast<std::uint16_t>(s));
   }
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
 }
 
 class WebApi : public ::testing::Test {
@@ -115,28 +110,7 @@ class WebApi : public ::testing::Test {
     daemon_.reset();
   }
 
-  json call(WebsocketClient& client, json request) {
-    const auto reply = client.request(request.dump());
-    if (!reply) {
-      ADD_FAILURE() << "no reply to " << request.dump();
-      return json::object();
-    }
-    return json::parse(*reply);
-  }
-
-  json ok(WebsocketClient& client, json request) {
-    json reply = call(client, request);
-    EXPECT_EQ(reply.value("ok", false), true) << request.dump() << " -> " << reply.dump();
-    return reply.value("result", json());
-  }
-
-  std::string error_type(WebsocketClient& client, const std::string& text) {
-    const auto reply = client.request(text);
-    if (!reply) return "no reply";
-    const json parsed = json::parse(*reply);
-    EXPECT_FALSE(parsed.value("ok", true)) << *reply;
-    return parsed["error"].value("type", "") + ": " + parsed["error"].value("message", "");
-  }
+  json ok(WebsocketClient& client, const json& request) { return api_ok(client, request); }
 
   TempDir dir_{"tapstream-web"};
   int port_ = 0;
@@ -148,91 +122,15 @@ TEST_F(WebApi, EveryRequestTypeAnswersAsDocumented) {
   WebsocketClient client(port_, "/ws");
   ASSERT_TRUE(client.open());
 
-  const json requests = ok(client, {{"request", "list_requests"}});
-  EXPECT_EQ(requests.size(), 19u);
-  const json reply = call(client, {{"id", "x-1"}, {"request", "get_state"}});
-  EXPECT_EQ(reply["id"], "x-1");
-  EXPECT_EQ(reply["result"]["state"], "running");
-  const json info = ok(client, {{"request", "get_info"}});
-  EXPECT_EQ(info["channels"], 2);
-  EXPECT_EQ(info["sample_rate"], rate);
-  EXPECT_GT(info["latency_ms"].get<double>(), 0.0);
-  const json stats = ok(client, {{"request", "get_stats"}});
-  for (const char* key : {"blocks", "underruns", "overruns", "late_frames", "clipped", "swaps",
-                          "rejected_swaps", "load", "block_us"}) {
-    EXPECT_TRUE(stats.contains(key)) << key;
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  json levels = ok(client, {{"request", "get_meters"}})["levels"];
-  ASSERT_EQ(levels.size(), 2u);
-  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), amplitude, 0.01);
-  EXPECT_NEAR(levels[1]["rms_since"].get<double>(), amplitude / std::sqrt(2.0), 0.01);
-
-  ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", -20}});
-  json volume = ok(client, {{"request", "set_mute"}, {"channel", 1}, {"muted", true}});
-  EXPECT_EQ(volume["master"]["db"], -20.0);
-  EXPECT_EQ(volume["channels"][1]["muted"], true);
-  EXPECT_EQ(ok(client, {{"request", "get_volume"}}), volume);
-  // The change reaches the audio within one period plus the 20 ms ramp;
-  // the meters then read the new level.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ok(client, {{"request", "get_meters"}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  levels = ok(client, {{"request", "get_meters"}})["levels"];
-  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), amplitude * 0.1, 0.002);
-  EXPECT_EQ(levels[1]["peak_since"].get<double>(), 0.0);
-
-  json filters = ok(client, {{"request", "list_filters"}})["filters"];
-  ASSERT_EQ(filters.size(), 2u);
-  EXPECT_EQ(filters[0]["taps"], 1);
-  const json uploaded = ok(client, {{"request", "upload_filter"},
-                                    {"channel", 0},
-                                    {"name", "three.txt"},
-                                    {"data", "0.5\n0.25\n0.125\n"}});
-  EXPECT_EQ(uploaded["filters"][0]["taps"], 3);
-  EXPECT_EQ(uploaded["filters"][1]["taps"], 1);
-  EXPECT_GE(uploaded["swaps"].get<int>(), 1);
-  const json taps = ok(client, {{"request", "get_filter"}, {"channel", 0}});
-  EXPECT_EQ(taps["taps"], json::array({0.5, 0.25, 0.125}));
-
-  const json config = ok(client, {{"request", "get_config"}});
-  EXPECT_NE(config["text"].get<std::string>().find("block_frames = 256"), std::string::npos);
-  const json valid = ok(client, {{"request", "validate_config"}, {"text", config["text"]}});
-  EXPECT_TRUE(valid["valid"].get<bool>()) << valid.dump();
-  const json patched =
-      ok(client, {{"request", "patch_config"}, {"patch", {{"filter", {{"gain_db", -6}}}}}});
-  EXPECT_NE(patched["text"].get<std::string>().find("gain_db = -6"), std::string::npos);
-  ok(client, {{"request", "apply_config"}, {"text", config["text"]}});
-  ok(client, {{"request", "undo_config"}});
-  ok(client, {{"request", "subscribe_meters"}, {"interval_ms", 50}});
-  ok(client, {{"request", "unsubscribe_meters"}});
-  const json log = ok(client, {{"request", "get_log"}, {"lines", 50}});
-  EXPECT_FALSE(log["lines"].empty());
+  expect_every_request_type_answers_as_documented(client, rate, amplitude,
+                                                  amplitude / std::sqrt(2.0));
 }
 
 TEST_F(WebApi, BadRequestsGetTypedErrorsAndEveryConfigProblemAtOnce) {
   ASSERT_NO_FATAL_FAILURE(start());
   WebsocketClient client(port_, "/ws");
   ASSERT_TRUE(client.open());
-  EXPECT_EQ(error_type(client, "{not json").substr(0, 12), "bad_request:");
-  EXPECT_EQ(error_type(client, "[1,2]"), "bad_request: a request is a JSON object");
-  EXPECT_EQ(error_type(client, "{\"id\":1}"), "bad_request: missing field 'request'");
-  EXPECT_EQ(error_type(client, "{\"request\":\"fly\"}"),
-            "unknown_request: unknown request 'fly' (list_requests lists them)");
-  EXPECT_EQ(error_type(client, R"({"request":"set_volume","channel":9,"db":0})"),
-            "invalid_value: channel 9 does not exist (0..1)");
-  EXPECT_EQ(error_type(client, R"({"request":"set_volume","channel":"left","db":0})"),
-            "bad_request: 'channel' must be \"master\" or a channel number from 0");
-  EXPECT_EQ(error_type(client, R"({"request":"set_mute","channel":0,"muted":"yes"})"),
-            "bad_request: 'muted' must be true or false");
-  EXPECT_EQ(error_type(client, R"({"request":"subscribe_meters","interval_ms":1})"),
-            "invalid_value: interval_ms must be between 20 and 10000");
-  EXPECT_EQ(
-      error_type(client,
-                 R"({"request":"upload_filter","channel":"all","name":"b.txt","data":"1\nx\n"})")
-          .substr(0, 9),
-      "rejected:");
-  EXPECT_EQ(error_type(client, R"({"request":"undo_config"})"), "invalid_value: nothing to undo");
+  expect_bad_requests_get_typed_errors(client);
 
   const json check = ok(client, {{"request", "validate_config"},
                                  {"text",
@@ -297,6 +195,33 @@ TEST_F(WebApi, ATokenIsComparedAndACrossSiteOriginRefused) {
   EXPECT_TRUE(constant_time_equal("abc", "abc"));
   EXPECT_FALSE(constant_time_equal("abc", "abd"));
   EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+}
+
+// A comparison that stopped at the first difference would take ~4096 times
+// longer for a token wrong in its last character than in its first; the
+// shortest of many timed runs of each, interleaved, sheds the machine's noise.
+TEST(TokenComparison, TakesAsLongWhereverTheFirstDifferenceIs) {
+  const std::string token(4096, 'k');
+  std::string wrong_first = token, wrong_last = token;
+  wrong_first.front() = 'x';
+  wrong_last.back() = 'x';
+  const auto shortest_run = [&](const std::string& given) {
+    const auto started = std::chrono::steady_clock::now();
+    int equal = 0;
+    for (int i = 0; i < 200; ++i) equal += constant_time_equal(given, token) ? 1 : 0;
+    EXPECT_EQ(equal, 0);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started)
+        .count();
+  };
+  double first = 1e18, last = 1e18;
+  for (int run = 0; run < 30; ++run) {
+    first = std::min(first, shortest_run(wrong_first));
+    last = std::min(last, shortest_run(wrong_last));
+  }
+  std::printf("200 comparisons of 4096 characters: %.1f us (first differs), %.1f us (last)\n",
+              first, last);
+  EXPECT_LT(last / first, 2.0);
+  EXPECT_LT(first / last, 2.0);
 }
 
 TEST_F(WebApi, FloodingAndOversizedClientsAreCutOffWhileOthersAndTheAudioGoOn) {

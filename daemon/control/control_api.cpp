@@ -293,6 +293,7 @@ struct ControlApi::Impl {
             {"frames_out", s.frames_out},
             {"underruns", s.underruns},
             {"late_frames", s.underrun_frames},
+            {"late_periods", s.late_periods},
             {"overruns", s.overruns},
             {"lost_frames", s.overrun_frames},
             {"clipped", pipeline.output_stage().clipped_total()},
