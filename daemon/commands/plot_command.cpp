@@ -37,13 +37,13 @@ int run_plot(const PlotArgs& args) {
     const double rate = args.rate > 0.0            ? args.rate
                         : header.sample_rate > 0.0 ? header.sample_rate
                                                    : fallback_rate;
+    CoefficientFileOptions options;
+    options.channels = header.channels;
+    const FilterBank bank = load_filter_bank(file, options);
     if (args.rate <= 0.0 && header.sample_rate <= 0.0) {
       spdlog::info("{}: the file does not say its sample rate; drawn at {} Hz (--rate)", file,
                    fallback_rate);
     }
-    CoefficientFileOptions options;
-    options.channels = header.channels;
-    const FilterBank bank = load_filter_bank(file, options);
     const std::size_t count = bank.is_shared() ? 1 : bank.channels();
     const std::string name = std::filesystem::path(file).filename().string();
     for (std::size_t c = 0; c < count; ++c) {
