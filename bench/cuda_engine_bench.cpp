@@ -34,6 +34,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -61,55 +62,25 @@ constexpr double max_run_s = 2.0;      // a variant predicted slower than this p
 constexpr double time_budget_s = 1.5;  // repeats per measurement are limited to about this
 
 // ---------------------------------------------------------------- JSON output
-// Values are kept as already-serialised JSON text; objects keep insertion order.
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.12g", v);  // exact for integer counts up to 10^12
-  return buf;
-}
+// nlohmann-json, as everywhere in tapstream; ordered, so that the report reads
+// in the order it was measured. Non-finite numbers are written as null.
+using Json = nlohmann::ordered_json;
 
 class JsonObject {
  public:
-  JsonObject& add(const std::string& key, const std::string& json) {
-    fields_.emplace_back(key, json);
+  JsonObject& add(const std::string& key, Json value) {
+    fields_[key] = std::move(value);
     return *this;
   }
-  JsonObject& num(const std::string& key, double v) { return add(key, json_number(v)); }
-  JsonObject& str(const std::string& key, const std::string& v) { return add(key, json_string(v)); }
-  std::string text() const {
-    std::string out = "{";
-    for (std::size_t i = 0; i < fields_.size(); ++i)
-      out += (i ? ", " : "") + json_string(fields_[i].first) + ": " + fields_[i].second;
-    return out + "}";
+  JsonObject& num(const std::string& key, double v) {
+    return add(key, std::isfinite(v) ? Json(v) : Json(nullptr));
   }
+  JsonObject& str(const std::string& key, const std::string& v) { return add(key, v); }
+  const Json& value() const { return fields_; }
 
  private:
-  std::vector<std::pair<std::string, std::string>> fields_;
+  Json fields_ = Json::object();
 };
-
-std::string json_array(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + items[i];
-  return out + "]";
-}
 
 // ---------------------------------------------------------------- helpers
 double median(std::vector<double> v) {
@@ -282,8 +253,8 @@ bool shared_filter = false;
 std::vector<std::string> skip_variants;
 std::string skip_reason = "excluded by --skip";
 
-std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::size_t>& tap_counts,
-                                 std::vector<std::string>& summary) {
+std::vector<Json> offline(const Ceilings& ceil, const std::vector<std::size_t>& tap_counts,
+                          std::vector<std::string>& summary) {
   const std::size_t channels = 8, frames = std::size_t(1) << 22;
   std::mt19937 rng(seed);
   std::printf(
@@ -301,7 +272,7 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
   variants.push_back({"auto", Algorithm::automatic, "auto"});
 
   std::map<std::string, std::pair<std::size_t, double>> last;  // label -> (taps, seconds)
-  std::vector<std::string> entries;
+  std::vector<Json> entries;
   for (std::size_t taps : tap_counts) {
     std::mt19937 filter_rng(seed + std::uint32_t(taps));  // the same filters in any --taps subset
     const FilterBank bank =
@@ -317,7 +288,7 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
                 floor_fma * 1e3);
     std::printf("  %-22s %10s %12s %9s %10s  %s\n", "variant", "ms", "Gsamples/s", "xfloor",
                 "rel_err", "engine's choice");
-    std::vector<std::string> runs;
+    std::vector<Json> runs;
     for (const Variant& v : variants) {
       JsonObject run;
       run.str("variant", v.label);
@@ -369,9 +340,7 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
               .num("min_s", t.min_s)
               .num("max_s", t.max_s)
               .num("runs", t.runs);
-          run.num("output_samples_per_s", outputs / t.median_s)
-              .num("rel_err", err)
-              .add("ok", ok ? "true" : "false");
+          run.num("output_samples_per_s", outputs / t.median_s).num("rel_err", err).add("ok", ok);
           run.num("fraction_of_memory_floor", floor_mem / t.median_s)
               .num("chunk_frames", double(chunk));
           run.str("algorithm", algorithm_name(engine->algorithm())).str("kernel", engine->kernel());
@@ -389,7 +358,7 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
         run.str("skipped", skipped);
         std::printf("  %-22s skipped: %s\n", v.label.c_str(), skipped.c_str());
       }
-      runs.push_back(run.text());
+      runs.push_back(run.value());
     }
     JsonObject entry;
     entry.str("filters", shared_filter ? "shared" : "per-channel");
@@ -398,8 +367,8 @@ std::vector<std::string> offline(const Ceilings& ceil, const std::vector<std::si
         .num("samples", double(frames));
     entry.num("bytes_min", 2.0 * outputs * 4).num("fma_direct", outputs * double(taps));
     entry.num("floor_memory_s", floor_mem).num("floor_direct_fma_s", floor_fma);
-    entry.add("runs", json_array(runs));
-    entries.push_back(entry.text());
+    entry.add("runs", Json(runs));
+    entries.push_back(entry.value());
   }
   summary.push_back("offline: " + std::to_string(tap_counts.size()) + " tap counts");
   return entries;
@@ -410,7 +379,7 @@ struct StreamingConfig {
   std::size_t channels, frames, taps;
 };
 
-std::vector<std::string> streaming(std::size_t blocks) {
+std::vector<Json> streaming(std::size_t blocks) {
   const std::vector<StreamingConfig> configs{
       {2, 256, 2048}, {8, 256, 2048}, {2, 64, 512}, {32, 1024, 4096}};
   const std::size_t warmup = 1000;
@@ -420,7 +389,7 @@ std::vector<std::string> streaming(std::size_t blocks) {
       blocks, warmup);
   std::printf("  %-18s %-16s %8s %8s %8s %8s  %s\n", "config", "buffers", "p50 us", "p99 us",
               "max us", "mean us", "engine's choice");
-  std::vector<std::string> entries;
+  std::vector<Json> entries;
   std::mt19937 rng(seed + 1);
   for (const StreamingConfig& cfg : configs) {
     const FilterBank bank = random_bank(cfg.channels, cfg.taps, rng);
@@ -470,7 +439,7 @@ std::vector<std::string> streaming(std::size_t blocks) {
         entry.str("skipped", std::string("failed: ") + e.what());
         std::printf("  %-18s failed: %s\n", config, e.what());
       }
-      entries.push_back(entry.text());
+      entries.push_back(entry.value());
     }
   }
   return entries;
@@ -582,11 +551,11 @@ std::vector<Activity> record_activities(const std::function<void()>& fn,
 
 // Where the time of a small streaming block goes: GPU records of a few
 // consecutive Engine::process calls, against the host's call boundaries.
-std::string streaming_timeline() {
+Json streaming_timeline() {
   struct Config {
     std::size_t channels, frames, taps;
   };
-  std::vector<std::string> entries;
+  std::vector<Json> entries;
   std::printf(
       "\n== streaming timeline: 4 consecutive Engine::process calls (engine staging), "
       "GPU records from CUPTI, times from the first call's start on the host\n");
@@ -628,7 +597,7 @@ std::string streaming_timeline() {
       for (std::size_t i = 1; i + 1 < marks.size(); ++i)
         std::printf(" %.1f", double(marks[i] - t0) / 1e3);
       std::printf("; last call returned at %.1f us\n", double(marks.back() - t0) / 1e3);
-      std::vector<std::string> records;
+      std::vector<Json> records;
       for (const Activity& a : acts) {
         const double start = (double(a.start) - double(t0)) / 1e3,
                      end = (double(a.end) - double(t0)) / 1e3;
@@ -637,24 +606,24 @@ std::string streaming_timeline() {
         JsonObject r;
         r.str("kind", a.kind).num("stream", a.stream).num("start_us", start).num("end_us", end);
         if (!a.name.empty()) r.str("name", a.name);
-        records.push_back(r.text());
+        records.push_back(r.value());
       }
-      std::vector<std::string> starts;
+      std::vector<Json> starts;
       for (std::size_t i = 1; i + 1 < marks.size(); ++i)
-        starts.push_back(json_number(double(marks[i] - t0) / 1e3));
-      json.add("host_call_start_us", json_array(starts))
+        starts.push_back(Json(double(marks[i] - t0) / 1e3));
+      json.add("host_call_start_us", Json(starts))
           .num("host_last_return_us", double(marks.back() - t0) / 1e3);
-      json.str("description", engine->description()).add("timeline", json_array(records));
+      json.str("description", engine->description()).add("timeline", Json(records));
     } catch (const std::exception& e) {
       std::printf("  streaming timeline failed: %s\n", e.what());
       json.str("skipped", std::string("failed: ") + e.what());
     }
-    entries.push_back(json.text());
+    entries.push_back(json.value());
   }
-  return json_array(entries);
+  return Json(entries);
 }
 
-std::string overlap() {
+Json overlap() {
   const std::size_t channels = 8, frames = std::size_t(1) << 20, taps = 2048;
   std::printf(
       "\n== overlap: one Engine::process call of %zu channels x %zu frames (%zu taps), "
@@ -727,16 +696,16 @@ std::string overlap() {
   } catch (const std::exception& e) {
     std::printf("  CUPTI timeline unavailable: %s\n", e.what());
     json.str("timeline_skipped", e.what());
-    return json.text();
+    return json.value();
   }
   if (activities.empty()) {
     json.str("timeline_skipped", "CUPTI recorded no activity");
-    return json.text();
+    return json.value();
   }
   const std::uint64_t t0 = activities.front().start;
   std::uint64_t t1 = t0;
   for (const Activity& a : activities) t1 = std::max(t1, a.end);
-  std::vector<std::string> records;
+  std::vector<Json> records;
   std::printf("  %-7s %7s %10s %10s %10s  %s\n", "what", "stream", "start us", "end us", "MB",
               "kernel");
   std::size_t printed = 0;
@@ -745,7 +714,7 @@ std::string overlap() {
     r.str("kind", a.kind).num("stream", a.stream).num("start_us", double(a.start - t0) / 1e3);
     r.num("end_us", double(a.end - t0) / 1e3).num("bytes", double(a.bytes));
     if (!a.name.empty()) r.str("name", a.name);
-    if (records.size() < 400) records.push_back(r.text());
+    if (records.size() < 400) records.push_back(r.value());
     if (printed++ < 48)
       std::printf("  %-7s %7u %10.1f %10.1f %10.2f  %.60s\n", a.kind.c_str(), a.stream,
                   double(a.start - t0) / 1e3, double(a.end - t0) / 1e3, double(a.bytes) / 1e6,
@@ -770,8 +739,8 @@ std::string overlap() {
   json.num("busy_d2h_s", busy_d2h)
       .num("serial_sum_s", serial)
       .num("records", double(activities.size()));
-  json.add("timeline", json_array(records));
-  return json.text();
+  json.add("timeline", Json(records));
+  return json.value();
 }
 
 std::string utc_now() {
@@ -850,10 +819,10 @@ int main(int argc, char** argv) {
       .num("cuda_runtime", runtime)
       .str("commit", commit)
       .str("date", utc_now());
-  std::vector<std::string> kernels;
-  for (const std::string& k : cuda_kernel_variants()) kernels.push_back(json_string(k));
-  info.add("kernel_variants", json_array(kernels));
-  report.add("info", info.text());
+  std::vector<Json> kernels;
+  for (const std::string& k : cuda_kernel_variants()) kernels.push_back(k);
+  info.add("kernel_variants", Json(kernels));
+  report.add("info", info.value());
 
   const auto wants = [&](const char* part) { return only.find(part) != std::string::npos; };
   int status = 0;
@@ -872,19 +841,18 @@ int main(int argc, char** argv) {
   section("ceilings", [&] {
     JsonObject c;
     ceil = measure_ceilings(c);
-    report.add("device", c.text());
+    report.add("device", c.value());
   });
   if (ceil.copy_bytes_per_s == 0)
     ceil = {2.97e12, 2.8e13};  // floors still printable; JSON says ceilings failed
-  section("offline",
-          [&] { report.add("offline", json_array(offline(ceil, tap_counts, summary))); });
-  section("streaming", [&] { report.add("streaming", json_array(streaming(blocks))); });
+  section("offline", [&] { report.add("offline", Json(offline(ceil, tap_counts, summary))); });
+  section("streaming", [&] { report.add("streaming", Json(streaming(blocks))); });
   section("overlap", [&] { report.add("overlap", overlap()); });
   section("timeline", [&] { report.add("streaming_timeline", streaming_timeline()); });
 
   if (!json_path.empty()) {
     std::ofstream f(json_path);
-    f << report.text() << "\n";
+    f << report.value().dump(1, ' ', false, Json::error_handler_t::replace) << "\n";
     if (!f) {
       std::fprintf(stderr, "cuda_engine_bench: cannot write %s\n", json_path.c_str());
       return 1;

@@ -16,6 +16,7 @@ packages=(
   libcli11-dev           # command line
   nlohmann-json3-dev     # every JSON tapstream reads or writes (control socket, info, benches)
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot
+  clang libclang-rt-dev  # libFuzzer targets (tests/fuzz, tools/fuzz.sh): clang and its fuzzer runtime
   libboost-dev           # Boost.Beast: the websocket API and browser page
   jackd2                 # JACK's dummy server for the live tests
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)

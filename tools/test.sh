@@ -38,7 +38,8 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   echo "== ThreadSanitizer (rings, swap hand-off, control plane) =="
   tsan_tests=(spsc_ring_test filter_mailbox_test control_socket_test file_watcher_test
               latency_stats_test config_test live_pipeline_test cpu_engine_test daemon_swaps_test
-              cpu_nonuniform_engine_test live_zero_latency_test output_stage_test offline_pipeline_test)
+              cpu_nonuniform_engine_test live_zero_latency_test output_stage_test offline_pipeline_test
+              swap_fuzz_test)
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTAPSTREAM_CUDA=OFF \
     -DTAPSTREAM_BENCH=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
   present=()
@@ -51,5 +52,10 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/tests/$t" \
       --gtest_filter="$filter"
   done
+fi
+echo "== libFuzzer targets, 25 s each (coefficient files, sound files, configuration, control requests) =="
+# Longer runs: tools/fuzz.sh 600 (docs/reliability.md). Set TAPSTREAM_FUZZ_SECONDS=0 to skip.
+if [ "${TAPSTREAM_FUZZ_SECONDS:-25}" != 0 ]; then
+  tools/fuzz.sh "${TAPSTREAM_FUZZ_SECONDS:-25}"
 fi
 echo "tools/test.sh: all tests passed"

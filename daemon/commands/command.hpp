@@ -44,5 +44,6 @@ Command add_devices_command(CLI::App& app);
 Command add_ctl_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
+Command add_plot_command(CLI::App& app);
 
 }  // namespace tapstream

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
+#include "daemon/commands/response_plot.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/filter_design.hpp"
 
@@ -33,6 +35,7 @@ struct DesignArgs {
   int order = 4;
   bool order_given = false;
   std::string output;
+  std::string plot;  // a picture of the design (.svg/.png); empty: none
 };
 
 double parse_frequency(const std::string& text) {
@@ -57,6 +60,7 @@ std::string format_number(double value) {
 }
 
 int run_design(const DesignArgs& args) {
+  if (!args.plot.empty()) plot_terminal_for(args.plot);  // refused before anything is written
   FilterSpec spec;
   spec.type = parse_filter_type(args.type);
   spec.sample_rate = args.rate;
@@ -129,6 +133,13 @@ int run_design(const DesignArgs& args) {
         spec.window == WindowType::kaiser ? ", or a lower --beta: float32 taps reach about -150 dB"
                                           : "");
   }
+  if (!args.plot.empty()) {
+    PlotOptions options;
+    options.title = how;
+    plot_responses({{std::filesystem::path(args.output).filename().string(), taps, args.rate}},
+                   args.plot, options);
+    spdlog::info("drew the design into {}", args.plot);
+  }
   return exit_code::ok;
 }
 
@@ -168,6 +179,9 @@ Command add_design_command(CLI::App& app) {
                   "Coefficient file to write: .wav (32-bit float), .f32/.raw/.bin (raw float32), "
                   ".f64, or text (any other extension)")
       ->required();
+  sub->add_option("--plot", args->plot,
+                  "Also draw the design (magnitude, phase, group delay, impulse) into this "
+                  "picture: .svg or .png");
   return Command{sub, [args, sub] {
                    DesignArgs resolved = *args;
                    resolved.beta_given = sub->count("--beta") > 0;
