@@ -140,15 +140,15 @@ EOF
     fi
     pids+=("$conv")
     if [ "$convolver" = tapstream ]; then
-      wait_for_port 'PortAudio.*:out_1' || { cat "$work/conv.log" >&2; exit 1; }
-      in_port=$(jack_lsp | grep -m1 'PortAudio.*:in_1$')
-      out_port=$(jack_lsp | grep -m1 'PortAudio.*:out_1$')
+      wait_for_port 'tapstream.*:out_1' || { cat "$work/conv.log" >&2; exit 1; }
+      in_port=$(jack_lsp | grep -m1 'tapstream.*:in_1$')
+      out_port=$(jack_lsp | grep -m1 'tapstream.*:out_1$')
     else
       wait_for_port "$out_port" || { cat "$work/conv.log" >&2; exit 1; }
     fi
     sleep 1
     inputs='^jconvolver:in_'
-    [ "$convolver" = tapstream ] && inputs='^PortAudio.*:in_'
+    [ "$convolver" = tapstream ] && inputs='^tapstream.*:in_'
     start_round_trip "$in_port" "$out_port" "$inputs"
     added=$((${trip%.*} - PERIOD))
     xruns0=$(grep -c XRun "$work/jackd.log" || true)

@@ -1,5 +1,6 @@
 #include "daemon/config.hpp"
 
+#include <regex.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -206,6 +207,73 @@ void read_web(const Reader& reader, const toml::table& root, LiveConfig& config)
   }
 }
 
+// [jack] connect_inputs / connect_outputs: "none", one pattern spread over
+// the channels, or one pattern per channel.
+JackPortPatterns read_port_patterns(const Reader& reader, const toml::table& table,
+                                    std::string_view key, std::size_t channels) {
+  JackPortPatterns result;
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return result;
+  const std::string name = Reader::qualified("jack", key);
+  const auto check = [&](const toml::node& entry, const std::string& entry_key) {
+    if (!entry.is_string() || entry.as_string()->get().empty()) {
+      reader.fail(entry_key, entry,
+                  "expected a JACK port name or pattern (e.g. \"system:capture_.*\")");
+    }
+    const std::string& pattern = entry.as_string()->get();
+    regex_t compiled;
+    const int error = regcomp(&compiled, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+    if (error != 0) {
+      char text[256];
+      regerror(error, &compiled, text, sizeof text);
+      reader.fail(entry_key, entry, std::string("not a valid pattern: ") + text);
+    }
+    regfree(&compiled);
+    return pattern;
+  };
+  if (const toml::array* array = node->as_array()) {
+    if (array->size() != channels) {
+      reader.fail(name, *node,
+                  "has " + std::to_string(array->size()) +
+                      " entries but channels = " + std::to_string(channels) +
+                      " (one pattern per channel, or one pattern for all, or \"none\")");
+    }
+    result.mode = JackPortPatterns::Mode::per_channel;
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      result.patterns.push_back(check(*array->get(i), name + "[" + std::to_string(i) + "]"));
+    }
+    return result;
+  }
+  const std::string pattern = check(*node, name);
+  if (pattern == "none") {
+    result.mode = JackPortPatterns::Mode::none;
+  } else {
+    result.mode = JackPortPatterns::Mode::spread;
+    result.patterns = {pattern};
+  }
+  return result;
+}
+
+void read_jack(const Reader& reader, const toml::table& root, LiveConfig& config) {
+  const toml::table* table = reader.table(root, "jack");
+  if (table == nullptr) return;
+  reader.check_known(*table, "jack",
+                     {"client_name", "autoconnect", "connect_inputs", "connect_outputs"});
+  if (auto name = reader.string(*table, "jack", "client_name")) {
+    if (name->size() > max_jack_client_name || name->find(':') != std::string::npos) {
+      reader.fail(
+          "jack.client_name", *table->get("client_name"),
+          "must be 1 to " + std::to_string(max_jack_client_name) + " characters without ':'");
+    }
+    config.jack.client_name = *name;
+  }
+  if (auto autoconnect = reader.boolean(*table, "jack", "autoconnect")) {
+    config.jack.autoconnect = *autoconnect;
+  }
+  config.jack.inputs = read_port_patterns(reader, *table, "connect_inputs", config.channels);
+  config.jack.outputs = read_port_patterns(reader, *table, "connect_outputs", config.channels);
+}
+
 void read_log(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "log");
   if (table == nullptr) return;
@@ -244,9 +312,10 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   const Reader reader(std::string(name), base_dir);
   const toml::table root = parse_toml(text, name);
 
-  reader.check_known(root, "",
-                     {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency",
-                      "input", "output", "filter", "engine", "control", "web", "state", "log"});
+  reader.check_known(
+      root, "",
+      {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency", "input",
+       "output", "filter", "engine", "control", "web", "state", "jack", "log"});
   LiveConfig config;
   if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
     config.sample_rate = static_cast<int>(*rate);
@@ -275,6 +344,7 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
   read_engine(reader, root, config);
   read_control(reader, root, config);
   read_web(reader, root, config);
+  read_jack(reader, root, config);
   read_log(reader, root, config);
   return config;
 }

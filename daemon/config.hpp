@@ -18,6 +18,8 @@
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
 //   [web]     port = 0, address = "127.0.0.1", token = "", root = ""
 //   [state]   file = ""
+//   [jack]    client_name = "tapstream", autoconnect = true,
+//             connect_inputs / connect_outputs = "none" | "pattern" | ["one per channel", ...]
 //   [log]     level = "info", file = ""
 //
 // Relative paths are resolved against the directory of the configuration file.
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "daemon/engine_factory.hpp"
+#include "daemon/io/jack_connections.hpp"
 #include "daemon/pipeline/latency_mode.hpp"
 #include "dsp/engine.hpp"
 
@@ -100,6 +103,7 @@ struct LiveConfig {
   std::string web_token;             // required from clients when not on loopback
   std::filesystem::path web_root;    // static files of the page; empty: the installed ones
   std::filesystem::path state_file;  // volume, mute, filters kept across restarts; empty: none
+  JackConfig jack;                   // the client's name and connections under JACK
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::filesystem::path log_file;  // empty: log to stderr only
 

@@ -140,6 +140,27 @@ file = "sub/tapstream.log"
   EXPECT_EQ(config.config_file, dir.path() / "live.toml");
 }
 
+TEST(LiveConfig, JackNameAndConnectionsAreRead) {
+  ConfigDir dir;
+  const LiveConfig absent = load_live_config(dir.write(filter_table));
+  EXPECT_EQ(absent.jack, JackConfig{}) << "no [jack]: client tapstream, the device's ports";
+  EXPECT_EQ(absent.jack.client_name, "tapstream");
+  const LiveConfig config = load_live_config(
+      dir.write(filter_table + "[jack]\nclient_name = \"tapfilter\"\nautoconnect = false\n"
+                               "connect_inputs = \"none\"\n"
+                               "connect_outputs = [\"system:playback_2\", \"mixer:in_.*\"]\n"));
+  EXPECT_EQ(config.jack.client_name, "tapfilter");
+  EXPECT_FALSE(config.jack.autoconnect);
+  EXPECT_EQ(config.jack.inputs.mode, JackPortPatterns::Mode::none);
+  EXPECT_EQ(config.jack.outputs.mode, JackPortPatterns::Mode::per_channel);
+  EXPECT_EQ(config.jack.outputs.patterns,
+            (std::vector<std::string>{"system:playback_2", "mixer:in_.*"}));
+  const LiveConfig spread = load_live_config(
+      dir.write(filter_table + "[jack]\nconnect_inputs = \"system:capture_.*\"\n"));
+  EXPECT_EQ(spread.jack.inputs.mode, JackPortPatterns::Mode::spread);
+  EXPECT_EQ(spread.jack.outputs.mode, JackPortPatterns::Mode::device);
+}
+
 TEST(LiveConfig, DeviceNamesAndDefaultAreRecognised) {
   ConfigDir dir;
   const LiveConfig config = load_live_config(dir.write(
@@ -233,6 +254,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"RealtimeWithoutFile",
                 "[input]\nrealtime = false\n",
                 {"input.realtime = false", "only applies to input.file"}},
+        BadCase{"JackClientNameWithColon",
+                "[jack]\nclient_name = \"tap:stream\"\n",
+                {"jack.client_name = 'tap:stream'", "without ':'"}},
+        BadCase{"JackConnectionsOnePatternShort",
+                "[jack]\nconnect_inputs = [\"system:capture_1\"]\n",
+                {"jack.connect_inputs", "has 1 entries but channels = 2"}},
+        BadCase{"JackPatternInvalid",
+                "[jack]\nconnect_outputs = \"system:playback_(\"\n",
+                {"jack.connect_outputs = 'system:playback_('", "not a valid pattern"}},
+        BadCase{"JackUnknownKey",
+                "[jack]\nauto_connect = false\n",
+                {"unknown key 'auto_connect' in [jack]", "autoconnect"}},
         BadCase{"RealtimeNotBoolean",
                 "[input]\nfile = \"in.wav\"\nrealtime = \"yes\"\n",
                 {"input.realtime = 'yes'", "expected true or false"}},

@@ -251,8 +251,8 @@ void run_load(const LoadCase& lc) {
   for (int i = 0; i < 200 && (daemon_in.size() < channels || daemon_out.size() < channels); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
-    daemon_in = find_ports(s.feeder, "PortAudio.*:in_", JackPortIsInput);
-    daemon_out = find_ports(s.feeder, "PortAudio.*:out_", JackPortIsOutput);
+    daemon_in = find_ports(s.feeder, "tapstream.*:in_", JackPortIsInput);
+    daemon_out = find_ports(s.feeder, "tapstream.*:out_", JackPortIsOutput);
   }
   ASSERT_EQ(daemon_in.size(), channels) << read_text(dir / "daemon.err");
   ASSERT_EQ(daemon_out.size(), channels);

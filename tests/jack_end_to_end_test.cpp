@@ -198,8 +198,8 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
   for (int i = 0; i < 200 && (daemon_in.size() < channels || daemon_out.size() < channels); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
-    daemon_in = find_ports(s.feeder, "PortAudio.*:in_", JackPortIsInput);
-    daemon_out = find_ports(s.feeder, "PortAudio.*:out_", JackPortIsOutput);
+    daemon_in = find_ports(s.feeder, "tapstream.*:in_", JackPortIsInput);
+    daemon_out = find_ports(s.feeder, "tapstream.*:out_", JackPortIsOutput);
   }
   ASSERT_EQ(daemon_in.size(), channels) << read_text(dir / "daemon.err");
   ASSERT_EQ(daemon_out.size(), channels);
@@ -301,7 +301,7 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
     for (int i = 0; i < 300; ++i) {
       if (!daemon.running()) return false;
       if (jack_client_t* probe = open_client("probe", server)) {
-        const auto ports = find_ports(probe, "PortAudio.*:", 0);
+        const auto ports = find_ports(probe, "tapstream.*:", 0);
         jack_client_close(probe);
         if (ports.size() == 2 * channels) return true;
       }

@@ -182,6 +182,54 @@ TEST(LivePipeline, UnpacedFileStreamEqualsOfflineEngineAfterTheReportedLatency) 
   EXPECT_EQ(stats.overruns, 0u);
 }
 
+// A file recording a device: the device (here a thread pushing periods at its
+// own pace) is the clock; when it stops, the file takes exactly what it
+// delivered (the latency's silence, then every frame), counting no underrun.
+TEST(LivePipeline, AFileAfterAnInputDeviceHoldsExactlyTheFramesItDelivered) {
+  const std::uint64_t seed = 1311;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 2, block = 256, margin = 128, period = 100, periods = 150;
+  const auto input = random_signal(period * periods * channels, seed);
+  const auto bank = FilterBank::shared(random_signal(65, seed + 1), channels);
+  TempDir dir{"tapstream-live"};
+  LivePipeline pipeline(engine_for(bank, block), pipeline_options(block, margin));
+  FileEndpointOptions files;
+  files.output = dir.path() / "rec.wav";
+  files.paced = false;  // follows the device's clock
+  files.period_frames = block;
+  FileEndpoints endpoints(pipeline, files);
+  pipeline.start();
+  endpoints.start();
+  std::thread device([&] {
+    for (std::size_t p = 0; p < periods; ++p) {
+      pipeline.push_input(input.data() + p * period * channels, period);
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  });
+  device.join();  // the device stops; this thread is the input side now
+  endpoints.finish_after(static_cast<std::int64_t>(pipeline.stats().frames_in));
+  pipeline.flush_input();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!endpoints.finished() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(endpoints.finished());
+  endpoints.stop();
+  pipeline.stop();
+  const std::size_t latency = pipeline.latency_frames();
+  const std::size_t frames = period * periods;
+  const auto output = read_wav(files.output);
+  ASSERT_EQ(output.size(), (frames + latency) * channels) << "latency + every frame received";
+  for (std::size_t i = 0; i < latency * channels; ++i) ASSERT_EQ(output[i], 0.0f) << i;
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto got = channel_of(output, channels, c, latency);
+    const auto exact = reference_convolution(channel_of(input, channels, c), bank.taps(c));
+    EXPECT_LT(relative_error(got, exact), 1e-5) << "channel " << c;
+  }
+  EXPECT_EQ(pipeline.stats().underruns, 0u);
+  EXPECT_EQ(pipeline.stats().frames_in, frames) << "the flush is not counted as input";
+}
+
 TEST(LivePipeline, PacedFileStreamKeepsRealTimeWithoutXruns) {
   const std::uint64_t seed = 7;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

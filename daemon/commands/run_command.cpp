@@ -108,6 +108,69 @@ std::string selector_of(const EndpointConfig& endpoint) {
   return "default";
 }
 
+// The devices a configuration names and the streams to open on them, checked
+// against the sample rate (a PortAudioLibrary must be alive). Throws
+// AudioDeviceError naming a rate the devices refuse and the rates they offer.
+struct DevicePlan {
+  std::optional<AudioDeviceInfo> input;
+  std::optional<AudioDeviceInfo> output;
+  std::vector<AudioStreamOptions> streams;  // without callback
+};
+
+DevicePlan plan_devices(const LiveConfig& config) {
+  DevicePlan plan;
+  const int channels = static_cast<int>(config.channels);
+  if (!config.input.is_file()) {
+    plan.input = choose_audio_device(selector_of(config.input), Direction::input, channels);
+  }
+  if (!config.output.is_file()) {
+    plan.output = choose_audio_device(selector_of(config.output), Direction::output, channels);
+  }
+  AudioStreamOptions options;
+  options.channels = channels;
+  options.sample_rate = config.sample_rate;
+  if (plan.input && plan.output && plan.input->host_api == plan.output->host_api) {
+    // One duplex stream: input and output share one clock and one callback.
+    options.input_device = plan.input->index;
+    options.output_device = plan.output->index;
+    plan.streams.push_back(options);
+  } else {
+    if (plan.input) {
+      options.input_device = plan.input->index;
+      options.output_device.reset();
+      plan.streams.push_back(options);
+    }
+    if (plan.output) {
+      options.input_device.reset();
+      options.output_device = plan.output->index;
+      plan.streams.push_back(options);
+    }
+  }
+  for (const auto& stream : plan.streams) {
+    if (sample_rate_supported(stream)) continue;
+    std::string devices;
+    for (const auto& device : {stream.input_device ? plan.input : std::nullopt,
+                               stream.output_device ? plan.output : std::nullopt}) {
+      if (!device) continue;
+      const std::string name = fmt::format("'{}' ({})", device->name, device->host_api);
+      if (devices.find(name) == std::string::npos)
+        devices += (devices.empty() ? "" : " and ") + name;
+    }
+    std::string offered;
+    for (const int rate : offered_sample_rates(stream)) {
+      offered += (offered.empty() ? "" : ", ") + std::to_string(rate);
+    }
+    throw AudioDeviceError(fmt::format(
+        "sample_rate = {} ({}): the device {} does not run at {} Hz; it offers {}",
+        config.sample_rate,
+        config.config_file.empty() ? std::string("configuration") : config.config_file.string(),
+        devices, config.sample_rate,
+        offered.empty() ? std::string("none of the standard rates from 8000 to 384000 Hz")
+                        : offered + " Hz"));
+  }
+  return plan;
+}
+
 // The device ends of the pipeline: PortAudio streams, reopened with back-off
 // when they stop on their own (device unplugged, sound server restarted).
 class DeviceLink {
@@ -123,49 +186,35 @@ class DeviceLink {
   const std::string& output_name() const { return output_name_; }
 
   void open() {
-    library_ = std::make_unique<PortAudioLibrary>();
-    const int channels = static_cast<int>(config_.channels);
-    std::optional<AudioDeviceInfo> input, output;
-    if (!config_.input.is_file()) {
-      input = choose_audio_device(selector_of(config_.input), Direction::input, channels);
-      input_name_ = input->name;
-    }
-    if (!config_.output.is_file()) {
-      output = choose_audio_device(selector_of(config_.output), Direction::output, channels);
-      output_name_ = output->name;
-    }
-    AudioStreamOptions options;
-    options.channels = channels;
-    options.sample_rate = config_.sample_rate;
-    options.callback = &LivePipeline::device_callback;
-    options.context = &pipeline_;
-    if (input && output && input->host_api == output->host_api) {
-      // One duplex stream: input and output share one clock and one callback.
-      options.input_device = input->index;
-      options.output_device = output->index;
+    library_ = std::make_unique<PortAudioLibrary>(config_.jack.client_name);
+    const DevicePlan plan = plan_devices(config_);
+    const auto& input = plan.input;
+    const auto& output = plan.output;
+    if (input) input_name_ = input->name;
+    if (output) output_name_ = output->name;
+    for (AudioStreamOptions options : plan.streams) {
+      options.callback = &LivePipeline::device_callback;
+      options.context = &pipeline_;
       streams_.push_back(std::make_unique<AudioStream>(options));
-    } else {
-      if (input) {
-        options.input_device = input->index;
-        options.output_device.reset();
-        streams_.push_back(std::make_unique<AudioStream>(options));
-      }
-      if (output) {
-        options.input_device.reset();
-        options.output_device = output->index;
-        streams_.push_back(std::make_unique<AudioStream>(options));
-      }
     }
     on_jack_ = (input && input->host_api.find("JACK") != std::string::npos) ||
                (output && output->host_api.find("JACK") != std::string::npos);
     for (auto& stream : streams_) stream->start();
+    std::string client;
+    if (on_jack_) {
+      client = jack_client_name();
+      const bool jack_input = input && input->host_api.find("JACK") != std::string::npos;
+      const bool jack_output = output && output->host_api.find("JACK") != std::string::npos;
+      apply_jack_connections(config_.jack, client, config_.channels, jack_input, jack_output);
+    }
     double device_latency = 0.0;
     for (auto& stream : streams_)
       device_latency += stream->input_latency() + stream->output_latency();
     spdlog::info(
-        "devices open: input {}, output {} (PortAudio's device latency estimate {:.1f} ms)",
+        "devices open: input {}, output {} (PortAudio's device latency estimate {:.1f} ms){}",
         input ? fmt::format("'{}'", input_name_) : "file",
-        output ? fmt::format("'{}'", output_name_) : "file", 1000.0 * device_latency);
+        output ? fmt::format("'{}'", output_name_) : "file", 1000.0 * device_latency,
+        client.empty() ? std::string() : fmt::format("; JACK client '{}'", client));
   }
 
   void close() {
@@ -356,10 +405,15 @@ std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwappe
 // The environment variable that tells a restarted daemon to retry its
 // devices with back-off (value: the back-off in ms) instead of failing.
 constexpr const char* device_retry_variable = "TAPSTREAM_DEVICE_RETRY_MS";
+// ...and the one that names the output file the daemon committed before it
+// restarted, so that the restarted daemon continues it instead of starting
+// it anew.
+constexpr const char* continued_output_variable = "TAPSTREAM_CONTINUE_OUTPUT";
 
 // Replaces this process with a fresh tapstream run (same arguments, same
 // PID, so a service manager sees no exit). Returns only if exec fails.
-void restart_self(std::chrono::milliseconds backoff) {
+void restart_self(std::chrono::milliseconds backoff, const fs::path& committed_output) {
+  if (!committed_output.empty()) setenv(continued_output_variable, committed_output.c_str(), 1);
   std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> words;
   for (std::string word; std::getline(cmdline, word, '\0');) words.push_back(word);
@@ -370,6 +424,19 @@ void restart_self(std::chrono::milliseconds backoff) {
   spdlog::default_logger()->flush();
   execv("/proc/self/exe", argv.data());
   spdlog::error("restarting failed: execv: {}", std::strerror(errno));
+}
+
+// The input device has stopped (closed, or its server gone): the file output
+// takes every frame it received, then stops (bounded, in case the engine is
+// stuck).
+void finish_file_output(LivePipeline& pipeline, FileEndpoints& files) {
+  files.finish_after(static_cast<std::int64_t>(pipeline.stats().frames_in));
+  pipeline.flush_input();
+  const auto limit = Clock::now() + std::chrono::milliseconds(500) +
+                     std::chrono::milliseconds(2 * static_cast<int>(pipeline.latency_ms()));
+  while (!files.finished() && Clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 // The page's files: [web] root, else installed beside the executable, else the source tree's.
@@ -402,6 +469,7 @@ ApiHooks make_api_hooks(FilterSwapper& swapper, const DeviceLink& devices,
     differs(next.ring_margin_frames != now.ring_margin_frames, "ring_margin_frames");
     differs(next.input.describe() != now.input.describe(), "input");
     differs(next.output.describe() != now.output.describe(), "output");
+    differs(!(next.jack == now.jack), "jack");
     differs(next.filter_files != now.filter_files && next.watch_filters, "filter.watch");
     differs(next.web_port != now.web_port || next.web_address != now.web_address ||
                 next.web_token != now.web_token,
@@ -470,6 +538,23 @@ int run_daemon(RunArgs args) {
 
   // Signals are blocked before any thread (PortAudio's, the engine's) starts.
   BlockedSignals signals;
+
+  // A device that refuses the sample rate is said before anything else. The
+  // library stays up until the devices open (PortAudio counts its users, so
+  // they are not scanned twice). A restarted daemon waits for its devices
+  // instead (see DeviceLink::open_or_retry).
+  const char* device_retry = std::getenv(device_retry_variable);
+  std::unique_ptr<PortAudioLibrary> early_library;
+  if ((!config.input.is_file() || !config.output.is_file()) && device_retry == nullptr) {
+    early_library = std::make_unique<PortAudioLibrary>(config.jack.client_name);
+    plan_devices(config);
+  }
+  fs::path continued_output;
+  if (const char* committed = std::getenv(continued_output_variable)) {
+    if (config.output.is_file() && fs::path(committed) == config.output.file)
+      continued_output = committed;
+    unsetenv(continued_output_variable);
+  }
   if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
     spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
   }
@@ -494,8 +579,10 @@ int run_daemon(RunArgs args) {
     FileEndpointOptions file_options;
     if (config.input.is_file()) file_options.input = config.input.file;
     if (config.output.is_file()) file_options.output = config.output.file;
-    file_options.paced = config.input.realtime || !config.input.is_file();
+    // A file output after an input device follows the device's clock.
+    file_options.paced = config.input.is_file() && config.input.realtime;
     file_options.period_frames = config.block_frames;
+    file_options.continue_output = !continued_output.empty();
     files = std::make_unique<FileEndpoints>(pipeline, file_options);
   }
   DeviceLink devices(config, pipeline);
@@ -515,14 +602,16 @@ int run_daemon(RunArgs args) {
 
   pipeline.start();
   if (devices.needed()) {
-    if (const char* retry = std::getenv(device_retry_variable)) {
-      const auto backoff = std::chrono::milliseconds(std::clamp(std::atoi(retry), 500, 8000));
+    if (device_retry != nullptr) {
+      const auto backoff =
+          std::chrono::milliseconds(std::clamp(std::atoi(device_retry), 500, 8000));
       unsetenv(device_retry_variable);
       devices.open_or_retry(backoff);
     } else {
       devices.open();
     }
   }
+  early_library.reset();
   if (files) files->start();
   const auto started = Clock::now();
   std::unique_ptr<FileWatcher> watcher;
@@ -546,8 +635,9 @@ int run_daemon(RunArgs args) {
         reloaded.block_frames != config.block_frames ||
         reloaded.ring_margin_frames != config.ring_margin_frames ||
         reloaded.input.describe() != config.input.describe() ||
-        reloaded.output.describe() != config.output.describe()) {
-      restart_note = " (rate, channels, block, margin and devices change only at a restart)";
+        reloaded.output.describe() != config.output.describe() || !(reloaded.jack == config.jack)) {
+      restart_note =
+          " (rate, channels, block, margin, devices and [jack] change only at a restart)";
       spdlog::warn("reload: {}", restart_note.substr(2, restart_note.size() - 3));
     }
     std::string summary;
@@ -638,6 +728,7 @@ int run_daemon(RunArgs args) {
                pipeline.engine_name(), config.output.describe(), config.channels,
                config.sample_rate, config.block_frames);
 
+  const bool device_into_file = !config.input.is_file() && config.output.is_file();
   LiveStats reported{};
   bool stopping = false;
   int exit_status = exit_code::ok;
@@ -670,9 +761,12 @@ int run_daemon(RunArgs args) {
       if (control) control->stop();  // first: `ctl reload` may make a new watcher
       watcher.reset();
       if (web) web->stop();
+      devices.close();
+      if (device_into_file) finish_file_output(pipeline, *files);
       if (files) files->stop();
       pipeline.stop();
-      restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)));
+      restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)),
+                   config.output.is_file() ? config.output.file : fs::path());
       return 1;
     }
     log_xruns(pipeline.stats(), reported);
@@ -683,8 +777,13 @@ int run_daemon(RunArgs args) {
     }
   }
 
-  // Drain: let what came in before the stop leave the output, then close.
-  if (stopping) {
+  // Drain: let what came in before the stop leave the output, then close. A
+  // file output after an input device: the device stops first, and the file
+  // takes exactly what it received.
+  if (stopping && device_into_file) {
+    devices.close();
+    finish_file_output(pipeline, *files);
+  } else if (stopping) {
     pipeline.begin_drain();
     const auto limit = Clock::now() + std::chrono::milliseconds(500) +
                        std::chrono::milliseconds(2 * static_cast<int>(pipeline.latency_ms()));

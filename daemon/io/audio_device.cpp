@@ -3,6 +3,7 @@
 #include <alsa/asoundlib.h>
 #include <fmt/format.h>
 #include <jack/jack.h>
+#include <pa_jack.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -61,9 +62,20 @@ void route_library_chatter_to_the_log() {
 
 }  // namespace
 
-PortAudioLibrary::PortAudioLibrary() {
+PortAudioLibrary::PortAudioLibrary(const std::string& jack_client_name) {
   route_library_chatter_to_the_log();
+  // PortAudio keeps the pointer and reads it in Pa_Initialize (when it opens
+  // its JACK client): the name must outlive that call.
+  static std::string client_name;
+  client_name = jack_client_name;
+  check_portaudio(PaJack_SetClientName(client_name.c_str()), "PaJack_SetClientName");
   check_portaudio(Pa_Initialize(), "Pa_Initialize");
+}
+
+std::string jack_client_name() {
+  const char* name = nullptr;
+  if (PaJack_GetClientName(&name) != paNoError || name == nullptr) return {};
+  return name;
 }
 
 PortAudioLibrary::~PortAudioLibrary() {
@@ -188,26 +200,57 @@ AudioDeviceInfo choose_audio_device(const std::string& selector, Direction direc
       fmt::format("{} device '{}' is ambiguous: it matches {}", which, selector, names));
 }
 
+namespace {
+
+// The PortAudio parameters of one direction of a stream.
+PaStreamParameters stream_parameters(const AudioStreamOptions& options, Direction direction) {
+  PaStreamParameters parameters{};
+  parameters.device =
+      direction == Direction::input ? *options.input_device : *options.output_device;
+  parameters.channelCount = options.channels;
+  parameters.sampleFormat = paFloat32;
+  const PaDeviceInfo* info = Pa_GetDeviceInfo(parameters.device);
+  if (info != nullptr) {
+    parameters.suggestedLatency = direction == Direction::input ? info->defaultLowInputLatency
+                                                                : info->defaultLowOutputLatency;
+  }
+  return parameters;
+}
+
+bool supports(const AudioStreamOptions& options, double rate) {
+  const PaStreamParameters input =
+      options.input_device ? stream_parameters(options, Direction::input) : PaStreamParameters{};
+  const PaStreamParameters output =
+      options.output_device ? stream_parameters(options, Direction::output) : PaStreamParameters{};
+  return Pa_IsFormatSupported(options.input_device ? &input : nullptr,
+                              options.output_device ? &output : nullptr,
+                              rate) == paFormatIsSupported;
+}
+
+}  // namespace
+
+bool sample_rate_supported(const AudioStreamOptions& options) {
+  return supports(options, options.sample_rate);
+}
+
+std::vector<int> offered_sample_rates(const AudioStreamOptions& options) {
+  static constexpr int standard[] = {8000,  11025, 16000, 22050,  32000,  44100,  48000,
+                                     64000, 88200, 96000, 176400, 192000, 352800, 384000};
+  std::vector<int> rates;
+  for (const int rate : standard) {
+    if (supports(options, rate)) rates.push_back(rate);
+  }
+  return rates;
+}
+
 AudioStream::AudioStream(const AudioStreamOptions& options) : options_(options) {
   if (!options.input_device && !options.output_device) {
     throw AudioDeviceError("an audio stream needs an input or an output device");
   }
-  PaStreamParameters input{};
-  PaStreamParameters output{};
-  if (options.input_device) {
-    input.device = *options.input_device;
-    input.channelCount = options.channels;
-    input.sampleFormat = paFloat32;
-    const PaDeviceInfo* info = Pa_GetDeviceInfo(input.device);
-    input.suggestedLatency = info != nullptr ? info->defaultLowInputLatency : 0.0;
-  }
-  if (options.output_device) {
-    output.device = *options.output_device;
-    output.channelCount = options.channels;
-    output.sampleFormat = paFloat32;
-    const PaDeviceInfo* info = Pa_GetDeviceInfo(output.device);
-    output.suggestedLatency = info != nullptr ? info->defaultLowOutputLatency : 0.0;
-  }
+  const PaStreamParameters input =
+      options.input_device ? stream_parameters(options, Direction::input) : PaStreamParameters{};
+  const PaStreamParameters output =
+      options.output_device ? stream_parameters(options, Direction::output) : PaStreamParameters{};
   const unsigned long frames =
       options.frames_per_buffer == 0 ? paFramesPerBufferUnspecified : options.frames_per_buffer;
   // No clipping or dithering: the engine's float samples go out untouched.

@@ -23,10 +23,13 @@ class AudioDeviceError : public std::runtime_error {
 void check_portaudio(PaError error, const char* call);
 
 // Pa_Initialize for its lifetime. PortAudio counts initialisations, so nested
-// guards are fine; every stream must be closed before its guard goes.
+// guards are fine (only the first one scans the devices and names the JACK
+// client); every stream must be closed before its guard goes.
 class PortAudioLibrary {
  public:
-  PortAudioLibrary();  // throws AudioDeviceError
+  // Under JACK, this process is the client `jack_client_name`.
+  explicit PortAudioLibrary(
+      const std::string& jack_client_name = "tapstream");  // throws AudioDeviceError
   ~PortAudioLibrary();
   PortAudioLibrary(const PortAudioLibrary&) = delete;
   PortAudioLibrary& operator=(const PortAudioLibrary&) = delete;
@@ -75,6 +78,15 @@ struct AudioStreamOptions {
   AudioCallback callback = nullptr;
   void* context = nullptr;
 };
+
+// Whether the devices of `options` run at its sample rate (and channel count).
+bool sample_rate_supported(const AudioStreamOptions& options);
+// The standard rates (8000 to 384000 Hz) the devices of `options` accept.
+std::vector<int> offered_sample_rates(const AudioStreamOptions& options);
+
+// The JACK client name PortAudio got (JACK adds -01... when the asked one is
+// taken); empty without a JACK server.
+std::string jack_client_name();
 
 // One open PortAudio stream of float32 interleaved samples. Closed (and
 // stopped) by the destructor.

@@ -11,11 +11,14 @@
 namespace tapstream {
 
 FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& options)
-    : pipeline_(pipeline), options_(options) {
+    : pipeline_(pipeline),
+      options_(options),
+      period_(
+          static_cast<std::int64_t>(1e9 * double(options.period_frames) / pipeline.sample_rate())) {
   if (options.period_frames == 0) throw std::invalid_argument("file endpoints: period of 0 frames");
-  if (!options.paced && (options.input.empty() || options.output.empty())) {
+  if (!options.paced && options.output.empty()) {
     throw std::invalid_argument(
-        "unpaced file streaming needs a file at both ends (a device keeps its own time)");
+        "an unpaced file input needs a file output (a device output keeps its own time)");
   }
   if (!options.input.empty()) {
     if (!options.output.empty() && std::filesystem::weakly_canonical(options.input) ==
@@ -36,12 +39,41 @@ FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& 
     }
     source_frames_ = info.frames;
   }
-  sink_limit_ = reader_ ? source_frames_ + static_cast<std::int64_t>(pipeline.latency_frames()) : 0;
+  if (reader_) {
+    sink_limit_.store(source_frames_ + static_cast<std::int64_t>(pipeline.latency_frames()));
+  }
   if (!options.output.empty()) {
     writer_ = std::make_unique<SoundFileWriter>(options.output, pipeline.sample_rate(),
                                                 static_cast<int>(pipeline.channels()),
                                                 options.output_format);
+    if (options.continue_output) continue_earlier_output();
   }
+}
+
+void FileEndpoints::continue_earlier_output() {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(options_.output, error)) {
+    spdlog::warn("{}: the output written before the restart is not there; starting it anew",
+                 options_.output.string());
+    return;
+  }
+  SoundFileReader earlier(options_.output);
+  const auto& info = earlier.info();
+  if (info.sample_rate != pipeline_.sample_rate() ||
+      static_cast<std::size_t>(info.channels) != pipeline_.channels()) {
+    throw SoundFileError(fmt::format(
+        "{}: cannot continue it after the restart: it has {} channels at {} Hz, the stream {} at "
+        "{} Hz",
+        options_.output.string(), info.channels, info.sample_rate, pipeline_.channels(),
+        pipeline_.sample_rate()));
+  }
+  std::vector<float> chunk(65536 * pipeline_.channels());
+  while (const std::size_t frames = earlier.read(chunk)) {
+    writer_->write(std::span<const float>(chunk).first(frames * pipeline_.channels()));
+    continued_frames_ += static_cast<std::int64_t>(frames);
+  }
+  spdlog::info("{}: continuing the output after the restart: its {} frames from before stay",
+               options_.output.string(), continued_frames_);
 }
 
 FileEndpoints::~FileEndpoints() {
@@ -65,15 +97,29 @@ void FileEndpoints::stop() {
   if (driver_.joinable()) driver_.join();
   if (writer_) {
     writer_->commit();
-    spdlog::info("wrote {} frames to {}", sink_frames(), options_.output.string());
+    if (continued_frames_ > 0) {
+      spdlog::info("wrote {} frames to {} ({} from before the restart, {} now)",
+                   continued_frames_ + sink_frames(), options_.output.string(), continued_frames_,
+                   sink_frames());
+    } else {
+      spdlog::info("wrote {} frames to {}", sink_frames(), options_.output.string());
+    }
     writer_.reset();
   }
 }
 
+void FileEndpoints::finish_after(std::int64_t input_frames) {
+  const std::int64_t limit = input_frames + static_cast<std::int64_t>(pipeline_.latency_frames());
+  sink_limit_.store(limit, std::memory_order_relaxed);
+  // A sink already past the limit (it played on while the device was gone) stops here.
+  if (sink_frames() >= limit) finished_.store(true, std::memory_order_release);
+}
+
 bool FileEndpoints::finished() const {
-  if (!reader_) return false;
+  const std::int64_t limit = sink_limit_.load(std::memory_order_relaxed);
+  if (limit < 0) return false;
   if (!options_.output.empty()) return finished_.load(std::memory_order_acquire);
-  return pipeline_.stats().frames_out >= static_cast<std::uint64_t>(sink_limit_);
+  return pipeline_.stats().frames_out >= static_cast<std::uint64_t>(limit);
 }
 
 bool FileEndpoints::push_period(std::span<float> buffer) {
@@ -98,34 +144,47 @@ bool FileEndpoints::push_period(std::span<float> buffer) {
 
 void FileEndpoints::pull_period(std::span<float> buffer) {
   const std::size_t channels = pipeline_.channels();
-  const std::size_t frames = buffer.size() / channels;
+  const std::int64_t done_frames = sink_frames_.load(std::memory_order_relaxed);
+  // Up to the limit only: what lies beyond it is not pulled, so a sink whose
+  // input has ended counts no underrun for it (and does not wait for it).
+  const auto wanted = [&] {
+    const std::int64_t limit = sink_limit_.load(std::memory_order_relaxed);
+    const auto period = static_cast<std::int64_t>(buffer.size() / channels);
+    return static_cast<std::size_t>(
+        limit < 0 ? period : std::clamp<std::int64_t>(limit - done_frames, 0, period));
+  };
+  if (finished_.load(std::memory_order_relaxed)) return;
+  std::size_t frames = wanted();
   if (options_.paced) {
     pipeline_.pull_output(buffer.data(), frames);
   } else {
+    // Unpaced, the sink follows its input's clock: it takes what has come
+    // out, waiting for the rest (briefly between files, a quarter period
+    // behind a device).
+    const auto wait = reader_ ? std::chrono::microseconds(50) : period_ / 4;
     std::size_t done = 0;
     while (done < frames) {
       done += pipeline_.take_output(buffer.data() + done * channels, frames - done);
       if (done < frames) {
-        if (!running_.load(std::memory_order_relaxed)) return;
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (!running_.load(std::memory_order_relaxed)) break;
+        std::this_thread::sleep_for(wait);
+        frames = std::max(done, wanted());  // finish_after() may have ended the input meanwhile
       }
     }
+    frames = done;
   }
-  if (finished_.load(std::memory_order_relaxed)) return;
-  std::int64_t keep = static_cast<std::int64_t>(frames);
-  if (reader_) keep = std::min(keep, sink_limit_ - sink_frames_.load(std::memory_order_relaxed));
-  writer_->write(buffer.first(static_cast<std::size_t>(keep) * channels));
-  const std::int64_t written = sink_frames_.load(std::memory_order_relaxed) + keep;
+  writer_->write(buffer.first(frames * channels));
+  const std::int64_t written = done_frames + static_cast<std::int64_t>(frames);
   sink_frames_.store(written, std::memory_order_relaxed);
-  if (reader_ && written >= sink_limit_) finished_.store(true, std::memory_order_release);
+  const std::int64_t limit = sink_limit_.load(std::memory_order_relaxed);
+  if (limit >= 0 && written >= limit) finished_.store(true, std::memory_order_release);
 }
 
 void FileEndpoints::drive() {
   const std::size_t samples = options_.period_frames * pipeline_.channels();
   std::vector<float> input(samples);
   std::vector<float> output(samples);
-  const auto period = std::chrono::nanoseconds(
-      static_cast<std::int64_t>(1e9 * double(options_.period_frames) / pipeline_.sample_rate()));
+  const auto period = period_;
   auto due = std::chrono::steady_clock::now();
   while (running_.load(std::memory_order_relaxed)) {
     if (reader_ && !push_period(input)) break;

@@ -102,6 +102,11 @@ bool LivePipeline::drained() const {
              drain_target_frames_.load(std::memory_order_relaxed);
 }
 
+void LivePipeline::flush_input() noexcept {
+  input_ring_.write(std::span<const float>(silence_.data(), options_.block_frames * channels_));
+  wake_engine();
+}
+
 void LivePipeline::wake_engine() noexcept {
   sem_post(&data_ready_);
 }

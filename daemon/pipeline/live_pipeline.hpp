@@ -104,6 +104,10 @@ class LivePipeline {
   // frames were pulled (see drained()).
   void begin_drain();
   bool drained() const;
+  // The input has ended (its device stopped; the caller is the input side
+  // now): one block of silence, not counted as input, follows it so that the
+  // engine brings the input's last partial block out.
+  void flush_input() noexcept;
 
   // --- real-time side: never lock, allocate, log or wait ---------------
   void push_input(const float* interleaved, std::size_t frames) noexcept;
