@@ -2,11 +2,12 @@
 // dummy driver for 10 minutes (TAPSTREAM_LOAD_SECONDS overrides it) while its
 // filters are swapped every 3 s, by replacing the watched filter file (written
 // to a temporary name, then renamed) in the first half of the run and through
-// `tapstream ctl load all` in the second, between filters of 255, 4095 and 1023 taps. Every 10 s
-// the test reads `tapstream ctl status` and the daemon's resident memory and prints a row of the
-// table. It asserts: no underrun and no overrun counted by the daemon, exactly the swaps requested,
-// as many blocks as the elapsed time holds, memory flat after the first minute, and a clean SIGTERM
-// shutdown.
+// `tapstream ctl load all` in the second, between filters of 255, 4095 and
+// 1023 taps. Every 10 s the test reads `tapstream ctl status` and the daemon's
+// resident memory and prints a row of the table. It asserts: no underrun and
+// no overrun counted by the daemon, exactly the swaps requested, as many
+// blocks as the elapsed time holds, memory flat after the first minute, and a
+// clean SIGTERM shutdown.
 //
 // SLOW and real time: labelled `load`, never part of the default run
 // (tools/test.sh passes -LE load). Run it with
