@@ -6,8 +6,12 @@
 # threads, from /proc over a window of real-time streaming) and the late
 # periods (tapstream's own count; JACK's xruns in the window for both).
 #
-#   bench/compare-jconvolver.sh [channels ...]      default: 8 16 32 64
-#   PERIOD=64 TAPS=65536 SECONDS_EACH=20 TAPSTREAM=build/daemon/tapstream
+#   bench/compare-jconvolver.sh [channels ...]      default: 16 32 64
+#   PERIOD=64 TAPS=65536 SECONDS_EACH=30 TAPSTREAM=build/daemon/tapstream
+#
+# The machine's 1-minute load average is taken at the end of every window and
+# printed beside its numbers: on a shared machine the CPU shares and the
+# dummy driver's xruns are only as good as the quiet around them.
 #
 # Needs jackd2, jconvolver and jack_iodelay (tools/install-deps.sh) and a
 # Release build. Prints a table and writes bench/results/compare-jconvolver-*.json.
@@ -17,11 +21,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PERIOD=${PERIOD:-64}
 TAPS=${TAPS:-65536}
-SECONDS_EACH=${SECONDS_EACH:-20}
+SECONDS_EACH=${SECONDS_EACH:-30}
 TAPSTREAM=${TAPSTREAM:-build/daemon/tapstream}
 RATE=48000
 CHANNEL_COUNTS=("$@")
-[ ${#CHANNEL_COUNTS[@]} -eq 0 ] && CHANNEL_COUNTS=(8 16 32 64)
+[ ${#CHANNEL_COUNTS[@]} -eq 0 ] && CHANNEL_COUNTS=(16 32 64)
 for tool in jackd jconvolver jack_iodelay jack_lsp jack_connect; do
   command -v "$tool" >/dev/null || { echo "compare-jconvolver: $tool not found (tools/install-deps.sh)" >&2; exit 1; }
 done
@@ -98,7 +102,7 @@ start_round_trip() {  # input port, output port, pattern of all inputs
 }
 
 results=()
-printf '%-10s %4s %6s %6s %10s %8s %7s %7s\n' convolver ch period taps added_fr cpu_pct late jxruns
+printf '%-10s %4s %6s %6s %10s %8s %7s %7s %6s\n' convolver ch period taps added_fr cpu_pct late jxruns load
 for channels in "${CHANNEL_COUNTS[@]}"; do
   for convolver in jconvolver tapstream; do
     start_jack "$channels"
@@ -165,10 +169,11 @@ EOF
       late1=$("$TAPSTREAM" ctl --socket "$work/ctl.sock" status | python3 -c 'import json,sys; print(json.load(sys.stdin)["late_periods"])')
       late=$((late1 - late0))
     fi
+    load=$(cut -d' ' -f1 /proc/loadavg)
     cpu=$(awk -v d=$((t1 - t0)) -v t="$ticks" -v s="$SECONDS_EACH" 'BEGIN {printf "%.1f", 100 * d / t / s}')
-    printf '%-10s %4d %6d %6d %10d %8s %7s %7d\n' "$convolver" "$channels" "$PERIOD" "$TAPS" \
-      "$added" "$cpu" "$late" "$xruns"
-    results+=("{\"convolver\":\"$convolver\",\"channels\":$channels,\"period\":$PERIOD,\"taps\":$TAPS,\"round_trip_frames\":$trip,\"added_frames\":$added,\"cpu_percent\":$cpu,\"late_periods\":\"$late\",\"jack_xruns\":$xruns,\"seconds\":$SECONDS_EACH}")
+    printf '%-10s %4d %6d %6d %10d %8s %7s %7d %6s\n' "$convolver" "$channels" "$PERIOD" "$TAPS" \
+      "$added" "$cpu" "$late" "$xruns" "$load"
+    results+=("{\"convolver\":\"$convolver\",\"channels\":$channels,\"period\":$PERIOD,\"taps\":$TAPS,\"round_trip_frames\":$trip,\"added_frames\":$added,\"cpu_percent\":$cpu,\"late_periods\":\"$late\",\"jack_xruns\":$xruns,\"seconds\":$SECONDS_EACH,\"load_average_1min\":$load}")
     stop "$io"
     stop "$conv"
     stop "$jack_pid"
@@ -185,3 +190,21 @@ out="bench/results/compare-jconvolver-$(date -u +%Y%m%dT%H%M%SZ).json"
   printf ']}\n'
 } >"$out"
 echo "saved $out"
+
+# The table and chart for docs/performance.md: CPU of one core per convolver
+# and channel count, one '#' per 2 %.
+python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("\n| convolver | ch | added frames | CPU % of one core | late periods | JACK xruns | load avg |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for row in r["rows"]:
+    print("| %s | %d | %d | %.1f | %s | %d | %.2f |" % (
+        row["convolver"], row["channels"], row["added_frames"], row["cpu_percent"],
+        row["late_periods"], row["jack_xruns"], row["load_average_1min"]))
+print("\n```")
+for row in r["rows"]:
+    print("%-10s %2d ch %5.1f %% %s" % (row["convolver"], row["channels"], row["cpu_percent"],
+                                        "#" * int(round(row["cpu_percent"] / 2))))
+print("```")
+PY

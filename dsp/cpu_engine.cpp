@@ -509,8 +509,9 @@ double CpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partitio
 
 double CpuPartitionCosts::tail_step_ns(std::size_t partition_frames, std::size_t count) const {
   const double bins = double(partition_frames + 1);
-  const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
-                                                                     : kNsPerSpectralBinOutOfCache;
+  // Every channel's delay line and the (shared) spectra of the segment.
+  const double bytes = double(channels_ + 1) * double(count) * bins * 8.0;
+  const double mac = bytes <= kCacheBytes ? kNsPerSpectralBin : kNsPerSpectralBinOutOfCache;
   return kNsPerCallOverhead + fft_pair_ns(2 * partition_frames) + mac * bins * double(count);
 }
 
@@ -530,7 +531,7 @@ std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOpti
     // At least 16: FFTW plans start at 32 points (a head of 1 to 8 frames
     // would ask for transforms of 2 to 16); calls may be shorter than the head.
     const std::size_t head = std::max<std::size_t>(16, std::bit_ceil(options.max_block_frames));
-    const CpuPartitionCosts costs;
+    const CpuPartitionCosts costs(bank.channels());
     const PartitionPlan plan = plan_partitions(head, taps, costs);
     // Non-uniform where it has tails and the model says it costs less than
     // the best uniform engine at this call size; large (offline) blocks keep

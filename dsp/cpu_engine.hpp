@@ -36,9 +36,18 @@ std::unique_ptr<Engine> make_cpu_head_engine(const FilterBank& bank, const Engin
 // `cpu_engine_bench --calibrate` on the development machine), per channel.
 class CpuPartitionCosts final : public PartitionCostModel {
  public:
+  // `channels`: the stream's. A tail step walks every channel's delay line of
+  // its segment, after the head, the other segments and the other channels
+  // have been through the cache, so its products run at L2 speed only when
+  // all of them fit (65536 taps, 16 ch, 64-frame periods: with a per-channel
+  // test the planner chose 2048 x 31 tail partitions, 16 MB of delay lines).
+  explicit CpuPartitionCosts(std::size_t channels = 1) : channels_(channels) {}
   double head_ns(std::size_t block_frames, std::size_t partition_frames,
                  std::size_t count) const override;
   double tail_step_ns(std::size_t partition_frames, std::size_t count) const override;
+
+ private:
+  std::size_t channels_;
 };
 
 // The cheaper of direct form and the best uniform partition, ns per frame of

@@ -43,6 +43,7 @@ constexpr std::size_t channels = 2;
 constexpr std::size_t jack_period = 256;
 
 using testing::Child;
+using testing::DaemonPorts;
 using testing::find_ports;
 using testing::open_client;
 using testing::portaudio_reaches_jack;
@@ -52,6 +53,7 @@ using testing::register_stream_ports;
 using testing::route_through_daemon;
 using testing::TempDir;
 using testing::use_jack_server;
+using testing::wait_for_daemon_ports;
 
 // Shared by the two JACK process callbacks and the test thread.
 struct Stream {
@@ -194,15 +196,11 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
   ASSERT_TRUE(daemon.started());
 
   // Its ports appear once PortAudio has opened the stream.
-  std::vector<std::string> daemon_in, daemon_out;
-  for (int i = 0; i < 200 && (daemon_in.size() < channels || daemon_out.size() < channels); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
-    daemon_in = find_ports(s.feeder, "tapstream.*:in_", JackPortIsInput);
-    daemon_out = find_ports(s.feeder, "tapstream.*:out_", JackPortIsOutput);
-  }
-  ASSERT_EQ(daemon_in.size(), channels) << read_text(dir / "daemon.err");
-  ASSERT_EQ(daemon_out.size(), channels);
+  DaemonPorts ports;
+  ASSERT_NO_FATAL_FAILURE(
+      wait_for_daemon_ports(s.feeder, daemon, channels, dir / "daemon.err", ports));
+  const std::vector<std::string>& daemon_in = ports.in;
+  const std::vector<std::string>& daemon_out = ports.out;
 
   const std::string daemon_stdout = read_text(dir / "daemon.out");
   const auto latency_at = daemon_stdout.find("latency: ");

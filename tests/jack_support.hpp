@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <thread>
@@ -83,6 +84,29 @@ inline std::vector<std::string> find_ports(jack_client_t* client, const char* pa
   for (const char** p = ports; *p != nullptr; ++p) names.emplace_back(*p);
   jack_free(ports);
   return names;
+}
+
+// The daemon's JACK ports (its client's in_N and out_N, named "tapstream" by default), once
+// PortAudio has opened the stream: waits up to `seconds`, failing at once if
+// the daemon exits (its `log` says why). Call through ASSERT_NO_FATAL_FAILURE.
+struct DaemonPorts {
+  std::vector<std::string> in, out;
+};
+inline void wait_for_daemon_ports(jack_client_t* client, Child& daemon, std::size_t channels,
+                                  const std::filesystem::path& log, DaemonPorts& ports,
+                                  double seconds = 10.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (ports.in.size() < channels || ports.out.size() < channels) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the daemon's " << channels << " JACK ports did not appear within " << seconds
+        << " s: " << read_text(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(log);
+    ports.in = find_ports(client, "tapstream.*:in_", JackPortIsInput);
+    ports.out = find_ports(client, "tapstream.*:out_", JackPortIsOutput);
+  }
+  ASSERT_EQ(ports.in.size(), channels) << read_text(log);
+  ASSERT_EQ(ports.out.size(), channels) << read_text(log);
 }
 
 // Registers the feeder's out_N and the recorder's in_N ports, one of each per

@@ -37,13 +37,14 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using testing::Child;
-using testing::find_ports;
+using testing::DaemonPorts;
 using testing::open_client;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
 using testing::register_stream_ports;
 using testing::route_through_daemon;
+using testing::wait_for_daemon_ports;
 
 constexpr int rate = 48000;
 constexpr std::size_t channels = 3;
@@ -134,15 +135,11 @@ void measure(std::size_t period) {
       {TAPSTREAM_BINARY, "run", "--config", (dir / "zero.toml").string(), "--latency", "zero"},
       dir / "daemon.out", dir / "daemon.err");
   ASSERT_TRUE(daemon.started());
-  std::vector<std::string> daemon_in, daemon_out;
-  for (int i = 0; i < 300 && (daemon_in.size() < channels || daemon_out.size() < channels); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
-    daemon_in = find_ports(s.feeder, "tapstream.*:in_", JackPortIsInput);
-    daemon_out = find_ports(s.feeder, "tapstream.*:out_", JackPortIsOutput);
-  }
-  ASSERT_EQ(daemon_in.size(), channels) << read_text(dir / "daemon.err");
-  ASSERT_EQ(daemon_out.size(), channels);
+  DaemonPorts ports;
+  ASSERT_NO_FATAL_FAILURE(
+      wait_for_daemon_ports(s.feeder, daemon, channels, dir / "daemon.err", ports, 15.0));
+  const std::vector<std::string>& daemon_in = ports.in;
+  const std::vector<std::string>& daemon_out = ports.out;
   const std::string printed = read_text(dir / "daemon.out");
   EXPECT_NE(printed.find("latency: 0 frames, 0.000 ms"), std::string::npos) << printed;
 

@@ -212,7 +212,10 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
   }
   output_stage_.process(interleaved, frames);
   frames_out_.fetch_add(frames, std::memory_order_relaxed);
-  wake_engine();
+  // Buffered: the engine may be waiting for room in the output ring. Zero:
+  // push_input() has just woken it for this period, and a second wake-up per
+  // period is a futex call and a context switch for nothing.
+  if (options_.latency != LatencyMode::zero) wake_engine();
 }
 
 void LivePipeline::note_callback_priority() noexcept {
@@ -341,9 +344,13 @@ void LivePipeline::engine_loop() {
   const std::size_t block_samples = channels_ * options_.block_frames;
   const auto block_period = std::chrono::nanoseconds(
       static_cast<std::int64_t>(1e9 * double(options_.block_frames) / options_.sample_rate));
-  // Sleep at most a quarter block between checks, so that a missed wake-up
-  // (the semaphore is a hint, not a contract) costs little.
-  const auto max_sleep = std::max(block_period / 4, std::chrono::nanoseconds(100'000));
+  // Buffered: sleep at most a quarter block between checks, so that a missed
+  // wake-up (the semaphore is a hint, not a contract) costs little. Zero:
+  // every period's push_input() posts, so the engine sleeps until then; at
+  // 64-frame periods the quarter-block timeouts were three needless wake-ups
+  // a period (the timeout still bounds a wait for room in the output ring).
+  const auto max_sleep =
+      zero ? 2 * block_period : std::max(block_period / 4, std::chrono::nanoseconds(100'000));
   while (running_.load(std::memory_order_acquire)) {
     follow_callback_priority();
     // Buffered: whole blocks. Zero: whatever the callback handed over, at

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The same-period (zero latency) load test through file endpoints, for a
+machine without JACK (the GPU machine): `tapstream run --latency zero` reads
+a sound file paced at the sample rate (`realtime = true`, so its driver thread
+acts as a device callback and counts late periods as one would), filters it
+with the CUDA engine (or --backend cpu) and writes the output file, while this
+script swaps the filters every 3 s (`tapstream ctl load all FILE`) and reads
+`ctl status` and the daemon's resident memory every 10 s.
+
+  bench/load-test-files.py [--tapstream PATH] [--seconds 600] [--backend cuda]
+      [--kernel auto|partitioned] [--channels 8] [--period 64] [--taps 65536]
+      [--out DIR]
+
+Prints a table (time, RSS, blocks, swaps, late periods, xruns, engine p99 and
+max) and a summary, writes DIR/load-test-files-<backend>-<date>.json (DIR:
+$OUT, else bench/results) and exits 0 when it passed: no late period, no
+underrun or overrun counted by tapstream, every swap counted and none
+rejected, the blocks equal to the wall clock's periods (1 % + 8), resident
+memory after the first minute within 1 MiB (plus 1 % for the GPU's driver
+allocations) of its value at 60 s, and exit status 143 on SIGTERM.
+Only the Python standard library; the input is int16 noise from os.urandom
+(any sample value is valid), made in a scratch directory and removed after.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+SWAP_INTERVAL_S = 3.0
+SAMPLE_INTERVAL_S = 10.0
+RATE = 48000
+
+
+def write_noise_wav(path, channels, frames):
+    """int16 PCM white noise; written in chunks so memory stays small."""
+    data_bytes = frames * channels * 2
+    with open(path, "wb") as f:
+        f.write(b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVE")
+        f.write(b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, RATE, RATE * channels * 2,
+                                      channels * 2, 16))
+        f.write(b"data" + struct.pack("<I", data_bytes))
+        left = data_bytes
+        while left:
+            n = min(left, 1 << 22)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def write_taps(path, taps, seed):
+    rng = random.Random(seed)
+    scale = 1.0 / taps ** 0.5
+    with open(path, "w") as f:
+        f.write("# load test filter, seed %d\n" % seed)
+        f.write("\n".join(repr(rng.uniform(-scale, scale)) for _ in range(taps)) + "\n")
+
+
+def find(obj, key):
+    """The first value named `key` anywhere in a JSON object."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            r = find(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = find(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tapstream", default=os.environ.get("TAPSTREAM", "build/daemon/tapstream"))
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--kernel", default="auto")
+    ap.add_argument("--channels", type=int, default=8)
+    ap.add_argument("--period", type=int, default=64)
+    ap.add_argument("--taps", type=int, default=65536)
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    args = ap.parse_args()
+    if args.seconds < 20:
+        ap.error("--seconds: at least 20")
+    tapstream = os.path.abspath(args.tapstream)
+    if not os.access(tapstream, os.X_OK):
+        sys.exit("load-test-files: %s is not an executable (--tapstream)" % tapstream)
+    os.makedirs(args.out, exist_ok=True)
+
+    work = tempfile.mkdtemp(prefix="tapstream-load-files-")
+    lengths = [args.taps, args.taps, max(1, args.taps * 3 // 4)]
+    filters = []
+    for i, n in enumerate(lengths):
+        filters.append(os.path.join(work, "taps-%d-%d.txt" % (i, n)))
+        write_taps(filters[-1], n, 4242 + i)
+    input_frames = int((args.seconds + 5) * RATE)
+    write_noise_wav(os.path.join(work, "in.wav"), args.channels, input_frames)
+    socket = os.path.join(work, "ctl.sock")
+    with open(os.path.join(work, "load.toml"), "w") as f:
+        f.write('sample_rate = %d\nblock_frames = %d\nchannels = %d\nlatency = "zero"\n'
+                '[input]\nfile = "in.wav"\nrealtime = true\n[output]\nfile = "out.wav"\n'
+                '[filter]\nfile = "%s"\nwatch = false\nmax_taps = %d\n'
+                '[engine]\nbackend = "%s"\nkernel = "%s"\n[control]\nsocket = "%s"\n'
+                % (RATE, args.period, args.channels, filters[0], args.taps, args.backend,
+                   args.kernel, socket))
+    print("SLOW: %.0f s of %d ch at %d-frame periods, %d-tap filters, a swap every %.0f s, "
+          "zero latency, %s engine, work dir %s" % (args.seconds, args.channels, args.period,
+                                                    args.taps, SWAP_INTERVAL_S, args.backend,
+                                                    work), flush=True)
+
+    log = open(os.path.join(work, "daemon.log"), "w")
+    daemon = subprocess.Popen([tapstream, "run", "--config", os.path.join(work, "load.toml")],
+                              stdout=log, stderr=subprocess.STDOUT)
+
+    def ctl(*words):
+        r = subprocess.run([tapstream, "ctl", "--socket", socket] + list(words),
+                           capture_output=True, text=True, timeout=20)
+        return r.returncode, r.stdout + r.stderr
+
+    for _ in range(600):  # FFTW plans and CUDA start-up may take a while
+        if os.path.exists(socket) or daemon.poll() is not None:
+            break
+        time.sleep(0.1)
+    if daemon.poll() is not None or not os.path.exists(socket):
+        daemon.kill()
+        sys.exit("load-test-files: the daemon did not start:\n" +
+                 open(os.path.join(work, "daemon.log")).read())
+
+    rows, failures = [], []
+    start = time.monotonic()
+    ticks0 = cpu_ticks(daemon.pid)
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def take_row():
+        t = time.monotonic() - start
+        rc, text = ctl("status")
+        if rc != 0:
+            failures.append("ctl status failed at %.0f s: %s" % (t, text))
+            return
+        s = json.loads(text)
+        row = {"t_s": round(t, 1), "rss_kib": rss_kib(daemon.pid),
+               "cpu_percent": round(100.0 * (cpu_ticks(daemon.pid) - ticks0) / hz / max(t, 1e-3), 1),
+               "load_average": os.getloadavg()[0]}
+        for key in ("blocks", "swaps", "rejected_swaps", "underruns", "overruns", "late_periods",
+                    "p99", "max"):
+            row[key] = find(s, key)
+        row["requested"] = requested
+        rows.append(row)
+        print("%7.1f %9d %9s %6s %6d %6s %6s %6s %6s %8s %8s %6.1f %5.2f" % (
+            row["t_s"], row["rss_kib"], row["blocks"], row["swaps"], requested,
+            row["underruns"], row["overruns"], row["late_periods"], row["rejected_swaps"],
+            row["p99"], row["max"], row["cpu_percent"], row["load_average"]), flush=True)
+
+    requested = 0
+    print("%7s %9s %9s %6s %6s %6s %6s %6s %6s %8s %8s %6s %5s" % (
+        "t_s", "rss_kib", "blocks", "swaps", "asked", "under", "over", "late", "reject",
+        "p99_us", "max_us", "cpu%", "load"), flush=True)
+    take_row()
+    next_swap, next_row = SWAP_INTERVAL_S, SAMPLE_INTERVAL_S
+    while time.monotonic() - start < args.seconds:
+        if daemon.poll() is not None:
+            failures.append("the daemon exited early with status %d" % daemon.returncode)
+            break
+        t = time.monotonic() - start
+        if t >= next_row:
+            take_row()
+            next_row += SAMPLE_INTERVAL_S
+        if t >= next_swap and next_swap + 1.0 < args.seconds:
+            requested += 1
+            rc, text = ctl("load", "all", filters[requested % len(filters)])
+            if rc != 0 or '"ok":true' not in text.replace(" ", ""):
+                failures.append("swap %d: %s" % (requested, text.strip()))
+            next_swap += SWAP_INTERVAL_S
+        time.sleep(0.02)
+    time.sleep(1.0)  # the last swap lands
+    take_row()
+    wall_s = time.monotonic() - start
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        status = daemon.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        status = daemon.wait()
+    log.close()
+    daemon_log = open(os.path.join(work, "daemon.log")).read()
+
+    first, last = rows[0], rows[-1]
+    span = last["t_s"] - first["t_s"]
+    blocks = last["blocks"] - first["blocks"]
+    wall_blocks = span * RATE / args.period
+    after = [r for r in rows if r["t_s"] + 0.5 >= min(60.0, args.seconds / 2)]
+    base_rss = after[0]["rss_kib"]
+    max_rss = max(r["rss_kib"] for r in after)
+    tolerance = 1024 + base_rss // 100
+    if last["late_periods"] != 0:
+        failures.append("tapstream counted %s late periods" % last["late_periods"])
+    if last["underruns"] != 0 or last["overruns"] != 0:
+        failures.append("underruns %s, overruns %s" % (last["underruns"], last["overruns"]))
+    if last["swaps"] != requested or last["rejected_swaps"] != 0:
+        failures.append("swaps %s of %d requested, %s rejected" % (
+            last["swaps"], requested, last["rejected_swaps"]))
+    if abs(blocks - wall_blocks) > 0.01 * wall_blocks + 8:
+        failures.append("%d blocks in %.1f s, the wall clock's periods are %.0f" % (
+            blocks, span, wall_blocks))
+    if max_rss > base_rss + tolerance:
+        failures.append("resident memory grew from %d KiB at %.0f s to %d KiB" % (
+            base_rss, after[0]["t_s"], max_rss))
+    if status != 128 + signal.SIGTERM and status != -signal.SIGTERM:
+        failures.append("the daemon's exit status on SIGTERM was %d, not 143" % status)
+    print("summary: %.1f s, %d blocks (wall clock %.1f), swaps %s of %d, rejected %s" % (
+        span, blocks, wall_blocks, last["swaps"], requested, last["rejected_swaps"]))
+    print("summary: late periods %s, underruns %s, overruns %s; engine p99 %s us, max %s us "
+          "(period %.0f us); CPU %.1f %% of one core over the run" % (
+              last["late_periods"], last["underruns"], last["overruns"], last["p99"], last["max"],
+              1e6 * args.period / RATE, last["cpu_percent"]))
+    print("summary: RSS %d KiB at %.0f s, max %d KiB after it (tolerance %d KiB)" % (
+        base_rss, after[0]["t_s"], max_rss, tolerance))
+    print("daemon log (last lines):\n" + "\n".join(daemon_log.splitlines()[-5:]))
+
+    commit = os.environ.get("TAPSTREAM_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = {"test": "zero-latency load through paced file endpoints", "commit": commit,
+              "machine": os.uname().nodename, "date": datetime.datetime.utcnow().isoformat() + "Z",
+              "backend": args.backend, "kernel": args.kernel, "channels": args.channels,
+              "period": args.period, "taps": args.taps, "seconds": wall_s,
+              "swaps_requested": requested, "passed": not failures, "failures": failures,
+              "rows": rows}
+    out = os.path.join(args.out, "load-test-files-%s-%s.json" % (
+        args.backend, datetime.datetime.utcnow().strftime("%Y%m%dT%H%M%SZ")))
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("saved %s" % out)
+    for line in failures:
+        print("FAILED: " + line)
+    subprocess.run(["rm", "-rf", work])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
