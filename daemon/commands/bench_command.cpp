@@ -18,9 +18,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -218,18 +218,7 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   return cap;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
-
 std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& results) {
-  std::ostringstream j;
-  j.precision(6);
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char date[32];
   std::strftime(date, sizeof date, "%FT%TZ", std::gmtime(&now));
@@ -241,34 +230,37 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       if (open != std::string::npos && close != std::string::npos)
         gpu = d.substr(open + 1, close - open - 1);
     }
-  j << "{\n  \"benchmark\": \"capacity\",\n  \"commit\": \"" << json_escape(args.commit)
-    << "\",\n  \"date\": \"" << date << "\",\n  \"gpu\": \"" << json_escape(gpu)
-    << "\",\n  \"cpu_threads\": " << std::thread::hardware_concurrency()
-    << ",\n  \"rate\": " << args.rate << ",\n  \"measure_blocks\": " << args.measure_blocks
-    << ",\n  \"probe_blocks\": " << args.probe_blocks << ",\n  \"cuda_kernel\": \""
-    << json_escape(args.cuda_kernel)
-    << "\",\n  \"paced\": " << (args.back_to_back ? "false" : "true") << ",\n  \"results\": [";
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    const Capacity& c = results[i];
-    j << (i ? "," : "") << "\n    {\"engine\": \"" << c.engine << "\", \"frames\": " << c.frames
-      << ", \"taps\": " << c.taps << ", \"budget_us\": " << c.budget_us
-      << ", \"channels\": " << c.best.channels << ", \"capped\": " << (c.capped ? "true" : "false")
-      << ", \"p50_us\": " << c.best.us.p50 << ", \"p99_us\": " << c.best.us.p99
-      << ", \"p999_us\": " << c.best.us.p999 << ", \"max_us\": " << c.best.us.max;
-    if (c.best.host_us)
-      j << ", \"host_p50_us\": " << c.best.host_us->p50
-        << ", \"host_p99_us\": " << c.best.host_us->p99
-        << ", \"host_p999_us\": " << c.best.host_us->p999;
-    j << ", \"engine_description\": \"" << json_escape(c.best.description) << "\", \"search\": [";
-    for (std::size_t k = 0; k < c.search.size(); ++k) {
-      const Probe& p = c.search[k];
-      j << (k ? ", " : "") << "[" << p.channels << ", " << p.us.p50 << ", " << p.us.p99 << ", "
-        << p.us.p999 << "]";
+  nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+  for (const Capacity& c : results) {
+    nlohmann::ordered_json cell = {
+        {"engine", c.engine},       {"frames", c.frames},          {"taps", c.taps},
+        {"budget_us", c.budget_us}, {"channels", c.best.channels}, {"capped", c.capped},
+        {"p50_us", c.best.us.p50},  {"p99_us", c.best.us.p99},     {"p999_us", c.best.us.p999},
+        {"max_us", c.best.us.max}};
+    if (c.best.host_us) {
+      cell["host_p50_us"] = c.best.host_us->p50;
+      cell["host_p99_us"] = c.best.host_us->p99;
+      cell["host_p999_us"] = c.best.host_us->p999;
     }
-    j << "]}";
+    cell["engine_description"] = c.best.description;
+    // Each search step as [channels, p50, p99, p99.9] (us), compact for long searches.
+    nlohmann::ordered_json search = nlohmann::ordered_json::array();
+    for (const Probe& p : c.search) search.push_back({p.channels, p.us.p50, p.us.p99, p.us.p999});
+    cell["search"] = std::move(search);
+    cells.push_back(std::move(cell));
   }
-  j << "\n  ]\n}\n";
-  return j.str();
+  const nlohmann::ordered_json report = {{"benchmark", "capacity"},
+                                         {"commit", args.commit},
+                                         {"date", date},
+                                         {"gpu", gpu},
+                                         {"cpu_threads", std::thread::hardware_concurrency()},
+                                         {"rate", args.rate},
+                                         {"measure_blocks", args.measure_blocks},
+                                         {"probe_blocks", args.probe_blocks},
+                                         {"cuda_kernel", args.cuda_kernel},
+                                         {"paced", !args.back_to_back},
+                                         {"results", std::move(cells)}};
+  return report.dump(2) + "\n";
 }
 
 int run_capacity(const CapacityArgs& args) {
