@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/commands/analysed_filter_file.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/control/json.hpp"
 #include "dsp/coefficient_file.hpp"
@@ -26,8 +27,6 @@ struct InfoArgs {
   bool json = false;
 };
 
-constexpr double fallback_rate = 48000.0;
-
 // A number JSON can hold: NaN and infinities (a zero at DC) become null.
 Json number_or_null(double value) {
   return std::isfinite(value) ? Json(value) : Json(nullptr);
@@ -42,16 +41,15 @@ int run_info(const InfoArgs& args) {
   int status = exit_code::ok;
   for (const std::string& file : args.files) {
     try {
-      const CoefficientFileHeader header = read_coefficient_header(file);
-      const double rate = args.rate > 0.0            ? args.rate
-                          : header.sample_rate > 0.0 ? header.sample_rate
-                                                     : fallback_rate;
-      const std::string rate_origin = args.rate > 0.0            ? "--rate"
-                                      : header.sample_rate > 0.0 ? "the file's"
-                                                                 : "assumed; the file does not say";
-      CoefficientFileOptions options;
-      options.channels = header.channels;
-      const FilterBank bank = load_filter_bank_quietly(file, options);
+      const AnalysedFilterFile analysed =
+          load_for_analysis(file, args.rate, &load_filter_bank_quietly);
+      const FilterBank& bank = analysed.bank;
+      const double rate = analysed.rate;
+      const std::string rate_origin = analysed.rate_from == AnalysedFilterFile::RateFrom::option
+                                          ? "--rate"
+                                      : analysed.rate_from == AnalysedFilterFile::RateFrom::file
+                                          ? "the file's"
+                                          : "assumed; the file does not say";
       Json entry;
       entry["file"] = file;
       entry["sample_rate"] = rate;

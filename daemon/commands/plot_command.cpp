@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/commands/analysed_filter_file.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/commands/response_plot.hpp"
 #include "dsp/coefficient_file.hpp"
@@ -25,24 +26,18 @@ struct PlotArgs {
   std::string title;
 };
 
-constexpr double fallback_rate = 48000.0;
-
 int run_plot(const PlotArgs& args) {
   plot_terminal_for(args.output);  // a bad extension is refused before any work
   std::vector<PlottedFilter> filters;
   for (const std::string& file : args.files) {
     // Every file must load: a picture missing one of the filters asked for
     // would mislead, so the first bad file stops the command.
-    const CoefficientFileHeader header = read_coefficient_header(file);
-    const double rate = args.rate > 0.0            ? args.rate
-                        : header.sample_rate > 0.0 ? header.sample_rate
-                                                   : fallback_rate;
-    CoefficientFileOptions options;
-    options.channels = header.channels;
-    const FilterBank bank = load_filter_bank(file, options);
-    if (args.rate <= 0.0 && header.sample_rate <= 0.0) {
+    const AnalysedFilterFile analysed = load_for_analysis(file, args.rate, &load_filter_bank);
+    const FilterBank& bank = analysed.bank;
+    const double rate = analysed.rate;
+    if (analysed.rate_from == AnalysedFilterFile::RateFrom::assumed) {
       spdlog::info("{}: the file does not say its sample rate; drawn at {} Hz (--rate)", file,
-                   fallback_rate);
+                   rate);
     }
     const std::size_t count = bank.is_shared() ? 1 : bank.channels();
     const std::string name = std::filesystem::path(file).filename().string();
