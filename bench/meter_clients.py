@@ -78,19 +78,33 @@ def measure(args, clients, seconds):
     threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
         t.start()
-    probe = client.WebSocket(url, args.token)
+    def stats():
+        # A fresh connection per sample: one held idle for minutes is closed by the
+        # server's ping timeout, which is the server's job, not a failure.
+        probe = client.WebSocket(url, args.token)
+        try:
+            return probe.request({"request": "get_stats"})["result"]
+        finally:
+            probe.sock.close()
+
     time.sleep(min(2.0, seconds / 10))  # every subscription under way
     load_before = os.getloadavg()
-    before = probe.request({"request": "get_stats"})["result"]
+    before = stats()
     counts0 = list(received)
     cpu0, threads0, t0 = cpu_seconds(f"/proc/{args.pid}/stat"), thread_cpu_seconds(args.pid), time.monotonic()
-    time.sleep(seconds)
+    series = []
+    while (left := t0 + seconds - time.monotonic()) > 0:
+        time.sleep(min(10.0, left))
+        now = stats()
+        series.append({"t": round(time.monotonic() - t0, 1),
+                       "clients_receiving": sum(1 for c in cut_off if not c),
+                       **{k: now.get(k, 0) - before.get(k, 0) for k in ("blocks",) + xrun_counters}})
     cpu1, threads1, t1 = cpu_seconds(f"/proc/{args.pid}/stat"), thread_cpu_seconds(args.pid), time.monotonic()
     counts1 = list(received)
-    after = probe.request({"request": "get_stats"})["result"]
+    after = stats()
     load_after = os.getloadavg()
     stop.set()
-    for ws in sockets + [probe]:
+    for ws in sockets:
         ws.sock.close()
     elapsed = t1 - t0
     rates = [(b - a) / elapsed for a, b in zip(counts0, counts1)]
@@ -112,6 +126,7 @@ def measure(args, clients, seconds):
         **{k: after.get(k, 0) - before.get(k, 0) for k in xrun_counters},
         "totals_at_end": {k: after.get(k, 0) for k in xrun_counters},
         "load_average_1_5_15": {"before": load_before, "after": load_after},
+        "every_10_s_since_start": series,
     }
 
 
