@@ -178,13 +178,16 @@ void read_control(const Reader& reader, const toml::table& root, LiveConfig& con
 
 void read_web(const Reader& reader, const toml::table& root, LiveConfig& config) {
   if (const toml::table* table = reader.table(root, "web")) {
-    reader.check_known(*table, "web", {"port", "address", "token", "root"});
+    reader.check_known(*table, "web", {"port", "address", "token", "root", "idle_timeout_s"});
     if (auto port = reader.integer(*table, "web", "port", 0, 65535)) {
       config.web_port = static_cast<int>(*port);
     }
     if (auto address = reader.string(*table, "web", "address")) config.web_address = *address;
     if (auto token = reader.string(*table, "web", "token", /*allow_empty=*/true)) {
       config.web_token = *token;
+    }
+    if (auto idle = reader.integer(*table, "web", "idle_timeout_s", 2, 3600)) {
+      config.web_idle_timeout = std::chrono::seconds(*idle);
     }
     if (auto web_root = reader.string(*table, "web", "root", /*allow_empty=*/true)) {
       if (!web_root->empty()) config.web_root = reader.resolve(*web_root);

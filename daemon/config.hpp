@@ -16,7 +16,7 @@
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
-//   [web]     port = 0, address = "127.0.0.1", token = "", root = ""
+//   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60
 //   [state]   file = ""
 //   [jack]    client_name = "tapstream", autoconnect = true,
 //             connect_inputs / connect_outputs = "none" | "pattern" | ["one per channel", ...]
@@ -26,6 +26,7 @@
 
 #include <spdlog/common.h>
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <stdexcept>
@@ -102,6 +103,7 @@ struct LiveConfig {
   std::string web_address = "127.0.0.1";
   std::string web_token;             // required from clients when not on loopback
   std::filesystem::path web_root;    // static files of the page; empty: the installed ones
+  std::chrono::seconds web_idle_timeout{60};  // a silent client is pinged at half of it
   std::filesystem::path state_file;  // volume, mute, filters kept across restarts; empty: none
   JackConfig jack;                   // the client's name and connections under JACK
   spdlog::level::level_enum log_level = spdlog::level::info;

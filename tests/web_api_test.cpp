@@ -174,6 +174,27 @@ TEST_F(WebApi, MetersArePushedAtTheRequestedInterval) {
   EXPECT_LT(seconds, 2.0);  // nor much slower, even on a loaded machine
 }
 
+TEST_F(WebApi, AListenerThatAnswersPingsStaysAndOneThatHangsIsClosed) {
+  // A page that only watches the meters sends nothing for as long as it is
+  // open; the server's pings must keep it, and close a client that is gone.
+  ASSERT_NO_FATAL_FAILURE(start("idle_timeout_s = 2\n"));
+  WebsocketClient listener(port_, "/ws");
+  WebsocketClient hung(port_, "/ws");
+  hung.answer_pings(false);
+  ok(listener, {{"request", "subscribe_meters"}, {"interval_ms", 100}});
+  ok(hung, {{"request", "subscribe_meters"}, {"interval_ms", 100}});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(listener.receive(std::chrono::seconds(2)).has_value())
+        << "closed by the server: " << listener.closed_by_server();
+  }
+  while (hung.receive(std::chrono::seconds(3)).has_value()) {
+  }
+  EXPECT_TRUE(hung.closed_by_server());
+  EXPECT_EQ(ok(listener, {{"request", "get_state"}})["state"], "running");
+  stop();
+}
+
 TEST_F(WebApi, ATokenIsComparedAndACrossSiteOriginRefused) {
   const std::string token = "correct-horse-battery-staple";
   ASSERT_NO_FATAL_FAILURE(start("token = \"" + token + "\"\n"));

@@ -59,10 +59,18 @@ class WebsocketClient {
     fd_ = -1;
   }
 
+  // A browser answers the server's pings; a client that hangs does not.
+  void answer_pings(bool answer) { answer_pings_ = answer; }
+  // A close frame or the end of the stream was read (not a timeout).
+  bool closed_by_server() const { return closed_by_server_; }
+
   // Sends one masked text frame; false once the connection is gone.
-  bool send(const std::string& text) {
+  bool send(const std::string& text) { return send_frame(0x1, text); }
+
+  // Sends one masked frame of `opcode` (0x1 text, 0xA pong, ...).
+  bool send_frame(int opcode, const std::string& text) {
     std::string frame;
-    frame.push_back(static_cast<char>(0x81));
+    frame.push_back(static_cast<char>(0x80 | opcode));
     const std::size_t n = text.size();
     if (n < 126) {
       frame.push_back(static_cast<char>(0x80 | n));
@@ -97,7 +105,11 @@ class WebsocketClient {
       std::string payload(length, '\0');
       if (length > 0 && !read_exact(payload.data(), length, timeout)) return std::nullopt;
       const int opcode = head[0] & 0x0f;
-      if (opcode == 0x8) return std::nullopt;
+      if (opcode == 0x8) {
+        closed_by_server_ = true;
+        return std::nullopt;
+      }
+      if (opcode == 0x9 && answer_pings_ && !send_frame(0xA, payload)) return std::nullopt;
       if (opcode == 0x9 || opcode == 0xA) continue;
       message += payload;
       if (head[0] & 0x80) return message;
@@ -130,13 +142,18 @@ class WebsocketClient {
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
       const ssize_t r = ::recv(fd_, bytes + got, n - got, 0);
-      if (r <= 0) return false;
+      if (r <= 0) {
+        closed_by_server_ = r == 0;
+        return false;
+      }
       got += static_cast<std::size_t>(r);
     }
     return got == n;
   }
 
   int fd_ = -1;
+  bool answer_pings_ = true;
+  bool closed_by_server_ = false;
 };
 
 }  // namespace tapstream::testing

@@ -44,8 +44,10 @@ class WebSocket:
         self.buffer = head.split(b"\r\n\r\n", 1)[1]
 
     def send(self, text):
-        data = text.encode()
-        header = bytes([0x81])
+        self._send_frame(0x1, text.encode())
+
+    def _send_frame(self, opcode, data):
+        header = bytes([0x80 | opcode])
         if len(data) < 126:
             header += bytes([0x80 | len(data)])
         elif len(data) < 65536:
@@ -77,7 +79,10 @@ class WebSocket:
             opcode = first & 0x0F
             if opcode == 0x8:
                 raise ConnectionError("server closed the connection")
-            if opcode in (0x9, 0xA):  # ping/pong: not for us
+            if opcode == 0x9:  # the server's keep-alive: unanswered, it closes the connection
+                self._send_frame(0xA, payload)
+                continue
+            if opcode == 0xA:
                 continue
             message += payload
             if first & 0x80:

@@ -686,6 +686,7 @@ int run_daemon(RunArgs args) {
     web_options.port = config.web_port;
     web_options.token = config.web_token;
     web_options.web_root = web_root(config);
+    web_options.idle_timeout = config.web_idle_timeout;
     web = std::make_unique<WebsocketServer>(web_options, api);
     web->start();
     std::printf("web: http://%s:%d/\n", config.web_address.c_str(), web->port());

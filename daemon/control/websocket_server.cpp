@@ -125,7 +125,15 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void run(http::request<http::string_body> request) {
     beast::get_lowest_layer(ws_).expires_never();
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    // Beast's suggested server timeouts close a connection that has sent
+    // nothing for 5 minutes and never ping it: a page that only watches the
+    // meters was cut off then. Pinging keeps a live listener; a dead one is
+    // closed within idle_timeout.
+    websocket::stream_base::timeout timeouts{};
+    timeouts.handshake_timeout = http_timeout;
+    timeouts.idle_timeout = server_.options.idle_timeout;
+    timeouts.keep_alive_pings = true;
+    ws_.set_option(timeouts);
     ws_.read_message_max(server_.options.max_message_bytes);
     tokens_ = 2 * server_.options.max_messages_per_second;
     refilled_ = Clock::now();

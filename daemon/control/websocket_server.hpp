@@ -19,6 +19,7 @@
 // start() and stop() are called by the thread that owns the server. The
 // Boost headers stay in websocket_server.cpp.
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -37,6 +38,9 @@ struct WebsocketServerOptions {
   std::size_t max_clients = 128;
   std::size_t max_message_bytes = 12 << 20;  // an 8 MiB upload in base64 fits
   double max_messages_per_second = 100;      // sustained; bursts of twice that pass
+  // A client that sends nothing for half of this is pinged; one that has not
+  // answered (a pong counts) by the whole of it is gone and is closed.
+  std::chrono::seconds idle_timeout{60};
 };
 
 class WebsocketServerError : public std::runtime_error {
