@@ -101,8 +101,8 @@ struct LiveConfig {
   // The websocket API and browser page (daemon/control/websocket_server.hpp).
   int web_port = 0;  // 0: off
   std::string web_address = "127.0.0.1";
-  std::string web_token;             // required from clients when not on loopback
-  std::filesystem::path web_root;    // static files of the page; empty: the installed ones
+  std::string web_token;                      // required from clients when not on loopback
+  std::filesystem::path web_root;             // static files of the page; empty: the installed ones
   std::chrono::seconds web_idle_timeout{60};  // a silent client is pinged at half of it
   std::filesystem::path state_file;  // volume, mute, filters kept across restarts; empty: none
   JackConfig jack;                   // the client's name and connections under JACK
