@@ -32,6 +32,7 @@
 #include "kernels/direct_kernels.hpp"
 #include "kernels/fft_convolver.hpp"
 #include "kernels/partitioned/partitioned_convolver.hpp"
+#include "kernels/persistent_direct.hpp"
 
 namespace tapstream {
 
@@ -105,6 +106,46 @@ constexpr std::size_t kMaxPartitionedBlock = 1024;
 constexpr double kDirectSerialUsPerTap = 1.8e-3;
 constexpr double kFftSerialUsPerPartition = 0.3;
 
+// How a small call (zero-copy, direct form) reaches the device and is waited
+// for. TAPSTREAM_CUDA_SMALL_CALLS=persistent|spin|event picks one (for
+// measurements); persistent is the default: measured on the H100 (see
+// docs/performance.md, "Small calls"), it is the only one under the launch
+// floor. Calls the persistent kernel cannot take (a swap's crossfade, too
+// much work for its few blocks) fall back to a launch with a spin wait.
+enum class SmallCalls {
+  persistent,  // a kernel launched once serves every call (kernels/persistent_direct)
+  spin,        // a launch per call, the host polls its event
+  event,       // a launch per call, cudaEventSynchronize
+};
+constexpr SmallCalls kDefaultSmallCalls = SmallCalls::persistent;
+// The persistent kernel holds this many blocks (one SM each at most) while
+// the stream runs, and takes a call only when each block's share of the
+// multiply-adds stays near a microsecond (2^18 at ~64 per clock is 2 us);
+// larger work is faster spread over a whole grid by a launch.
+constexpr int kPersistentMaxBlocks = 16;
+constexpr long long kPersistentMaxMacsPerBlock = 1 << 18;
+// The persistent kernel returns after this long without a call
+// (TAPSTREAM_CUDA_PERSISTENT_IDLE_MS overrides it), so that a device-wide
+// synchronisation elsewhere in the process never waits longer.
+constexpr std::chrono::milliseconds kPersistentIdle{200};
+
+SmallCalls small_calls_from_environment() {
+  const char* env = std::getenv("TAPSTREAM_CUDA_SMALL_CALLS");
+  if (env == nullptr || *env == '\0') return kDefaultSmallCalls;
+  const std::string v(env);
+  if (v == "persistent") return SmallCalls::persistent;
+  if (v == "spin") return SmallCalls::spin;
+  if (v == "event") return SmallCalls::event;
+  throw std::invalid_argument("TAPSTREAM_CUDA_SMALL_CALLS='" + v +
+                              "': expected persistent, spin or event");
+}
+
+std::chrono::milliseconds persistent_idle_from_environment() {
+  const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS");
+  if (env == nullptr) return kPersistentIdle;
+  return std::chrono::milliseconds(std::max(1LL, std::strtoll(env, nullptr, 10)));
+}
+
 bool partitioned_by_cost_model() {
   const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED");
   if (env == nullptr) return kPartitionedByDefault;
@@ -162,6 +203,8 @@ class CudaEngineImpl final : public CudaEngine {
       throw std::invalid_argument("max_taps and max_block_frames must be below 2^30");
     if (const char* env = std::getenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES"))
       zero_copy_samples_ = std::strtoull(env, nullptr, 10);
+    small_calls_ = small_calls_from_environment();
+    persistent_idle_ = persistent_idle_from_environment();
 
     int count = 0;
     TAPSTREAM_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -177,6 +220,7 @@ class CudaEngineImpl final : public CudaEngine {
     int least_priority = 0, greatest_priority = 0;
     TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
     for (int s = 0; s < options.streams; ++s) streams_.emplace_back(greatest_priority);
+    stream_priority_ = greatest_priority;
     slot_frames_ = std::min(max_block_frames_, kMaxSlotFrames);
     const std::size_t block_samples = channels_ * max_block_frames_;
     pinned_in_ = PinnedBuffer<float>(block_samples, /*mapped=*/true);
@@ -217,6 +261,7 @@ class CudaEngineImpl final : public CudaEngine {
   }
 
   ~CudaEngineImpl() override {
+    persistent_.reset();  // stops the kernel
     for (auto& s : streams_) cudaStreamSynchronize(s.get());
     if (partitioned_) partitioned_->synchronize_tail();
   }
@@ -237,6 +282,16 @@ class CudaEngineImpl final : public CudaEngine {
 
     if (n <= zero_copy_samples_) {
       if (!in_staged) std::memcpy(pinned_in_.get(), in.data(), n * sizeof(float));
+      if (start_persistent()) {
+        note_enqueued(call_start);
+        if (persistent_->call(int(frames), layout == Layout::planar, history_index_)) {
+          if (history_len_ > 0) history_index_ = 1 - history_index_;
+          if (!out_staged) std::memcpy(out.data(), pinned_out_.get(), n * sizeof(float));
+          return;
+        }
+        persistent_failed_ = true;  // from now on a launch per call (below)
+      }
+      stop_persistent();
       const SampleView x = view(pinned_in_.device_pointer(), layout, frames, 0);
       const SampleView y = view(pinned_out_.device_pointer(), layout, frames, 0);
       filter(0, x, const_cast<float*>(y.data), y.channel_stride, y.frame_stride, frames, 0, frames,
@@ -244,10 +299,14 @@ class CudaEngineImpl final : public CudaEngine {
       done_[0].record(streams_[0].get());
       end_block();
       note_enqueued(call_start);
-      done_[0].synchronize();
+      if (small_calls_ == SmallCalls::event)
+        done_[0].synchronize();
+      else
+        spin_until(done_[0]);
       if (!out_staged) std::memcpy(out.data(), pinned_out_.get(), n * sizeof(float));
       return;
     }
+    stop_persistent();
 
     // Chunks pipelined over the streams: chunk i on stream i % S, its own device
     // slot; chunk i - E is drained (waited for and copied out) before chunk i is
@@ -297,6 +356,7 @@ class CudaEngineImpl final : public CudaEngine {
                                   std::to_string(channel_stride) + " is below frames " +
                                   std::to_string(frames));
     DeviceGuard guard(device_);
+    stop_persistent();
     const SampleView x{d_in, (long long)channel_stride, 1};
     filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
     end_block();
@@ -310,6 +370,7 @@ class CudaEngineImpl final : public CudaEngine {
       throw std::invalid_argument("set_filters: the bank has " + std::to_string(bank.max_taps()) +
                                   " taps, the engine holds at most " + std::to_string(max_taps_));
     DeviceGuard guard(device_);
+    stop_persistent();
     if (partitioned_) {
       partitioned_->set_filters(bank, crossfade);
       return;
@@ -328,6 +389,7 @@ class CudaEngineImpl final : public CudaEngine {
 
   void reset() override {
     DeviceGuard guard(device_);
+    stop_persistent();
     cudaStream_t stream = streams_[0].get();
     wait_chain(0);
     if (partitioned_) {
@@ -381,7 +443,7 @@ class CudaEngineImpl final : public CudaEngine {
           << cuda::kConstantBankFloats << " floats)";
     }
     d << ", " << streams_.size() << " streams, zero-copy up to " << zero_copy_samples_
-      << " samples per call";
+      << " samples per call (" << small_calls_description() << ")";
     if (!choice_note_.empty()) d << "; " << choice_note_;
     return d.str();
   }
@@ -493,6 +555,59 @@ class CudaEngineImpl final : public CudaEngine {
     tb.uploaded.record(stream);
     chain_.record(stream);
     chain_stream_ = 0;
+  }
+
+  // Starts the persistent kernel for small calls unless it runs already;
+  // false when small calls take a launch each instead (another mode, not the
+  // tuned direct form, a swap to crossfade, or too much work for its blocks).
+  bool start_persistent() {
+    if (small_calls_ != SmallCalls::persistent || persistent_failed_) return false;
+    if (algorithm_ != Algorithm::direct || kernel_ != DirectKernel::tuned || pending_) return false;
+    if (persistent_ && persistent_->running()) return true;
+    const SampleView x = view(pinned_in_.device_pointer(), Layout::interleaved, 0, 0);
+    DirectArgs a = direct_args(x, pinned_out_.device_pointer(), 1, (long long)channels_,
+                               max_block_frames_, active_);
+    const cuda::PersistentShape shape = cuda::persistent_tuned_shape(a, kPersistentMaxBlocks);
+    const long long macs_per_block =
+        (long long)shape.P * 8 * (long long)banks_[active_].taps_padded;
+    if (shape.blocks == 0 || macs_per_block > kPersistentMaxMacsPerBlock) return false;
+    if (!persistent_)
+      persistent_ = std::make_unique<cuda::PersistentDirect>(stream_priority_, persistent_idle_);
+    persistent_->start(a, shape, history_[0].get(), history_[1].get(), chain_);
+    return true;
+  }
+
+  // Before any other work: the persistent kernel returns (after its last
+  // carry), so that nothing else runs beside it on the history.
+  void stop_persistent() {
+    if (persistent_) persistent_->stop();
+  }
+
+  // Waits for `event` by polling it: no sleep and wake-up in the driver.
+  static void spin_until(const Event& event) {
+    for (;;) {
+      const cudaError_t state = cudaEventQuery(event.get());
+      if (state == cudaSuccess) return;
+      if (state != cudaErrorNotReady)
+        cuda::throw_cuda_error(state, "cudaEventQuery(small call's event)", __FILE__, __LINE__);
+    }
+  }
+
+  std::string small_calls_description() const {
+    if (persistent_failed_)
+      return "small calls: the persistent kernel did not answer; a launch each";
+    switch (small_calls_) {
+      case SmallCalls::persistent:
+        if (persistent_) return "small calls: " + persistent_->description();
+        return algorithm_ == Algorithm::direct && kernel_ == DirectKernel::tuned
+                   ? "small calls: persistent kernel where its blocks fit"
+                   : "small calls: a launch each, spin wait";
+      case SmallCalls::spin:
+        return "small calls: a launch each, spin wait";
+      case SmallCalls::event:
+        return "small calls: a launch each, event wait";
+    }
+    return "?";
   }
 
   void note_enqueued(std::chrono::steady_clock::time_point call_start) {
@@ -643,6 +758,11 @@ class CudaEngineImpl final : public CudaEngine {
   int multiprocessors_ = 1;
   std::string device_name_;
   std::size_t zero_copy_samples_ = kDefaultZeroCopySamples;
+  SmallCalls small_calls_ = kDefaultSmallCalls;
+  std::chrono::milliseconds persistent_idle_ = kPersistentIdle;
+  int stream_priority_ = 0;
+  std::unique_ptr<cuda::PersistentDirect> persistent_;
+  bool persistent_failed_ = false;
   double last_call_host_us_ = 0.0;
   Algorithm algorithm_ = Algorithm::direct;
   std::string choice_note_;

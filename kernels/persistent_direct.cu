@@ -1,0 +1,140 @@
+// Host side of the persistent direct-form kernel (see persistent_direct.hpp).
+
+#include <atomic>
+#include <memory>
+#include <sstream>
+
+#include "kernels/persistent_direct.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tapstream::cuda {
+
+namespace {
+
+// How long a call may wait for the kernel's answer before it is served again
+// by a fresh launch: far above a call's few microseconds, short enough that a
+// live period survives the one time it happens.
+constexpr std::chrono::milliseconds kAnswerTimeout{50};
+// Spins between looks at the clock and at whether the kernel has returned.
+constexpr unsigned kSpinsPerCheck = 256;
+
+void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+PersistentDirect::PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout)
+    : stream_(priority), control_(1, /*mapped=*/true), counters_(2), idle_timeout_(idle_timeout) {
+  std::construct_at(control_.get());  // zero words in the fresh page-locked memory
+}
+
+PersistentDirect::~PersistentDirect() {
+  try {
+    stop();
+  } catch (...) {
+    // A device error at teardown cannot be handled here; the stream's
+    // destructor still releases it.
+  }
+}
+
+void PersistentDirect::start(const DirectArgs& args, const PersistentShape& shape, float* history0,
+                             float* history1, const Event& after) {
+  stop();
+  args_ = PersistentArgs{};
+  args_.direct = args;
+  args_.history[0] = history0;
+  args_.history[1] = history1;
+  args_.control = control_.device_pointer();
+  args_.counters = counters_.get();
+  args_.idle_timeout_ns = idle_timeout_.count();
+  shape_ = shape;
+  after.wait_on(stream_.get());
+  launch(seq_);
+}
+
+void PersistentDirect::launch(unsigned served) {
+  args_.served = served;
+  counters_.zero(stream_.get());
+  launch_persistent_tuned(args_, shape_, stream_.get());
+  running_ = true;
+  last_active_ = std::chrono::steady_clock::now();
+}
+
+bool PersistentDirect::call(int frames, bool planar, int history_index) {
+  // A kernel that may have reached its idle timeout is replaced before the
+  // doorbell rings, so that no call races its return.
+  if (std::chrono::steady_clock::now() - last_active_ > idle_timeout_ / 2) {
+    stop();
+    launch(seq_);
+  }
+  const unsigned seq = seq_ + 1;
+  const unsigned long long word = (unsigned long long)seq | (unsigned long long)frames << 32 |
+                                  (unsigned long long)(planar ? 1 : 0) << 62 |
+                                  (unsigned long long)(history_index & 1) << 63;
+  std::atomic_ref<unsigned long long>(control_.get()->doorbell)
+      .store(word, std::memory_order_release);
+  seq_ = seq;
+  // No answer: the kernel returned after all, or a block of it is not
+  // resident (the device is full). A fresh launch serves the call again; the
+  // kernel's writes are the same the second time (same input, same history
+  // parity), so a half-served call does no harm.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (wait_for_answer(seq, std::chrono::steady_clock::now() + kAnswerTimeout)) {
+      last_active_ = std::chrono::steady_clock::now();
+      return true;
+    }
+    stop();
+    launch(seq - 1);
+  }
+  if (wait_for_answer(seq, std::chrono::steady_clock::now() + kAnswerTimeout)) {
+    last_active_ = std::chrono::steady_clock::now();
+    return true;
+  }
+  stop();
+  return false;
+}
+
+bool PersistentDirect::wait_for_answer(unsigned seq,
+                                       std::chrono::steady_clock::time_point deadline) {
+  std::atomic_ref<unsigned> done(control_.get()->done);
+  for (unsigned spins = 1;; ++spins) {
+    if (done.load(std::memory_order_acquire) == seq) return true;
+    relax();
+    if (spins % kSpinsPerCheck != 0) continue;
+    const cudaError_t state = cudaStreamQuery(stream_.get());
+    if (state == cudaSuccess) {  // the kernel has returned
+      running_ = false;
+      return done.load(std::memory_order_acquire) == seq;
+    }
+    if (state != cudaErrorNotReady)
+      throw_cuda_error(state, "cudaStreamQuery(persistent kernel's stream)", __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+void PersistentDirect::stop() {
+  if (!running_) return;
+  std::atomic_ref<unsigned>(control_.get()->stop).store(1, std::memory_order_release);
+  running_ = false;
+  const cudaError_t error = cudaStreamSynchronize(stream_.get());
+  std::atomic_ref<unsigned>(control_.get()->stop).store(0, std::memory_order_release);
+  if (error != cudaSuccess)
+    throw_cuda_error(error, "cudaStreamSynchronize(persistent kernel's stream)", __FILE__,
+                     __LINE__);
+}
+
+std::string PersistentDirect::description() const {
+  std::ostringstream d;
+  d << "persistent kernel, " << shape_.blocks << " blocks x 256 threads, returns after "
+    << std::chrono::duration_cast<std::chrono::milliseconds>(idle_timeout_).count()
+    << " ms without a call";
+  return d.str();
+}
+
+}  // namespace tapstream::cuda
