@@ -32,30 +32,27 @@ run() {  # run NAME COMMAND...: logs to tests.txt, remembers a failure
   echo "== $1" | tee -a "$out/tests.txt"
   shift
   local t0=$SECONDS
-  timeout 300 "$@" >>"$out/tests.txt" 2>&1
+  timeout "${STEP_TIMEOUT:-120}" "$@" >>"$out/tests.txt" 2>&1
   local rc=$?
   echo "   rc $rc, $((SECONDS - t0)) s" | tee -a "$out/tests.txt"
   [ $rc -eq 0 ] || status=1
   grep -E '^\[  (PASSED|FAILED) |FAILED  |ERROR SUMMARY|RACECHECK SUMMARY' "$out/tests.txt" | tail -3
 }
 run small_calls ./cuda_small_calls_test
-run partitioned_default ./cuda_partitioned_test \
-  --gtest_filter='*TheDefaultEngine*:*KernelOptionForcesIt*'
-run engine_suite ./cuda_engine_test
-run engine_suite_event env TAPSTREAM_CUDA_SMALL_CALLS=event ./cuda_engine_test \
-  --gtest_filter='*RandomStreams*:*SetFilters*'
-run memcheck compute-sanitizer --tool memcheck --error-exitcode 3 ./cuda_small_calls_test \
-  --gtest_filter='*LifeCycle*:*ClosePromptly*'
-run racecheck compute-sanitizer --tool racecheck --error-exitcode 3 ./cuda_small_calls_test \
-  --gtest_filter='*LifeCycle*'
-run synccheck compute-sanitizer --tool synccheck --error-exitcode 3 ./cuda_small_calls_test \
-  --gtest_filter='*LifeCycle*'
-
 for mode in event spin persistent; do
   echo "== streaming, small calls: $mode" | tee -a "$out/bench.txt"
-  TAPSTREAM_CUDA_SMALL_CALLS=$mode timeout 120 ./cuda_engine_bench --only streaming \
+  TAPSTREAM_CUDA_SMALL_CALLS=$mode timeout 60 ./cuda_engine_bench --only streaming \
     --commit "$commit" --json "$out/streaming-$mode.json" 2>&1 | tee -a "$out/bench.txt" |
     grep -E '^\s+\(' | cut -c1-80
 done
+run partitioned_default ./cuda_partitioned_test \
+  --gtest_filter='*TheDefaultEngine*:*KernelOptionForcesIt*'
+run memcheck compute-sanitizer --tool memcheck --error-exitcode 3 ./cuda_small_calls_test \
+  --gtest_filter='*SurvivesIdle*:*ClosePromptly*'
+run racecheck compute-sanitizer --tool racecheck --error-exitcode 3 ./cuda_small_calls_test \
+  --gtest_filter='*SurvivesIdle*'
+run synccheck compute-sanitizer --tool synccheck --error-exitcode 3 ./cuda_small_calls_test \
+  --gtest_filter='*SurvivesIdle*'
+[ "${SKIP_ENGINE_SUITE:-0}" = 1 ] || run engine_suite ./cuda_engine_test
 grep -E '^==|rc ' "$out/tests.txt"
 exit $status
