@@ -359,31 +359,62 @@ __device__ __forceinline__ long long global_time_ns() {
   return (long long)t;
 }
 
+__device__ __forceinline__ unsigned long long load_relaxed_gpu(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// The doorbell word that tells the blocks to return (no call has it: frames < 2^30 - 1).
+constexpr unsigned long long kStopWord = ~0ull;
+
 // Thread 0's wait for the next call: returns its doorbell word, or 0 when the
 // host asked the kernel to stop or no call came within the idle timeout.
-// Then, before the call may read the history, waits until every block has
-// carried the previous call's (`carries` of them in all).
+// Only block (0, 0) polls the host's words over the bus and relays them in
+// device memory (counters[2..3]); the other blocks poll that copy in L2: with
+// every block polling the bus, its reads queued behind the polls and a call
+// took 90 us (H100, 8 blocks). Then, before the call may read the history,
+// waits until every block has carried the previous call's (`carries` in all).
 __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned served,
-                                            unsigned carries) {
+                                            unsigned carries, bool relays) {
+  unsigned long long* relay = reinterpret_cast<unsigned long long*>(p.counters + 2);
   long long start = global_time_ns();
   unsigned long long word = 0;
-  for (;;) {
-    const unsigned stop = load_relaxed_system(&p.control->stop);
-    const unsigned long long w = load_relaxed_system(&p.control->doorbell);
-    if (stop != 0) return 0;
-    if (unsigned(w) != served) {
-      word = w;
-      break;
+  if (relays) {
+    for (;;) {
+      const unsigned stop = load_relaxed_system(&p.control->stop);
+      const unsigned long long w = load_relaxed_system(&p.control->doorbell);
+      if (stop != 0 || global_time_ns() - start > p.idle_timeout_ns) {
+        word = kStopWord;
+        break;
+      }
+      if (w != 0 && unsigned(w) != served) {
+        word = w;
+        break;
+      }
     }
-    if (global_time_ns() - start > p.idle_timeout_ns) return 0;
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+    store_relaxed_gpu(relay, word);
+  } else {
+    for (;;) {
+      const unsigned long long w = load_relaxed_gpu(relay);
+      if (w == kStopWord || global_time_ns() - start > p.idle_timeout_ns) return 0;
+      if (w != 0 && unsigned(w) != served) {
+        word = w;
+        break;
+      }
+    }
   }
+  if (word == kStopWord) return 0;
+  // Acquire: the host's input (system scope), the other blocks' carries.
   asm volatile("fence.acq_rel.sys;" ::: "memory");
   start = global_time_ns();
-  for (;;) {
-    const unsigned stop = load_relaxed_system(&p.control->stop);
-    if (load_relaxed_gpu(&p.counters[1]) >= carries) break;
-    if (stop != 0 || global_time_ns() - start > p.idle_timeout_ns) return 0;
-  }
+  while (load_relaxed_gpu(&p.counters[1]) < carries)
+    if (global_time_ns() - start > p.idle_timeout_ns) return 0;
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
   return word;
 }
@@ -407,7 +438,7 @@ __global__ void __launch_bounds__(kThreads)
   const int C = p.direct.channels;
   unsigned served = p.served, calls = 0;
   for (;;) {
-    if (threadIdx.x == 0) call_word = wait_for_call(p, served, calls * blocks);
+    if (threadIdx.x == 0) call_word = wait_for_call(p, served, calls * blocks, tile == 0 && c == 0);
     __syncthreads();
     const unsigned long long word = call_word;
     if (word == 0) return;

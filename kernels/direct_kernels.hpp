@@ -91,7 +91,9 @@ struct PersistentControl {
   // Host writes: call sequence number | frames << 32 | planar << 62 | history index << 63.
   unsigned long long doorbell = 0;
   unsigned int stop = 0;  // host writes: nonzero makes the kernel return
-  unsigned int done = 0;  // kernel writes: sequence number of the last call served
+  // Kernel writes: sequence number of the last call served; on a line of its
+  // own, apart from the words the kernel polls.
+  alignas(128) unsigned int done = 0;
 };
 
 struct PersistentArgs {
@@ -101,9 +103,11 @@ struct PersistentArgs {
   DirectArgs direct;
   float* history[2] = {nullptr, nullptr};
   PersistentControl* control = nullptr;  // device pointer of the mapped control block
-  unsigned int* counters = nullptr;      // 2 device words, zero at launch
-  unsigned int served = 0;               // sequence number already served at launch
-  long long idle_timeout_ns = 0;         // returns after this long without a call
+  // 4 device words, zero at launch: blocks done with the call, blocks done
+  // with its carry, and (words 2-3) the doorbell as block 0 relays it.
+  unsigned int* counters = nullptr;
+  unsigned int served = 0;        // sequence number already served at launch
+  long long idle_timeout_ns = 0;  // returns after this long without a call
 };
 
 struct PersistentShape {

@@ -30,7 +30,7 @@ void relax() {
 }  // namespace
 
 PersistentDirect::PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout)
-    : stream_(priority), control_(1, /*mapped=*/true), counters_(2), idle_timeout_(idle_timeout) {
+    : stream_(priority), control_(1, /*mapped=*/true), counters_(4), idle_timeout_(idle_timeout) {
   std::construct_at(control_.get());  // zero words in the fresh page-locked memory
 }
 
