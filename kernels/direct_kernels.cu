@@ -448,10 +448,23 @@ __global__ void __launch_bounds__(kThreads)
     const int h = int(word >> 63);
 
     const long long in_channel_stride = planar ? frames : 1, in_frame_stride = planar ? 1 : C;
+    const bool traced = p.trace && tile == 0 && c == 0 && threadIdx.x == 0;
+    if (traced) p.control->trace[0] = (unsigned long long)global_time_ns();
     const float* in_c = p.direct.in.data + c * in_channel_stride;
-    for (int f = threadIdx.x; f < frames; f += kThreads)
-      input[f] = __ldcv(in_c + f * in_frame_stride);
+    for (int f = threadIdx.x; f < frames; f += kThreads) {
+      const float* x = in_c + f * in_frame_stride;
+      if (p.input_loads == 0) {
+        input[f] = __ldcv(x);
+      } else if (p.input_loads == 1) {
+        float v;
+        asm volatile("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(x) : "memory");
+        input[f] = v;
+      } else {
+        input[f] = *x;
+      }
+    }
     __syncthreads();
+    if (traced) p.control->trace[1] = (unsigned long long)global_time_ns();
 
     DirectArgs a = p.direct;
     a.in = {input, 0, 1};
@@ -467,10 +480,14 @@ __global__ void __launch_bounds__(kThreads)
     // cumulative: it orders the stores the barrier made visible to thread 0);
     // a system fence per thread cost ~40 ns each, in series (90 us a call).
     __syncthreads();
+    if (traced) p.control->trace[2] = (unsigned long long)global_time_ns();
     if (threadIdx.x == 0) {
       asm volatile("fence.acq_rel.sys;" ::: "memory");  // this block's outputs, then its count
-      if (atomicInc(&p.counters[0], blocks - 1) == blocks - 1) {
+      const bool last = atomicInc(&p.counters[0], blocks - 1) == blocks - 1;
+      if (traced) p.control->trace[3] = (unsigned long long)global_time_ns();
+      if (last) {
         asm volatile("fence.acq_rel.sys;" ::: "memory");  // every block's, then the host hears
+        if (p.trace) p.control->trace[4] = (unsigned long long)global_time_ns();
         store_release_system(&p.control->done, seq);
       }
     }

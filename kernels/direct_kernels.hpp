@@ -94,6 +94,10 @@ struct PersistentControl {
   // Kernel writes: sequence number of the last call served; on a line of its
   // own, apart from the words the kernel polls.
   alignas(128) unsigned int done = 0;
+  // Kernel writes, when PersistentArgs::trace: %globaltimer (ns) of the last
+  // call: block 0 saw the doorbell, staged its input, computed, was counted;
+  // the last block wrote done.
+  alignas(128) unsigned long long trace[5] = {};
 };
 
 struct PersistentArgs {
@@ -108,6 +112,8 @@ struct PersistentArgs {
   unsigned int* counters = nullptr;
   unsigned int served = 0;        // sequence number already served at launch
   long long idle_timeout_ns = 0;  // returns after this long without a call
+  bool trace = false;             // fill PersistentControl::trace
+  int input_loads = 0;            // staging loads: 0 ld.cv, 1 ld.relaxed.sys, 2 ld.global
 };
 
 struct PersistentShape {

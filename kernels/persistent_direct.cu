@@ -1,6 +1,8 @@
 // Host side of the persistent direct-form kernel (see persistent_direct.hpp).
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 
@@ -53,6 +55,9 @@ void PersistentDirect::start(const DirectArgs& args, const PersistentShape& shap
   args_.control = control_.device_pointer();
   args_.counters = counters_.get();
   args_.idle_timeout_ns = idle_timeout_.count();
+  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_TRACE")) args_.trace = *env == '1';
+  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_LOADS"))
+    args_.input_loads = std::atoi(env);
   shape_ = shape;
   after.wait_on(stream_.get());
   launch(seq_);
@@ -80,6 +85,7 @@ bool PersistentDirect::call(int frames, bool planar, int history_index) {
   std::atomic_ref<unsigned long long>(control_.get()->doorbell)
       .store(word, std::memory_order_release);
   seq_ = seq;
+  const auto rung = std::chrono::steady_clock::now();
   // No answer: the kernel returned after all, or a block of it is not
   // resident (the device is full). A fresh launch serves the call again; the
   // kernel's writes are the same the second time (same input, same history
@@ -87,6 +93,13 @@ bool PersistentDirect::call(int frames, bool planar, int history_index) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (wait_for_answer(seq, std::chrono::steady_clock::now() + kAnswerTimeout)) {
       last_active_ = std::chrono::steady_clock::now();
+      if (args_.trace && traced_[0].size() < 100000) {
+        const volatile unsigned long long* t = control_.get()->trace;
+        for (int i = 1; i < 4; ++i) traced_[i - 1].push_back(double(t[i] - t[0]) / 1e3);
+        traced_[3].push_back(double(t[4] - t[0]) / 1e3);
+        traced_[4].push_back(
+            std::chrono::duration<double, std::micro>(last_active_ - rung).count());
+      }
       return true;
     }
     stop();
@@ -134,6 +147,15 @@ std::string PersistentDirect::description() const {
   d << "persistent kernel, " << shape_.blocks << " blocks x 256 threads, returns after "
     << std::chrono::duration_cast<std::chrono::milliseconds>(idle_timeout_).count()
     << " ms without a call";
+  if (!traced_[0].empty()) {
+    d << "; trace, median us after block 0 saw the doorbell: staged / computed / counted / done";
+    for (const auto& v : traced_) {
+      std::vector<double> s = v;
+      std::nth_element(s.begin(), s.begin() + long(s.size() / 2), s.end());
+      d << (&v == &traced_[4] ? ", host ring to answer " : " ") << s[s.size() / 2];
+    }
+    d << " (" << traced_[0].size() << " calls, loads " << args_.input_loads << ")";
+  }
   return d.str();
 }
 

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_resources.hpp"
 #include "kernels/direct_kernels.hpp"
@@ -70,6 +71,9 @@ class PersistentDirect {
   std::chrono::nanoseconds idle_timeout_;
   unsigned int seq_ = 0;  // the last call rung (and answered, between calls)
   std::chrono::steady_clock::time_point last_active_;  // the last launch or answer
+  // TAPSTREAM_CUDA_PERSISTENT_TRACE=1: per answered call, the kernel's times
+  // (us after block 0 saw the doorbell) and the host's ring-to-answer time.
+  std::vector<double> traced_[5];
   bool running_ = false;
 };
 
