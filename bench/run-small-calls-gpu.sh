@@ -45,6 +45,10 @@ for mode in event spin persistent; do
     --commit "$commit" --json "$out/streaming-$mode.json" 2>&1 | tee -a "$out/bench.txt" |
     grep -E '^\s+\(' | cut -c1-80
 done
+echo "== persistent kernel, traced (segments after block 0 saw the doorbell)" | tee -a "$out/bench.txt"
+TAPSTREAM_CUDA_SMALL_CALLS=persistent TAPSTREAM_CUDA_PERSISTENT_TRACE=1 timeout 60 \
+  ./cuda_engine_bench --only streaming --blocks 3000 2>&1 | grep -E '^\s+\((2, 256|2, 64)' |
+  sed -e 's/cuda (NVIDIA[^;]*small calls: //' | tee -a "$out/bench.txt"
 run partitioned_default ./cuda_partitioned_test \
   --gtest_filter='*TheDefaultEngine*:*KernelOptionForcesIt*'
 run memcheck compute-sanitizer --tool memcheck --error-exitcode 3 ./cuda_small_calls_test \

@@ -374,15 +374,19 @@ constexpr unsigned long long kStopWord = ~0ull;
 
 // Thread 0's wait for the next call: returns its doorbell word, or 0 when the
 // host asked the kernel to stop or no call came within the idle timeout.
+// First it waits until every block has carried the previous call (`carries`
+// in all): before the doorbell, while the host turns around, not after it.
 // Only block (0, 0) polls the host's words over the bus and relays them in
 // device memory (counters[2..3]); the other blocks poll that copy in L2: with
-// every block polling the bus, its reads queued behind the polls and a call
-// took 90 us (H100, 8 blocks). Then, before the call may read the history,
-// waits until every block has carried the previous call's (`carries` in all).
+// every block polling the bus, its reads queued behind the polls (H100, 8
+// blocks: 96 us a call). One fence after the word acquires all of it: the
+// host's input (system scope) and the other blocks' carries.
 __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned served,
                                             unsigned carries, bool relays) {
   unsigned long long* relay = reinterpret_cast<unsigned long long*>(p.counters + 2);
   long long start = global_time_ns();
+  while (load_relaxed_gpu(&p.counters[1]) < carries)
+    if (global_time_ns() - start > p.idle_timeout_ns) return 0;
   unsigned long long word = 0;
   if (relays) {
     for (;;) {
@@ -408,15 +412,9 @@ __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned se
         break;
       }
     }
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
   }
-  if (word == kStopWord) return 0;
-  // Acquire: the host's input (system scope), the other blocks' carries.
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-  start = global_time_ns();
-  while (load_relaxed_gpu(&p.counters[1]) < carries)
-    if (global_time_ns() - start > p.idle_timeout_ns) return 0;
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  return word;
+  return word == kStopWord ? 0 : word;
 }
 
 // Launched once, serves calls until stopped or idle (see direct_kernels.hpp).

@@ -113,7 +113,10 @@ struct PersistentArgs {
   unsigned int served = 0;        // sequence number already served at launch
   long long idle_timeout_ns = 0;  // returns after this long without a call
   bool trace = false;             // fill PersistentControl::trace
-  int input_loads = 0;            // staging loads: 0 ld.cv, 1 ld.relaxed.sys, 2 ld.global
+  // Staging loads: 2 plain (the fence after the doorbell makes them see the
+  // input), 0 ld.cv, 1 ld.relaxed.sys: both measured slower (H100, 2 x 256 x
+  // 2048: 26 us a call against 17, the compute after them 2-3x slower).
+  int input_loads = 2;
 };
 
 struct PersistentShape {
