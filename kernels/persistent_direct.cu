@@ -19,6 +19,7 @@ namespace {
 // How long a call may wait for the kernel's answer before it is served again
 // by a fresh launch: far above a call's few microseconds, short enough that a
 // live period survives the one time it happens.
+// TAPSTREAM_CUDA_PERSISTENT_ANSWER_US overrides it (tests of the recovery).
 constexpr std::chrono::milliseconds kAnswerTimeout{50};
 // Spins between looks at the clock and at whether the kernel has returned.
 constexpr unsigned kSpinsPerCheck = 256;
@@ -32,7 +33,13 @@ void relax() {
 }  // namespace
 
 PersistentDirect::PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout)
-    : stream_(priority), control_(1, /*mapped=*/true), counters_(4), idle_timeout_(idle_timeout) {
+    : stream_(priority),
+      control_(1, /*mapped=*/true),
+      counters_(4),
+      idle_timeout_(idle_timeout),
+      answer_timeout_(kAnswerTimeout) {
+  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_ANSWER_US"))
+    answer_timeout_ = std::chrono::microseconds(std::max(1L, std::strtol(env, nullptr, 10)));
   std::construct_at(control_.get());  // zero words in the fresh page-locked memory
 }
 
@@ -91,7 +98,7 @@ bool PersistentDirect::call(int frames, bool planar, int history_index) {
   // kernel's writes are the same the second time (same input, same history
   // parity), so a half-served call does no harm.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (wait_for_answer(seq, std::chrono::steady_clock::now() + kAnswerTimeout)) {
+    if (wait_for_answer(seq, std::chrono::steady_clock::now() + answer_timeout_)) {
       last_active_ = std::chrono::steady_clock::now();
       if (args_.trace && traced_[0].size() < 100000) {
         const volatile unsigned long long* t = control_.get()->trace;
@@ -105,7 +112,7 @@ bool PersistentDirect::call(int frames, bool planar, int history_index) {
     stop();
     launch(seq - 1);
   }
-  if (wait_for_answer(seq, std::chrono::steady_clock::now() + kAnswerTimeout)) {
+  if (wait_for_answer(seq, std::chrono::steady_clock::now() + answer_timeout_)) {
     last_active_ = std::chrono::steady_clock::now();
     return true;
   }

@@ -69,6 +69,7 @@ class PersistentDirect {
   PersistentArgs args_;
   PersistentShape shape_;
   std::chrono::nanoseconds idle_timeout_;
+  std::chrono::nanoseconds answer_timeout_;
   unsigned int seq_ = 0;  // the last call rung (and answered, between calls)
   std::chrono::steady_clock::time_point last_active_;  // the last launch or answer
   // TAPSTREAM_CUDA_PERSISTENT_TRACE=1: per answered call, the kernel's times

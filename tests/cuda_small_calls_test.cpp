@@ -149,6 +149,34 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
   }
 }
 
+// Answer timeouts far below a call's time make every call take the recovery
+// paths: a fresh launch serves the unanswered call again (writing the same
+// outputs and history), and after three misses the engine falls back to a
+// launch per call. The output must stay exact through all of them.
+TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) {
+  const std::uint64_t seed = announce("persistent kernel recovery", 31);
+  ScopedEnv mode("TAPSTREAM_CUDA_SMALL_CALLS", "persistent");
+  for (const char* answer_us : {"12", "1"}) {
+    ScopedEnv answer("TAPSTREAM_CUDA_PERSISTENT_ANSWER_US", answer_us);
+    const std::size_t channels = 2, taps = 2048, block = 256, frames = 20000;
+    const FilterBank bank = bank_for(channels, taps, seed);
+    const Signals in = inputs(channels, frames, seed + 1);
+    EngineOptions options;
+    options.max_block_frames = block;
+    auto engine = make_cuda_engine(bank, options);
+    Signals out(channels, std::vector<float>(frames));
+    std::size_t start = 0, call = 0;
+    for (const std::size_t n : call_sizes(frames, block, seed + 2)) {
+      run_call(*engine, in, out, start, n, call++ % 2 ? Layout::planar : Layout::interleaved);
+      start += n;
+    }
+    std::printf("answer timeout %s us: %s\n", answer_us, engine->description().c_str());
+    for (std::size_t c = 0; c < channels; ++c)
+      EXPECT_LE(relative_error(out[c], reference(in, bank, c)), kTolerance)
+          << "answer timeout " << answer_us << " us, channel " << c;
+  }
+}
+
 TEST_F(CudaSmallCalls, PersistentKernelIsTheDefaultForTheStreamingTargetShape) {
   ScopedEnv env("TAPSTREAM_CUDA_SMALL_CALLS", "");
   const FilterBank bank = bank_for(2, 2048, 5);
