@@ -7,10 +7,13 @@
 // Threads and memory ordering: one host thread (the engine's caller) writes
 // the control block's doorbell and stop words and reads done; the kernel
 // reads the first two and writes done. The host's input is written before
-// the doorbell's release store; the kernel reads the doorbell with an
-// acquire load at system scope, so it sees that input. The kernel fences its
-// outputs at system scope before its release store of done, and the host
-// reads done with an acquire load before it reads them.
+// the doorbell's release store; the kernel's block 0 polls the doorbell and,
+// once it changed, fences (acquire, system scope) before relaying it to the
+// other blocks in device memory, which fence likewise before they read the
+// input. The kernel fences its outputs at system scope before its release
+// store of done, and the host reads done with an acquire load before it
+// reads them. done is final only once the kernel has returned: after a
+// relaunch only the new launch's answer counts.
 //
 // Never hangs: the kernel returns when no call comes within the idle timeout
 // (so a device-wide synchronisation elsewhere in the process waits at most
