@@ -16,12 +16,16 @@
 // relaunch only the new launch's answer counts.
 //
 // Never hangs: the kernel returns when no call comes within the idle timeout
-// (so a device-wide synchronisation elsewhere in the process waits at most
-// that long; a call after half that pause relaunches it first), and a call
+// (a call after half that pause relaunches it first), and a call
 // that gets no answer in 50 ms is served again by a fresh launch, then given
 // up (call() returns false and the caller filters the call another way).
 // While it runs it holds its blocks' multiprocessors, and other processes on
-// the GPU share time with it (time slicing between contexts).
+// the GPU share time with it (time slicing between contexts). While calls keep
+// coming it does not return, so a device-wide synchronisation (cudaFree,
+// cudaDeviceSynchronize) on another thread would wait for the stream to
+// pause: the engine stops it before any of its own (swaps, reset, large
+// calls), and in tapstream all CUDA work of an engine runs on its caller's
+// thread.
 
 #include <chrono>
 #include <string>
