@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "daemon/gain_range.hpp"
+#include "daemon/matrix_config.hpp"
 #include "daemon/toml_reader.hpp"
 
 namespace tapstream {
@@ -74,24 +75,48 @@ EndpointConfig read_endpoint(const Reader& reader, const toml::table& root, std:
   return endpoint;
 }
 
+// [filter] matrix = "m.toml": the routing-matrix file `process --matrix`
+// takes. Its inputs and outputs are the stream's channels; its paths are read
+// (and every one checked) when the daemon starts or reloads.
+void read_matrix_file(const Reader& reader, const toml::table& root, const toml::table& table,
+                      LiveConfig& config) {
+  const toml::node& node = *table.get("matrix");
+  if (const toml::node* channels = root.get("channels")) {
+    reader.fail("channels", *channels,
+                "not with filter.matrix: the matrix file gives the inputs and outputs");
+  }
+  const auto name = reader.string(table, "filter", "matrix");
+  config.matrix_file = reader.resolve(*name);
+  reader.require_file("filter.matrix", node, config.matrix_file);
+  const MatrixShape shape = read_matrix_shape(config.matrix_file);
+  config.matrix_inputs = shape.inputs;
+  config.channels = shape.outputs;
+}
+
 void read_filter(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "filter");
-  if (table == nullptr) reader.fail("missing [filter] table with file = \"...\" or files = [...]");
-  reader.check_known(*table, "filter",
-                     {"file", "files", "gain_db", "watch", "max_taps", "ignore_sample_rate"});
+  if (table == nullptr) {
+    reader.fail("missing [filter] table with file = \"...\", files = [...] or matrix = \"m.toml\"");
+  }
+  reader.check_known(
+      *table, "filter",
+      {"file", "files", "matrix", "gain_db", "watch", "max_taps", "ignore_sample_rate"});
   const toml::node* file = table->get("file");
   const toml::node* files = table->get("files");
-  if (file != nullptr && files != nullptr) {
+  const toml::node* matrix = table->get("matrix");
+  if (int(file != nullptr) + int(files != nullptr) + int(matrix != nullptr) > 1) {
     reader.fail(
-        "filter: give either file (one filter for all channels) or files (one per "
-        "channel), not both");
+        "filter: give one of file (one filter for all channels), files (one per channel) or "
+        "matrix (a routing-matrix file)");
   }
-  if (file == nullptr && files == nullptr) {
+  if (file == nullptr && files == nullptr && matrix == nullptr) {
     reader.fail(
-        "filter: missing file = \"...\" (one filter for all channels) or files = [...] "
-        "(one per channel)");
+        "filter: missing file = \"...\" (one filter for all channels), files = [...] (one per "
+        "channel) or matrix = \"m.toml\" (a routing-matrix file)");
   }
-  if (file != nullptr) {
+  if (matrix != nullptr) {
+    read_matrix_file(reader, root, *table, config);
+  } else if (file != nullptr) {
     const fs::path path = reader.resolve(*reader.string(*table, "filter", "file"));
     reader.require_file("filter.file", *file, path);
     config.filter_files = {path};
@@ -273,8 +298,10 @@ void read_jack(const Reader& reader, const toml::table& root, LiveConfig& config
   if (auto autoconnect = reader.boolean(*table, "jack", "autoconnect")) {
     config.jack.autoconnect = *autoconnect;
   }
-  config.jack.inputs = read_port_patterns(reader, *table, "connect_inputs", config.channels);
-  config.jack.outputs = read_port_patterns(reader, *table, "connect_outputs", config.channels);
+  config.jack.inputs =
+      read_port_patterns(reader, *table, "connect_inputs", config.input_channels());
+  config.jack.outputs =
+      read_port_patterns(reader, *table, "connect_outputs", config.output_channels());
 }
 
 void read_log(const Reader& reader, const toml::table& root, LiveConfig& config) {

@@ -11,7 +11,7 @@
 //   latency = "buffered" | "zero"  # zero: each period's output in its own callback
 //   [input]   device = "default" | "name" | index    or   file = "in.wav", realtime = true
 //   [output]  device = "default" | "name" | index    or   file = "out.wav"
-//   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]
+//   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]  or  matrix = "m.toml"
 //             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0
@@ -77,6 +77,8 @@ struct LiveConfig {
 
   int sample_rate = 48000;
   std::size_t block_frames = 256;
+  // The output's channels, and the input's too but with a matrix (whose
+  // file gives both: `channels` is then its outputs).
   std::size_t channels = 2;
   std::size_t ring_margin_frames = 256;  // buffered mode only
   LatencyMode latency = LatencyMode::buffered;
@@ -84,8 +86,12 @@ struct LiveConfig {
   EndpointConfig input;
   EndpointConfig output;
 
-  // One file for all channels, or one per channel (absolute paths).
+  // One file for all channels, or one per channel (absolute paths), or...
   std::vector<std::filesystem::path> filter_files;
+  // ...a routing matrix: [filter] matrix, the file `process --matrix` takes
+  // (absolute); its paths are read by load_configured_matrix().
+  std::filesystem::path matrix_file;
+  std::size_t matrix_inputs = 0;  // the matrix file's inputs (its outputs are `channels`)
   double gain_db = 0.0;
   bool watch_filters = true;
   bool ignore_filter_sample_rate = false;
@@ -108,6 +114,10 @@ struct LiveConfig {
   JackConfig jack;                   // the client's name and connections under JACK
   spdlog::level::level_enum log_level = spdlog::level::info;
   std::filesystem::path log_file;  // empty: log to stderr only
+
+  bool has_matrix() const { return !matrix_file.empty(); }
+  std::size_t input_channels() const { return has_matrix() ? matrix_inputs : channels; }
+  std::size_t output_channels() const { return channels; }
 
   // The filter file of `channel` (the one shared file when there is only one).
   const std::filesystem::path& filter_file(std::size_t channel) const {

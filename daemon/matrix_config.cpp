@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -89,6 +90,7 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
     path.taps = channels[channel];
     path.source =
         resolved.string() + (channels.size() > 1 ? " channel " + std::to_string(channel) : "");
+    path.file = resolved;
     paths.push_back(std::move(path));
   }
   return paths;
@@ -124,6 +126,7 @@ std::vector<MatrixPath> read_dense(const Reader& reader, const toml::table& dens
     path.gain_db = gain_db;
     path.taps = std::move(channels[k]);
     path.source = resolved.string() + " channel " + std::to_string(k);
+    path.file = resolved;
     paths.push_back(std::move(path));
   }
   if (paths.empty()) reader.fail("dense: every channel of " + resolved.string() + " is zero");
@@ -155,15 +158,44 @@ RoutingMatrix read_matrix(const Reader& reader, const toml::table& root,
   }
 }
 
-RoutingMatrix load_matrix_file(const fs::path& file, const MatrixFileOptions& options) {
+namespace {
+
+toml::table parse_matrix_file(const fs::path& file) {
   std::ifstream stream(file, std::ios::binary);
-  if (!stream) throw ConfigError(file.string() + ": cannot open the matrix file");
+  std::error_code error;
+  if (!stream || fs::is_directory(file, error))
+    throw ConfigError(file.string() + ": cannot open the matrix file");
   std::ostringstream text;
   text << stream.rdbuf();
-  const toml::table root = parse_toml(text.str(), file.string());
+  toml::table root = parse_toml(text.str(), file.string());
+  Reader(file.string(), file.parent_path())
+      .check_known(root, "", {"inputs", "outputs", "path", "dense"});
+  return root;
+}
+
+}  // namespace
+
+RoutingMatrix load_matrix_file(const fs::path& file, const MatrixFileOptions& options) {
+  const toml::table root = parse_matrix_file(file);
+  return read_matrix(Reader(file.string(), file.parent_path()), root, options);
+}
+
+MatrixShape read_matrix_shape(const fs::path& file) {
+  const toml::table root = parse_matrix_file(file);
   const Reader reader(file.string(), file.parent_path());
-  reader.check_known(root, "", {"inputs", "outputs", "path", "dense"});
-  return read_matrix(reader, root, options);
+  const auto inputs = reader.integer(root, "", "inputs", 1, kMaxChannels);
+  const auto outputs = reader.integer(root, "", "outputs", 1, kMaxChannels);
+  if (!inputs || !outputs) reader.fail("a matrix needs both inputs and outputs");
+  return {std::size_t(*inputs), std::size_t(*outputs)};
+}
+
+std::vector<float> load_path_filter(const fs::path& file, const MatrixFileOptions& options) {
+  std::vector<std::vector<float>> channels = load_filter_channels(file, options);
+  if (channels.size() != 1) {
+    throw std::invalid_argument(file.string() + " has " + std::to_string(channels.size()) +
+                                " channels; a path takes one filter");
+  }
+  return std::move(channels.front());
 }
 
 }  // namespace tapstream

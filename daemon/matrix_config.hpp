@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <vector>
 
 #include "daemon/toml_reader.hpp"
 #include "dsp/routing_matrix.hpp"
@@ -43,5 +44,20 @@ RoutingMatrix read_matrix(const toml_reading::Reader& reader, const toml::table&
 
 // A whole matrix file (relative coefficient paths are relative to it).
 RoutingMatrix load_matrix_file(const std::filesystem::path& file, const MatrixFileOptions& options);
+
+// Only a matrix file's inputs and outputs (its keys checked, its paths not
+// read), for a configuration that names it. Throws ConfigError naming the
+// file and the key.
+struct MatrixShape {
+  std::size_t inputs = 0;
+  std::size_t outputs = 0;
+};
+MatrixShape read_matrix_shape(const std::filesystem::path& file);
+
+// The one filter of a coefficient file, for one path (`ctl load path`).
+// Throws naming the file: unreadable, another rate, too long, or more than
+// one channel.
+std::vector<float> load_path_filter(const std::filesystem::path& file,
+                                    const MatrixFileOptions& options);
 
 }  // namespace tapstream

@@ -1,6 +1,7 @@
 #pragma once
-// The hand-off of a new FilterBank from the control thread (ctl socket, file
-// watcher, SIGHUP) to the engine thread, which installs it at a block boundary.
+// The hand-off of a new FilterBank (or RoutingMatrix: MatrixMailbox) from the
+// control thread (ctl socket, file watcher, SIGHUP) to the engine thread,
+// which installs it at a block boundary.
 //
 // Threads: one control thread calls post(), collect(), acknowledged() and
 // wait_acknowledged(); one engine thread calls poll() once per block. The
@@ -33,15 +34,18 @@
 #include <utility>
 
 #include "dsp/filter_bank.hpp"
+#include "dsp/routing_matrix.hpp"
 
 namespace tapstream {
 
-class FilterMailbox {
+// `Payload`: what is handed over whole (FilterBank, RoutingMatrix), immutable once posted.
+template <typename Payload>
+class Mailbox {
  public:
-  FilterMailbox() = default;
-  FilterMailbox(const FilterMailbox&) = delete;
-  FilterMailbox& operator=(const FilterMailbox&) = delete;
-  ~FilterMailbox() {
+  Mailbox() = default;
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
+  ~Mailbox() {
     // Both threads have stopped using the mailbox by now.
     std::unique_ptr<Node> pending(pending_.exchange(nullptr, std::memory_order_acquire));
     collect();
@@ -52,7 +56,7 @@ class FilterMailbox {
   // Queues `bank` for the engine and returns its sequence number (1, 2, ...).
   // A bank posted before it and not yet taken is dropped: the newest wins,
   // and its acknowledgement also covers the dropped one.
-  std::uint64_t post(std::shared_ptr<const FilterBank> bank) {
+  std::uint64_t post(std::shared_ptr<const Payload> bank) {
     collect();
     auto node = std::make_unique<Node>();
     node->bank = std::move(bank);
@@ -103,7 +107,7 @@ class FilterMailbox {
     Node* node = pending_.exchange(nullptr, std::memory_order_acquire);
     if (node == nullptr) return false;
     try {
-      install(static_cast<const FilterBank&>(*node->bank));
+      install(static_cast<const Payload&>(*node->bank));
     } catch (...) {
       rejected_.store(node->sequence, std::memory_order_release);
       give_back(node);
@@ -120,7 +124,7 @@ class FilterMailbox {
 
  private:
   struct Node {
-    std::shared_ptr<const FilterBank> bank;
+    std::shared_ptr<const Payload> bank;
     std::uint64_t sequence = 0;
     Node* next = nullptr;  // link in the returned_ stack
   };
@@ -139,5 +143,8 @@ class FilterMailbox {
   std::atomic<std::uint64_t> acknowledged_{0};
   std::atomic<std::uint64_t> rejected_{0};
 };
+
+using FilterMailbox = Mailbox<FilterBank>;
+using MatrixMailbox = Mailbox<RoutingMatrix>;
 
 }  // namespace tapstream

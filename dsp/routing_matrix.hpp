@@ -7,6 +7,7 @@
 // hand it over whole.
 
 #include <cstddef>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,8 @@ struct MatrixPath {
   double gain_db = 0.0;
   std::size_t delay_frames = 0;
   bool invert = false;
-  std::string source;  // where the taps came from ("woofer.txt", "ir.wav channel 2")
+  std::string source;          // where the taps came from ("woofer.txt", "ir.wav channel 2")
+  std::filesystem::path file;  // the coefficient file they were read from (empty: none)
 
   // The taps the engine runs: delay_frames zeros, then taps x gain x polarity.
   std::vector<float> effective_taps() const;

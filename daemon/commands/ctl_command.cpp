@@ -1,4 +1,5 @@
-// `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE | reload | stop`:
+// `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE |
+// load path I O FILE | load matrix FILE | reload | stop`:
 // talks to a running `tapstream run` through its control socket and prints
 // the one-line JSON reply; exits 1 when the reply says "ok":false.
 
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
@@ -21,9 +23,25 @@ struct CtlArgs {
   std::string socket;
   std::string config;
   int timeout_ms = 10000;
-  std::string channel;
-  std::string file;
+  std::vector<std::string> load;  // CHANNEL|all FILE, path I O FILE, matrix FILE
 };
+
+// The `load` request line for `words`; throws UsageError when they are not
+// one of the forms.
+std::string load_request(const std::vector<std::string>& words) {
+  const bool path = !words.empty() && words.front() == "path";
+  if (words.size() != (path ? 4u : 2u)) {
+    throw UsageError(
+        "load: expected CHANNEL FILE, all FILE, path INPUT OUTPUT FILE or matrix FILE");
+  }
+  const std::string& file = words.back();
+  if (file.find('\n') != std::string::npos) {
+    throw ControlSocketError("file name contains a newline");
+  }
+  std::string request = "load";
+  for (std::size_t i = 0; i + 1 < words.size(); ++i) request += " " + words[i];
+  return request + " " + std::filesystem::absolute(file).lexically_normal().string();
+}
 
 std::filesystem::path choose_socket(const CtlArgs& args) {
   if (!args.socket.empty()) return args.socket;
@@ -56,10 +74,14 @@ Command add_ctl_command(CLI::App& app) {
   status->fallthrough();
   CLI::App* load = ctl->add_subcommand(
       "load",
-      "Load a coefficient file for one channel (from 0) or all; swapped at a block boundary");
+      "Load a coefficient file for one channel (from 0) or all, or (with a routing matrix) for "
+      "the path from input I to output O, or a whole matrix file; swapped at a block boundary "
+      "with a one-block crossfade");
   load->fallthrough();
-  load->add_option("channel", args->channel, "Channel number (from 0) or 'all'")->required();
-  load->add_option("file", args->file, "Coefficient file")->required();
+  load->add_option("what", args->load,
+                   "CHANNEL FILE | all FILE | path INPUT OUTPUT FILE | matrix FILE")
+      ->required()
+      ->expected(2, 4);
   CLI::App* reload = ctl->add_subcommand(
       "reload", "Read the configuration again (as SIGHUP): only changed filter files are re-read");
   reload->fallthrough();
@@ -78,11 +100,7 @@ Command add_ctl_command(CLI::App& app) {
     } else if (stop->parsed()) {
       request = "stop";
     } else if (load->parsed()) {
-      if (args->file.find('\n') != std::string::npos) {
-        throw ControlSocketError("file name contains a newline");
-      }
-      request = "load " + args->channel + " " +
-                std::filesystem::absolute(args->file).lexically_normal().string();
+      request = load_request(args->load);
     }
     const std::string reply =
         control_request(socket, request, std::chrono::milliseconds(args->timeout_ms));

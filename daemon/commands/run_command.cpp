@@ -8,8 +8,9 @@
 // sigtimedwait, so no code runs in a signal handler); the PortAudio callback
 // or the file driver and the engine thread run the pipeline
 // (daemon/pipeline/live_pipeline.hpp); the control socket and the file watcher call
-// back into FilterSwapper, which serialises them with a mutex (none of that
-// is on the audio path: the engine only polls the mailbox).
+// back into FilterSwapper (or MatrixSwapper, for a routing matrix), which
+// serialises them with a mutex (none of that is on the audio path: the engine
+// only polls the mailbox).
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -45,6 +46,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/file_watcher.hpp"
 #include "daemon/control/filter_swapper.hpp"
+#include "daemon/control/matrix_swapper.hpp"
 #include "daemon/control/state_file.hpp"
 #include "daemon/control/websocket_server.hpp"
 #include "daemon/engine_factory.hpp"
@@ -119,15 +121,23 @@ struct DevicePlan {
 
 DevicePlan plan_devices(const LiveConfig& config) {
   DevicePlan plan;
-  const int channels = static_cast<int>(config.channels);
-  if (!config.input.is_file()) {
-    plan.input = choose_audio_device(selector_of(config.input), Direction::input, channels);
-  }
-  if (!config.output.is_file()) {
-    plan.output = choose_audio_device(selector_of(config.output), Direction::output, channels);
-  }
+  const int inputs = static_cast<int>(config.input_channels());
+  const int outputs = static_cast<int>(config.output_channels());
+  // A device short of channels: say which matrix wants them.
+  const auto choose = [&](const EndpointConfig& endpoint, Direction direction, int channels) {
+    try {
+      return choose_audio_device(selector_of(endpoint), direction, channels);
+    } catch (const AudioDeviceError& e) {
+      if (!config.has_matrix()) throw;
+      throw AudioDeviceError(fmt::format("{} (the matrix {} has {} inputs and {} outputs)",
+                                         e.what(), config.matrix_file.string(), inputs, outputs));
+    }
+  };
+  if (!config.input.is_file()) plan.input = choose(config.input, Direction::input, inputs);
+  if (!config.output.is_file()) plan.output = choose(config.output, Direction::output, outputs);
   AudioStreamOptions options;
-  options.channels = channels;
+  options.input_channels = inputs;
+  options.output_channels = outputs;
   options.sample_rate = config.sample_rate;
   if (plan.input && plan.output && plan.input->host_api == plan.output->host_api) {
     // One duplex stream: input and output share one clock and one callback.
@@ -205,7 +215,8 @@ class DeviceLink {
       client = jack_client_name();
       const bool jack_input = input && input->host_api.find("JACK") != std::string::npos;
       const bool jack_output = output && output->host_api.find("JACK") != std::string::npos;
-      apply_jack_connections(config_.jack, client, config_.channels, jack_input, jack_output);
+      apply_jack_connections(config_.jack, client, jack_input ? config_.input_channels() : 0,
+                             jack_output ? config_.output_channels() : 0);
     }
     double device_latency = 0.0;
     for (auto& stream : streams_)
@@ -357,7 +368,17 @@ void log_xruns(const LiveStats& now, LiveStats& reported) {
   reported = now;
 }
 
-DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swapper,
+// The daemon's filters: one per channel, or a routing matrix. Exactly one
+// swapper is set; any() is the one there is.
+struct Filters {
+  std::unique_ptr<FilterSwapper> bank;
+  std::unique_ptr<MatrixSwapper> matrix;
+  Swapper& any() const {
+    return bank ? static_cast<Swapper&>(*bank) : static_cast<Swapper&>(*matrix);
+  }
+};
+
+DaemonStatus make_status(const LivePipeline& pipeline, const Filters& filters,
                          const LiveConfig& config, const std::string& input_name,
                          const std::string& output_name, Clock::time_point started) {
   DaemonStatus status;
@@ -367,12 +388,21 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
   status.output_device = output_name.empty() ? config.output.describe() : output_name;
   status.sample_rate = config.sample_rate;
   status.block_frames = config.block_frames;
-  status.channels = config.channels;
+  status.channels = pipeline.output_channels();
+  status.input_channels = pipeline.input_channels();
   status.latency_frames = pipeline.latency_frames();
   status.latency_mode = pipeline.latency_mode() == LatencyMode::zero ? "zero" : "buffered";
-  const auto bank = swapper.current();
-  for (std::size_t c = 0; c < bank->channels(); ++c) {
-    status.filters.push_back({bank->tap_count(c), bank->source(c)});
+  if (filters.bank) {
+    const auto bank = filters.bank->current();
+    for (std::size_t c = 0; c < bank->channels(); ++c) {
+      status.filters.push_back({bank->tap_count(c), bank->source(c)});
+    }
+  } else {
+    status.matrix_file = filters.matrix->matrix_file().string();
+    for (const MatrixPath& path : filters.matrix->current()->paths()) {
+      status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
+                              path.delay_frames, path.invert});
+    }
   }
   const LiveStats stats = pipeline.stats();
   status.blocks = stats.blocks;
@@ -380,25 +410,24 @@ DaemonStatus make_status(const LivePipeline& pipeline, const FilterSwapper& swap
   status.overruns = stats.overruns;
   status.late_periods = stats.late_periods;
   status.swaps = stats.swaps;
-  status.rejected_swaps = swapper.rejected();
+  status.rejected_swaps = filters.any().rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
   status.processing = pipeline.processing_times().summary();
   return status;
 }
 
-// Reloads the configured filters when one of their files is rewritten (the
-// watcher reports a file only once it is completely written).
-std::unique_ptr<FileWatcher> make_watcher(const LiveConfig& config, FilterSwapper& swapper) {
-  if (!config.watch_filters) return nullptr;
-  auto watcher =
-      std::make_unique<FileWatcher>(config.filter_files, [&swapper](const fs::path& file) {
-        std::string summary;
-        if (swapper.reload(swapper.config(), &summary).empty()) {
-          spdlog::info("filter file {} changed on disk: {}", file.string(), summary);
-        }
-      });
+// Reloads the filters when one of `files` is rewritten (the watcher reports
+// a file only once it is completely written).
+std::unique_ptr<FileWatcher> make_watcher(const std::vector<fs::path>& files, Swapper& swapper) {
+  if (files.empty()) return nullptr;
+  auto watcher = std::make_unique<FileWatcher>(files, [&swapper](const fs::path& file) {
+    std::string summary;
+    if (swapper.reload(swapper.config(), &summary).empty()) {
+      spdlog::info("filter file {} changed on disk: {}", file.string(), summary);
+    }
+  });
   watcher->start();
-  spdlog::info("watching {} filter file(s) for changes", config.filter_files.size());
+  spdlog::info("watching {} filter file(s) for changes", files.size());
   return watcher;
 }
 
@@ -450,13 +479,30 @@ fs::path web_root(const LiveConfig& config) {
 }
 
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
-ApiHooks make_api_hooks(FilterSwapper& swapper, const DeviceLink& devices,
+ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
-  hooks.filters = [&swapper] { return swapper.current(); };
-  hooks.load_filter = [&swapper](std::optional<std::size_t> channel, const fs::path& file) {
-    return swapper.load(channel ? std::to_string(*channel) : "all", file);
-  };
+  Swapper& swapper = filters.any();
+  if (filters.bank) {
+    FilterSwapper& bank = *filters.bank;
+    hooks.filters = [&bank] { return bank.current(); };
+    hooks.load_filter = [&bank](std::optional<std::size_t> channel, const fs::path& file) {
+      return bank.load(channel ? std::to_string(*channel) : "all", file);
+    };
+  } else {
+    MatrixSwapper& matrix = *filters.matrix;
+    // A path's effective filter (delay, gain, polarity folded in) as a channel of its own.
+    hooks.filters = [&matrix] {
+      return std::make_shared<const FilterBank>(matrix.current()->path_bank());
+    };
+    hooks.matrix = [&matrix] { return matrix.current(); };
+    hooks.load_filter = [&matrix](std::optional<std::size_t>, const fs::path&) {
+      return fmt::format(
+          "this daemon runs the routing matrix {}: a filter goes to one path (ctl load path I O "
+          "FILE) or a whole matrix file (ctl load matrix FILE)",
+          matrix.matrix_file().string());
+    };
+  }
   hooks.config = [&swapper] { return swapper.config(); };
   hooks.apply_config = [&swapper](const LiveConfig& next,
                                   std::vector<std::string>& restart_needed) {
@@ -475,7 +521,7 @@ ApiHooks make_api_hooks(FilterSwapper& swapper, const DeviceLink& devices,
                 next.web_token != now.web_token,
             "web");
     // As a reload: the filters and gain of `next`, re-reading only what changed.
-    return swapper.reload(next);
+    return swapper.reload(next, nullptr);
   };
   hooks.devices = [&devices] {
     return std::make_pair(devices.input_name(), devices.output_name());
@@ -484,15 +530,17 @@ ApiHooks make_api_hooks(FilterSwapper& swapper, const DeviceLink& devices,
   return hooks;
 }
 
-DaemonState current_state(LivePipeline& pipeline, const FilterSwapper& swapper,
-                          const ControlApi& api) {
+DaemonState current_state(LivePipeline& pipeline, const Filters& filters, const ControlApi& api) {
   DaemonState state;
   const OutputStage& stage = pipeline.output_stage();
   state.master = level_of(stage, std::nullopt);
   for (std::size_t c = 0; c < stage.channels(); ++c) state.channels.push_back(level_of(stage, c));
   state.config_text = api.applied_config_text();
-  const auto bank = swapper.current();
-  for (std::size_t c = 0; c < bank->channels(); ++c) state.filters.push_back(bank->source(c));
+  // A matrix comes back from its configuration alone.
+  if (filters.bank) {
+    const auto bank = filters.bank->current();
+    for (std::size_t c = 0; c < bank->channels(); ++c) state.filters.push_back(bank->source(c));
+  }
   return state;
 }
 
@@ -559,20 +607,32 @@ int run_daemon(RunArgs args) {
     spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
   }
 
-  const FilterBank bank = load_configured_bank(config);
   EngineOptions engine_options = config.engine;
-  engine_options.max_taps = engine_max_taps(config, bank);
   engine_options.max_block_frames = config.block_frames;
-  auto engine = make_engine(config.backend, bank, engine_options);
-  spdlog::info("engine: {}", engine->description());
-
   LivePipelineOptions pipeline_options;
   pipeline_options.sample_rate = config.sample_rate;
   pipeline_options.block_frames = config.block_frames;
   pipeline_options.margin_frames = config.ring_margin_frames;
   pipeline_options.latency = config.latency;
-  LivePipeline pipeline(std::move(engine), pipeline_options);
-  FilterSwapper swapper(pipeline, config, bank);
+  std::unique_ptr<LivePipeline> live;
+  Filters filters;
+  if (config.has_matrix()) {
+    RoutingMatrix matrix = load_configured_matrix(config);
+    engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
+    auto engine = make_matrix_engine(config.backend, matrix, engine_options);
+    spdlog::info("engine: {}", engine->description());
+    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+    filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
+  } else {
+    const FilterBank bank = load_configured_bank(config);
+    engine_options.max_taps = engine_max_taps(config, bank.max_taps());
+    auto engine = make_engine(config.backend, bank, engine_options);
+    spdlog::info("engine: {}", engine->description());
+    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+    filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
+  }
+  LivePipeline& pipeline = *live;
+  Swapper& swapper = filters.any();
 
   std::unique_ptr<FileEndpoints> files;
   if (config.input.is_file() || config.output.is_file()) {
@@ -615,11 +675,26 @@ int run_daemon(RunArgs args) {
   if (files) files->start();
   const auto started = Clock::now();
   std::unique_ptr<FileWatcher> watcher;
+  std::vector<fs::path> watching;  // what `watcher` watches; under reload_mutex
   std::atomic<bool> stop_requested{false};
   // SIGHUP (main thread) and `ctl reload` (control thread): reads the
   // configuration again and takes its filters and gain, re-reading only the
   // files that changed. Returns what it did; throws with the reason.
   std::mutex reload_mutex;
+  // Under reload_mutex: makes the watcher follow the files the filters come
+  // from now (a reload, or a `ctl load` of a matrix or path, changes them).
+  const auto follow_filter_files = [&] {
+    std::vector<fs::path> wanted;
+    if (config.watch_filters) wanted = swapper.watched_files();
+    if (wanted == watching) return;
+    watcher.reset();
+    watching = wanted;
+    try {
+      watcher = make_watcher(wanted, swapper);
+    } catch (const std::exception& e) {
+      spdlog::error("filter files are not watched: {}", e.what());
+    }
+  };
   const std::function<std::string()> reload_configuration = [&] {
     std::lock_guard lock(reload_mutex);
     LiveConfig reloaded;
@@ -632,6 +707,7 @@ int run_daemon(RunArgs args) {
     }
     std::string restart_note;
     if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
+        reloaded.input_channels() != config.input_channels() ||
         reloaded.block_frames != config.block_frames ||
         reloaded.ring_margin_frames != config.ring_margin_frames ||
         reloaded.input.describe() != config.input.describe() ||
@@ -643,28 +719,25 @@ int run_daemon(RunArgs args) {
     std::string summary;
     const std::string error = swapper.reload(reloaded, &summary);
     if (!error.empty()) throw std::runtime_error(error);
-    if (reloaded.filter_files != config.filter_files ||
-        reloaded.watch_filters != config.watch_filters) {
-      watcher.reset();
-      watcher = make_watcher(reloaded, swapper);
-    }
     config.filter_files = reloaded.filter_files;
+    config.matrix_file = reloaded.matrix_file;
     config.watch_filters = reloaded.watch_filters;
+    follow_filter_files();
     config.gain_db = reloaded.gain_db;
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
 
-  ControlApi api(pipeline, make_api_hooks(swapper, devices, log_ring),
+  ControlApi api(pipeline, make_api_hooks(filters, devices, log_ring),
                  config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
                                            : config.state_file.parent_path() / "tapstream-uploads");
   if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);
   if (saved) {
     apply_levels(*saved, pipeline.output_stage());
-    const auto bank = swapper.current();
-    for (std::size_t c = 0; c < saved->filters.size() && c < bank->channels(); ++c) {
+    const auto bank = filters.bank ? filters.bank->current() : nullptr;
+    for (std::size_t c = 0; bank && c < saved->filters.size() && c < bank->channels(); ++c) {
       const fs::path file = saved->filters[c];
       if (file.is_absolute() && file != bank->source(c) && fs::exists(file)) {
-        const std::string error = swapper.load(std::to_string(c), file);
+        const std::string error = filters.bank->load(std::to_string(c), file);
         if (!error.empty())
           spdlog::warn("state file: filter {} not restored: {}", file.string(), error);
       }
@@ -673,7 +746,7 @@ int run_daemon(RunArgs args) {
   if (state_file) {
     api.set_state_changed([&] {
       try {
-        state_file->save(current_state(pipeline, swapper, api));
+        state_file->save(current_state(pipeline, filters, api));
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
       }
@@ -696,17 +769,38 @@ int run_daemon(RunArgs args) {
   if (!config.control_socket.empty()) {
     ControlHandlers handlers;
     handlers.status = [&] {
-      return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
+      return make_status(pipeline, filters, swapper.config(), devices.input_name(),
                          devices.output_name(), started);
     };
     handlers.load = [&](std::optional<std::size_t> channel, const fs::path& file) {
+      if (!filters.bank) {
+        throw std::runtime_error(fmt::format(
+            "this daemon runs the routing matrix {}: load path INPUT OUTPUT FILE replaces one "
+            "path's filter, load matrix FILE the whole matrix",
+            filters.matrix->matrix_file().string()));
+      }
       const std::string which = channel ? std::to_string(*channel) : "all";
-      const std::string error = swapper.load(which, file);
+      const std::string error = filters.bank->load(which, file);
       if (!error.empty()) throw std::runtime_error(error);
       return fmt::format("{} installed for {} at block {}", file.string(),
                          channel ? "channel " + which : "all channels",
                          pipeline.stats().last_swap_block);
     };
+    if (filters.matrix) {
+      MatrixSwapper& matrix = *filters.matrix;
+      handlers.load_path = [&](std::size_t input, std::size_t output, const fs::path& file) {
+        const std::string error = matrix.load_path(input, output, file);
+        if (!error.empty()) throw std::runtime_error(error);
+        return fmt::format("{} installed for input {} -> output {} at block {}", file.string(),
+                           input, output, pipeline.stats().last_swap_block);
+      };
+      handlers.load_matrix = [&](const fs::path& file) {
+        const std::string error = matrix.load_matrix(file);
+        if (!error.empty()) throw std::runtime_error(error);
+        return fmt::format("matrix {} installed at block {}", file.string(),
+                           pipeline.stats().last_swap_block);
+      };
+    }
     handlers.reload = reload_configuration;
     handlers.stop = [&] {
       stop_requested.store(true);
@@ -723,10 +817,14 @@ int run_daemon(RunArgs args) {
   }
   {
     std::lock_guard lock(reload_mutex);
-    watcher = make_watcher(config, swapper);
+    follow_filter_files();
   }
-  spdlog::info("running: {} -> {} -> {}; {} ch, {} Hz, block {}", config.input.describe(),
-               pipeline.engine_name(), config.output.describe(), config.channels,
+  spdlog::info("running: {} -> {} -> {}; {}, {} Hz, block {}", config.input.describe(),
+               pipeline.engine_name(), config.output.describe(),
+               config.has_matrix() ? fmt::format("matrix {} -> {} ch, {} paths",
+                                                 config.input_channels(), config.output_channels(),
+                                                 filters.matrix->current()->paths().size())
+                                   : fmt::format("{} ch", config.channels),
                config.sample_rate, config.block_frames);
 
   const bool device_into_file = !config.input.is_file() && config.output.is_file();
@@ -771,6 +869,8 @@ int run_daemon(RunArgs args) {
       return 1;
     }
     log_xruns(pipeline.stats(), reported);
+    // Not behind a reload that waits for the engine: the next tick will do.
+    if (std::unique_lock lock(reload_mutex, std::try_to_lock); lock) follow_filter_files();
     if (files && files->finished()) {
       spdlog::info("end of {}", config.input.file.string());
       api.set_stop_reason("end of input");

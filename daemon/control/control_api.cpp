@@ -321,8 +321,24 @@ struct ControlApi::Impl {
   }
 
   json filters() const {
-    const auto bank = hooks.filters();
     json out = json::array();
+    if (hooks.matrix) {
+      // One entry a path; get_filter's "channel" is the path's index.
+      const auto matrix = hooks.matrix();
+      for (std::size_t p = 0; p < matrix->paths().size(); ++p) {
+        const MatrixPath& path = matrix->paths()[p];
+        out.push_back({{"path", p},
+                       {"input", path.input},
+                       {"output", path.output},
+                       {"taps", path.taps.size()},
+                       {"source", path.source},
+                       {"gain_db", path.gain_db},
+                       {"delay_frames", path.delay_frames},
+                       {"invert", path.invert}});
+      }
+      return out;
+    }
+    const auto bank = hooks.filters();
     for (std::size_t c = 0; c < bank->channels(); ++c) {
       out.push_back({{"channel", c}, {"taps", bank->tap_count(c)}, {"source", bank->source(c)}});
     }

@@ -32,6 +32,7 @@
 #include "daemon/config.hpp"
 #include "dsp/filter_bank.hpp"
 #include "dsp/output_stage.hpp"
+#include "dsp/routing_matrix.hpp"
 
 namespace tapstream {
 
@@ -60,8 +61,11 @@ class ApiError : public std::runtime_error {
 
 // What the daemon does for the API that the pipeline alone cannot.
 struct ApiHooks {
-  // The running filter bank.
+  // The running filter bank (with a routing matrix: one channel per path,
+  // holding its effective filter).
   std::function<std::shared_ptr<const FilterBank>()> filters;
+  // The running routing matrix; not set when the daemon runs one filter per channel.
+  std::function<std::shared_ptr<const RoutingMatrix>()> matrix;
   // Loads `file` for one channel (nullopt: all), validates and swaps it in;
   // returns "" or the reason it was refused.
   std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>

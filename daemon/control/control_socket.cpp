@@ -156,11 +156,27 @@ std::string status_to_json(const DaemonStatus& status) {
   json["latency_ms"] =
       status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
   json["latency_mode"] = status.latency_mode;
-  json["filters"] = Json::array();
-  for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
-    json["filters"].push_back({{"channel", channel},
-                               {"taps", status.filters[channel].taps},
-                               {"file", status.filters[channel].file}});
+  if (status.matrix_file.empty()) {
+    json["filters"] = Json::array();
+    for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
+      json["filters"].push_back({{"channel", channel},
+                                 {"taps", status.filters[channel].taps},
+                                 {"file", status.filters[channel].file}});
+    }
+  } else {
+    json["inputs"] = status.input_channels;
+    json["outputs"] = status.channels;
+    Json paths = Json::array();
+    for (const auto& path : status.paths) {
+      paths.push_back({{"input", path.input},
+                       {"output", path.output},
+                       {"file", path.file},
+                       {"taps", path.taps},
+                       {"gain_db", path.gain_db},
+                       {"delay_frames", path.delay_frames},
+                       {"invert", path.invert}});
+    }
+    json["matrix"] = {{"file", status.matrix_file}, {"paths", std::move(paths)}};
   }
   json["blocks"] = status.blocks;
   json["underruns"] = status.underruns;
@@ -234,7 +250,15 @@ void ControlServer::stop() {
 
 namespace {
 
-constexpr std::string_view known_requests = "status, load CHANNEL|all FILE, reload, stop";
+constexpr std::string_view known_requests =
+    "status, load CHANNEL|all FILE, load path I O FILE, load matrix FILE, reload, stop";
+
+// A channel number as the text protocol writes it; nullopt if it is not one.
+std::optional<std::size_t> channel_number(std::string_view text) {
+  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != text.npos)
+    return std::nullopt;
+  return std::stoul(std::string(text));
+}
 
 // One request, whichever way it was written.
 struct Request {
@@ -310,18 +334,51 @@ std::string ControlServer::handle_request(std::string_view line) const {
       if (!handler) return error_reply(request.verb + " is not available");
       return json_line(Json{{"ok", true}, {"message", handler()}});
     }
+    if (request.verb == "load" && request.channel == "path") {
+      // load path I O FILE: `file` holds "I O FILE".
+      const std::string_view rest = request.file;
+      const auto first = rest.find_first_of(" \t");
+      const auto second = first == rest.npos ? rest.npos : rest.find_first_of(" \t", first + 1);
+      if (second == rest.npos) return error_reply("usage: load path INPUT OUTPUT FILE");
+      const auto input = channel_number(rest.substr(0, first));
+      const auto output = channel_number(trim(rest.substr(first + 1, second - first - 1)));
+      const std::string file(trim(rest.substr(second + 1)));
+      if (!input || !output) {
+        return error_reply("load path: '" + shorten(rest.substr(0, second)) +
+                           "' is not an input and an output number (from 0)");
+      }
+      if (file.empty() || file.front() != '/') {
+        return error_reply("file '" + shorten(file) + "' is not an absolute path");
+      }
+      if (!handlers_.load_path) {
+        return error_reply(
+            "load path needs a routing matrix ([filter] matrix); this daemon "
+            "runs one filter per channel (load CHANNEL|all FILE)");
+      }
+      return json_line(Json{{"ok", true}, {"message", handlers_.load_path(*input, *output, file)}});
+    }
+    if (request.verb == "load" && request.channel == "matrix") {
+      if (request.file.empty() || request.file.front() != '/') {
+        return error_reply("usage: load matrix FILE (an absolute path)");
+      }
+      if (!handlers_.load_matrix) {
+        return error_reply(
+            "load matrix needs a routing matrix ([filter] matrix); this daemon "
+            "runs one filter per channel (load CHANNEL|all FILE)");
+      }
+      return json_line(Json{{"ok", true}, {"message", handlers_.load_matrix(request.file)}});
+    }
     if (request.verb == "load") {
       if (request.channel.empty() || request.file.empty()) {
         return error_reply("usage: load CHANNEL|all FILE");
       }
       std::optional<std::size_t> channel;
       if (request.channel != "all") {
-        if (request.channel.size() > 6 ||
-            request.channel.find_first_not_of("0123456789") != std::string::npos) {
+        channel = channel_number(request.channel);
+        if (!channel) {
           return error_reply("channel '" + shorten(request.channel) +
                              "' is neither 'all' nor a channel number (from 0)");
         }
-        channel = std::stoul(request.channel);
       }
       if (request.file.front() != '/') {
         return error_reply("file '" + shorten(request.file) + "' is not an absolute path");

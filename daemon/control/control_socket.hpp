@@ -8,6 +8,9 @@
 //   load CHANNEL FILE     -> {"ok":true,"message":"..."} or {"ok":false,"error":"..."}
 //   load all FILE            FILE is an absolute path (the rest of the line, spaces allowed);
 //                            CHANNEL counts from 0.
+//   load path I O FILE    -> with a routing matrix: FILE replaces the filter of the path
+//                            from input I to output O (from 0)
+//   load matrix FILE      -> with a routing matrix: a whole matrix file with the same paths
 //   reload                -> reads the configuration again, as SIGHUP does
 //   stop                  -> stops the daemon cleanly (exit status 0)
 //
@@ -50,16 +53,28 @@ struct DaemonStatus {
     std::size_t taps = 0;
     std::string file;
   };
+  struct Path {  // one path of a routing matrix
+    std::size_t input = 0;
+    std::size_t output = 0;
+    std::string file;      // where its taps came from ("lp.txt", "ir.wav channel 2")
+    std::size_t taps = 0;  // its filter's, without the delay
+    double gain_db = 0.0;  // [filter] gain_db included
+    std::size_t delay_frames = 0;
+    bool invert = false;
+  };
   std::string backend;       // engine name: "cpu", "cuda"
   std::string engine;        // engine description (algorithm)
   std::string input_device;  // EndpointConfig::describe() or the device's name
   std::string output_device;
   int sample_rate = 0;
   std::size_t block_frames = 0;
-  std::size_t channels = 0;
+  std::size_t channels = 0;        // the output's
+  std::size_t input_channels = 0;  // differs from channels only with a matrix
   std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
   std::string latency_mode;        // "buffered" or "zero"
-  std::vector<Filter> filters;     // one per channel
+  std::vector<Filter> filters;     // one per channel (none with a matrix)
+  std::string matrix_file;         // with a routing matrix: its file, and...
+  std::vector<Path> paths;         // ...its paths
   std::uint64_t blocks = 0;
   std::uint64_t underruns = 0;
   std::uint64_t overruns = 0;
@@ -81,6 +96,12 @@ struct ControlHandlers {
   // std::exception whose what() is the reason for a rejection.
   std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
       load;
+  // With a routing matrix: `load path I O FILE` and `load matrix FILE`, the
+  // same way (a message, or a throw with the reason).
+  std::function<std::string(std::size_t input, std::size_t output,
+                            const std::filesystem::path& file)>
+      load_path;
+  std::function<std::string(const std::filesystem::path& file)> load_matrix;
   // Reads the configuration again (as SIGHUP); returns what it did, throws
   // with the reason.
   std::function<std::string()> reload;

@@ -54,14 +54,17 @@ FilterBank load_configured_bank(const LiveConfig& config) {
   return FilterBank::per_channel(std::move(taps), std::move(sources));
 }
 
-std::size_t engine_max_taps(const LiveConfig& config, const FilterBank& first) {
-  if (!config.max_taps_given) return std::max(default_max_taps, first.max_taps());
-  if (config.engine.max_taps == 0) return first.max_taps();
-  if (first.max_taps() > config.engine.max_taps) {
+std::size_t engine_max_taps(const LiveConfig& config, std::size_t first_max_taps) {
+  if (!config.max_taps_given) return std::max(default_max_taps, first_max_taps);
+  if (config.engine.max_taps == 0) return first_max_taps;
+  if (first_max_taps > config.engine.max_taps) {
     throw ConfigError(fmt::format(
-        "{}: the filters have {} taps, more than [filter] max_taps = {} (raise max_taps, or 0 "
-        "for the filters' own length)",
-        where_configured(config), first.max_taps(), config.engine.max_taps));
+        "{}: the {} {} taps{}, more than [filter] max_taps = {} (raise max_taps, or 0 for the "
+        "{}' own length)",
+        where_configured(config),
+        config.has_matrix() ? "matrix's longest path has" : "filters have", first_max_taps,
+        config.has_matrix() ? " (delay included)" : "", config.engine.max_taps,
+        config.has_matrix() ? "paths" : "filters"));
   }
   return config.engine.max_taps;
 }
@@ -198,6 +201,11 @@ std::string FilterSwapper::load(const std::string& channel, const fs::path& file
 
 std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary) {
   std::lock_guard lock(mutex_);
+  if (config.has_matrix()) {
+    return reject("reloaded filters",
+                  "the configuration now names a routing matrix ([filter] matrix); going from one "
+                  "filter per channel to a matrix needs a restart");
+  }
   const LiveConfig running = this->config();
   const std::size_t channels = pipeline_.channels();
   const bool gain_changed = config.gain_db != running.gain_db;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/control/swapper.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/filter_bank.hpp"
 
@@ -41,9 +42,9 @@ FilterBank load_configured_bank(const LiveConfig& config);
 // first bank: the key's value (default_max_taps when absent, or the first
 // bank's length if that is longer; 0: the first bank's length). Throws
 // ConfigError when the first bank is longer than an explicit max_taps.
-std::size_t engine_max_taps(const LiveConfig& config, const FilterBank& first);
+std::size_t engine_max_taps(const LiveConfig& config, std::size_t first_max_taps);
 
-class FilterSwapper {
+class FilterSwapper final : public Swapper {
  public:
   FilterSwapper(LivePipeline& pipeline, const LiveConfig& config, FilterBank initial);
 
@@ -57,17 +58,21 @@ class FilterSwapper {
   // re-reads only the files that changed on disk or in the configuration.
   // Returns "" on success (then `summary` says what was reloaded), else the
   // reason; the running configuration stays on failure.
-  std::string reload(const LiveConfig& config, std::string* summary = nullptr);
+  std::string reload(const LiveConfig& config, std::string* summary = nullptr) override;
 
   // Counts a refusal that happened elsewhere (a configuration that did not
   // load) and logs it; returns `reason`.
-  std::string reject(const std::string& what, const std::string& reason);
+  std::string reject(const std::string& what, const std::string& reason) override;
 
-  LiveConfig config() const;
+  LiveConfig config() const override;
   std::shared_ptr<const FilterBank> current() const;
   // Every refusal so far: unreadable or invalid files, too many taps, wrong
   // channel, an engine that refused or did not answer.
-  std::uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
+  std::uint64_t rejected() const override { return rejected_.load(std::memory_order_relaxed); }
+  // The configured filter files.
+  std::vector<std::filesystem::path> watched_files() const override {
+    return config().filter_files;
+  }
 
  private:
   struct Stamp {

@@ -207,7 +207,8 @@ PaStreamParameters stream_parameters(const AudioStreamOptions& options, Directio
   PaStreamParameters parameters{};
   parameters.device =
       direction == Direction::input ? *options.input_device : *options.output_device;
-  parameters.channelCount = options.channels;
+  parameters.channelCount =
+      direction == Direction::input ? options.input_channels : options.output_channels;
   parameters.sampleFormat = paFloat32;
   const PaDeviceInfo* info = Pa_GetDeviceInfo(parameters.device);
   if (info != nullptr) {

@@ -71,7 +71,8 @@ using AudioCallback = void (*)(const float* input, float* output, std::size_t fr
 struct AudioStreamOptions {
   std::optional<int> input_device;   // PortAudio device index; none: no input
   std::optional<int> output_device;  // none: no output
-  int channels = 2;
+  int input_channels = 2;            // they differ for a routing matrix (its inputs and outputs)
+  int output_channels = 2;
   double sample_rate = 48000.0;
   // 0: let the host choose (with JACK: its period, without extra buffering).
   unsigned long frames_per_buffer = 0;

@@ -33,9 +33,10 @@ FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& 
                                        options.input.string(), info.sample_rate,
                                        pipeline.sample_rate()));
     }
-    if (static_cast<std::size_t>(info.channels) != pipeline.channels()) {
-      throw SoundFileError(fmt::format("{}: {} channels, the stream has {}", options.input.string(),
-                                       info.channels, pipeline.channels()));
+    if (static_cast<std::size_t>(info.channels) != pipeline.input_channels()) {
+      throw SoundFileError(fmt::format(
+          "{}: {} channels, the stream has {}{}", options.input.string(), info.channels,
+          pipeline.input_channels(), pipeline.runs_matrix() ? " inputs (the matrix's)" : ""));
     }
     source_frames_ = info.frames;
   }
@@ -44,7 +45,7 @@ FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& 
   }
   if (!options.output.empty()) {
     writer_ = std::make_unique<SoundFileWriter>(options.output, pipeline.sample_rate(),
-                                                static_cast<int>(pipeline.channels()),
+                                                static_cast<int>(pipeline.output_channels()),
                                                 options.output_format);
     if (options.continue_output) continue_earlier_output();
   }
@@ -60,16 +61,16 @@ void FileEndpoints::continue_earlier_output() {
   SoundFileReader earlier(options_.output);
   const auto& info = earlier.info();
   if (info.sample_rate != pipeline_.sample_rate() ||
-      static_cast<std::size_t>(info.channels) != pipeline_.channels()) {
+      static_cast<std::size_t>(info.channels) != pipeline_.output_channels()) {
     throw SoundFileError(fmt::format(
         "{}: cannot continue it after the restart: it has {} channels at {} Hz, the stream {} at "
         "{} Hz",
-        options_.output.string(), info.channels, info.sample_rate, pipeline_.channels(),
+        options_.output.string(), info.channels, info.sample_rate, pipeline_.output_channels(),
         pipeline_.sample_rate()));
   }
-  std::vector<float> chunk(65536 * pipeline_.channels());
+  std::vector<float> chunk(65536 * pipeline_.output_channels());
   while (const std::size_t frames = earlier.read(chunk)) {
-    writer_->write(std::span<const float>(chunk).first(frames * pipeline_.channels()));
+    writer_->write(std::span<const float>(chunk).first(frames * pipeline_.output_channels()));
     continued_frames_ += static_cast<std::int64_t>(frames);
   }
   spdlog::info("{}: continuing the output after the restart: its {} frames from before stay",
@@ -123,7 +124,7 @@ bool FileEndpoints::finished() const {
 }
 
 bool FileEndpoints::push_period(std::span<float> buffer) {
-  const std::size_t channels = pipeline_.channels();
+  const std::size_t channels = pipeline_.input_channels();
   const std::size_t frames = buffer.size() / channels;
   const std::size_t got = reader_->read(buffer);  // 0 after the end
   std::fill(buffer.begin() + got * channels, buffer.end(), 0.0f);
@@ -143,7 +144,7 @@ bool FileEndpoints::push_period(std::span<float> buffer) {
 }
 
 void FileEndpoints::pull_period(std::span<float> buffer) {
-  const std::size_t channels = pipeline_.channels();
+  const std::size_t channels = pipeline_.output_channels();
   const std::int64_t done_frames = sink_frames_.load(std::memory_order_relaxed);
   // Up to the limit only: what lies beyond it is not pulled, so a sink whose
   // input has ended counts no underrun for it (and does not wait for it).
@@ -181,9 +182,8 @@ void FileEndpoints::pull_period(std::span<float> buffer) {
 }
 
 void FileEndpoints::drive() {
-  const std::size_t samples = options_.period_frames * pipeline_.channels();
-  std::vector<float> input(samples);
-  std::vector<float> output(samples);
+  std::vector<float> input(options_.period_frames * pipeline_.input_channels());
+  std::vector<float> output(options_.period_frames * pipeline_.output_channels());
   const auto period = period_;
   auto due = std::chrono::steady_clock::now();
   while (running_.load(std::memory_order_relaxed)) {

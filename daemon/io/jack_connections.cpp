@@ -40,12 +40,12 @@ struct Side {
   unsigned long peer_flags;  // JackPortIsOutput for our inputs, JackPortIsInput for our outputs
   const char* peer_kind;     // "output" or "input"
   const JackPortPatterns* patterns;
+  std::size_t channels;  // tapstream's ports on this side
 };
 
 class Connector {
  public:
-  Connector(const std::string& client, std::size_t channels)
-      : client_(client), channels_(channels) {
+  explicit Connector(const std::string& client) : client_(client) {
     jack_status_t status{};
     helper_.reset(jack_client_open((client + "-connect").c_str(), JackNoStartServer, &status));
     if (!helper_) {
@@ -57,9 +57,10 @@ class Connector {
 
   void apply(const Side& side, bool autoconnect) {
     const auto mode = side.patterns->mode;
+    const std::size_t channels = side.channels;
     if (mode == JackPortPatterns::Mode::device && autoconnect) return;
     std::vector<std::string> own;
-    for (std::size_t c = 0; c < channels_; ++c) {
+    for (std::size_t c = 0; c < channels; ++c) {
       own.push_back(fmt::format("{}:{}{}", client_, side.own_prefix, c));
       if (jack_port_by_name(helper_.get(), own.back().c_str()) == nullptr) {
         throw AudioDeviceError(
@@ -68,20 +69,20 @@ class Connector {
       }
     }
     for (const auto& port : own) disconnect_all(port, side);
-    std::vector<std::vector<std::string>> peers(channels_);
+    std::vector<std::vector<std::string>> peers(channels);
     if (mode == JackPortPatterns::Mode::spread) {
       const std::string& pattern = side.patterns->patterns.front();
       const auto matches = peer_ports(pattern, side);
-      if (matches.size() < channels_) {
+      if (matches.size() < channels) {
         throw AudioDeviceError(fmt::format(
             "[jack] {} = \"{}\" matches {} JACK {} port(s) ({}), {} channels need one each; {} "
             "ports: {}",
-            side.key, pattern, matches.size(), side.peer_kind, join(matches), channels_,
+            side.key, pattern, matches.size(), side.peer_kind, join(matches), channels,
             side.peer_kind, join(peer_ports(".*", side))));
       }
-      for (std::size_t c = 0; c < channels_; ++c) peers[c] = {matches[c]};
+      for (std::size_t c = 0; c < channels; ++c) peers[c] = {matches[c]};
     } else if (mode == JackPortPatterns::Mode::per_channel) {
-      for (std::size_t c = 0; c < channels_; ++c) {
+      for (std::size_t c = 0; c < channels; ++c) {
         const std::string& pattern = side.patterns->patterns[c];
         peers[c] = peer_ports(pattern, side);
         if (peers[c].empty()) {
@@ -92,7 +93,7 @@ class Connector {
       }
     }
     std::string made;
-    for (std::size_t c = 0; c < channels_; ++c) {
+    for (std::size_t c = 0; c < channels; ++c) {
       for (const auto& peer : peers[c]) {
         const bool ours_is_input = side.peer_flags == JackPortIsOutput;
         const std::string& source = ours_is_input ? peer : own[c];
@@ -137,26 +138,29 @@ class Connector {
   }
 
   std::string client_;
-  std::size_t channels_;
   Client helper_;
 };
 
 }  // namespace
 
 void apply_jack_connections(const JackConfig& config, const std::string& client,
-                            std::size_t channels, bool inputs, bool outputs) {
+                            std::size_t input_channels, std::size_t output_channels) {
+  const bool inputs = input_channels > 0;
+  const bool outputs = output_channels > 0;
   const auto wanted = [&](const JackPortPatterns& patterns, bool present) {
     return present && (patterns.mode != JackPortPatterns::Mode::device || !config.autoconnect);
   };
   if (!wanted(config.inputs, inputs) && !wanted(config.outputs, outputs)) return;
-  Connector connector(client, channels);
+  Connector connector(client);
   if (inputs) {
-    connector.apply({"connect_inputs", "in_", JackPortIsOutput, "output", &config.inputs},
-                    config.autoconnect);
+    connector.apply(
+        {"connect_inputs", "in_", JackPortIsOutput, "output", &config.inputs, input_channels},
+        config.autoconnect);
   }
   if (outputs) {
-    connector.apply({"connect_outputs", "out_", JackPortIsInput, "input", &config.outputs},
-                    config.autoconnect);
+    connector.apply(
+        {"connect_outputs", "out_", JackPortIsInput, "input", &config.outputs, output_channels},
+        config.autoconnect);
   }
 }
 

@@ -41,11 +41,12 @@ struct JackConfig {
 // Longest JACK client name (jack_client_name_size() less the terminating NUL).
 inline constexpr std::size_t max_jack_client_name = 63;
 
-// Replaces the connections PortAudio made for `client`'s first `channels`
-// inputs and/or outputs by those `config` asks for; does nothing where the
-// device's connections are wanted. Throws AudioDeviceError naming the key and
-// the pattern that matched nothing (or too little), with the ports there are.
+// Replaces the connections PortAudio made for `client`'s first
+// `input_channels` inputs and/or `output_channels` outputs (0: that side is
+// not on JACK) by those `config` asks for; does nothing where the device's
+// connections are wanted. Throws AudioDeviceError naming the key and the
+// pattern that matched nothing (or too little), with the ports there are.
 void apply_jack_connections(const JackConfig& config, const std::string& client,
-                            std::size_t channels, bool inputs, bool outputs);
+                            std::size_t input_channels, std::size_t output_channels);
 
 }  // namespace tapstream

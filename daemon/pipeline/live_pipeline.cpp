@@ -20,33 +20,58 @@ namespace {
 // it counts as an xrun.
 constexpr std::size_t ring_slack_frames = 8192;
 
-std::size_t checked_channels(const std::unique_ptr<Engine>& engine) {
-  if (!engine) throw std::invalid_argument("live pipeline: no engine");
-  return engine->channels();
-}
-
 }  // namespace
 
+LivePipeline::EngineShape LivePipeline::shape_of(const std::unique_ptr<Engine>& engine,
+                                                 const std::unique_ptr<MatrixEngine>& matrix) {
+  if (engine) {
+    return {engine->channels(),    engine->channels(), engine->name(),
+            engine->description(), engine->max_taps(), engine->max_block_frames()};
+  }
+  if (!matrix) throw std::invalid_argument("live pipeline: no engine");
+  const std::string description = matrix->description();
+  return {matrix->inputs(), matrix->outputs(),  description.substr(0, description.find(':')),
+          description,      matrix->max_taps(), matrix->max_block_frames()};
+}
+
 LivePipeline::LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOptions& options)
+    : LivePipeline(std::move(engine), nullptr, options) {}
+
+LivePipeline::LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipelineOptions& options)
+    : LivePipeline(nullptr, std::move(engine), options) {}
+
+LivePipeline::LivePipeline(std::unique_ptr<Engine> engine,
+                           std::unique_ptr<MatrixEngine> matrix_engine,
+                           const LivePipelineOptions& options)
+    : LivePipeline(shape_of(engine, matrix_engine), std::move(engine), std::move(matrix_engine),
+                   options) {}
+
+LivePipeline::LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& engine,
+                           std::unique_ptr<MatrixEngine>&& matrix_engine,
+                           const LivePipelineOptions& options)
     : options_(options),
       engine_(std::move(engine)),
-      channels_(checked_channels(engine_)),
-      engine_name_(engine_->name()),
-      engine_description_(engine_->description()),
-      engine_max_taps_(engine_->max_taps()),
-      input_ring_(channels_ *
+      matrix_engine_(std::move(matrix_engine)),
+      input_channels_(shape.inputs),
+      output_channels_(shape.outputs),
+      engine_name_(shape.name),
+      engine_description_(shape.description),
+      engine_max_taps_(shape.max_taps),
+      input_ring_(input_channels_ *
                   (4 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
-      output_ring_(channels_ *
+      output_ring_(output_channels_ *
                    (2 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
-      output_stage_(channels_, options.sample_rate > 0 ? options.sample_rate : 48000),
-      silence_(channels_ * std::max<std::size_t>(options.block_frames, 1024), 0.0f),
-      engine_in_(channels_ * options.block_frames),
-      engine_out_(channels_ * options.block_frames) {
+      output_stage_(output_channels_, options.sample_rate > 0 ? options.sample_rate : 48000),
+      silence_(std::max(input_channels_, output_channels_) *
+                   std::max<std::size_t>(options.block_frames, 1024),
+               0.0f),
+      engine_in_(input_channels_ * options.block_frames),
+      engine_out_(output_channels_ * options.block_frames) {
   if (options.block_frames == 0) throw std::invalid_argument("live pipeline: block_frames is 0");
-  if (options.block_frames > engine_->max_block_frames()) {
+  if (options.block_frames > shape.max_block_frames) {
     throw std::invalid_argument("live pipeline: block of " + std::to_string(options.block_frames) +
                                 " frames exceeds the engine's maximum of " +
-                                std::to_string(engine_->max_block_frames()));
+                                std::to_string(shape.max_block_frames));
   }
   if (options.sample_rate <= 0) throw std::invalid_argument("live pipeline: sample rate <= 0");
   if (options.zero_deadline_fraction <= 0.0 || options.zero_deadline_fraction > 1.0) {
@@ -68,15 +93,19 @@ void LivePipeline::start() {
   // The first calls of an engine can be slow (plans, caches, page faults):
   // make them here rather than in the first real block.
   for (int i = 0; i < 4; ++i) {
-    engine_->process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
-                     options_.block_frames, Layout::interleaved);
+    process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
+            options_.block_frames);
   }
-  engine_->reset();
+  if (engine_) {
+    engine_->reset();
+  } else {
+    matrix_engine_->reset();
+  }
   // Exactly latency_frames() of silence ahead of the first output sample.
   std::size_t to_fill = latency_frames();
   while (to_fill > 0) {
-    const std::size_t frames = std::min(to_fill, silence_.size() / channels_);
-    output_ring_.write(std::span<const float>(silence_.data(), frames * channels_));
+    const std::size_t frames = std::min(to_fill, silence_.size() / output_channels_);
+    output_ring_.write(std::span<const float>(silence_.data(), frames * output_channels_));
     to_fill -= frames;
   }
   running_.store(true);
@@ -103,7 +132,8 @@ bool LivePipeline::drained() const {
 }
 
 void LivePipeline::flush_input() noexcept {
-  input_ring_.write(std::span<const float>(silence_.data(), options_.block_frames * channels_));
+  input_ring_.write(
+      std::span<const float>(silence_.data(), options_.block_frames * input_channels_));
   wake_engine();
 }
 
@@ -112,14 +142,14 @@ void LivePipeline::wake_engine() noexcept {
 }
 
 void LivePipeline::push_input(const float* interleaved, std::size_t frames) noexcept {
-  const std::size_t silence_frames = silence_.size() / channels_;
+  const std::size_t silence_frames = silence_.size() / input_channels_;
   // Input lost to an earlier overrun is replaced by silence first, so that
   // every later sample keeps its place in time.
   while (input_debt_frames_ > 0) {
     const std::size_t frames_now = std::min(input_debt_frames_, silence_frames);
     const std::size_t written =
-        input_ring_.write(std::span<const float>(silence_.data(), frames_now * channels_)) /
-        channels_;
+        input_ring_.write(std::span<const float>(silence_.data(), frames_now * input_channels_)) /
+        input_channels_;
     input_debt_frames_ -= written;
     if (written < frames_now) break;
   }
@@ -128,15 +158,15 @@ void LivePipeline::push_input(const float* interleaved, std::size_t frames) noex
     if (draining_.load(std::memory_order_relaxed) || interleaved == nullptr) {
       while (written < frames) {
         const std::size_t frames_now = std::min(frames - written, silence_frames);
-        const std::size_t now =
-            input_ring_.write(std::span<const float>(silence_.data(), frames_now * channels_)) /
-            channels_;
+        const std::size_t now = input_ring_.write(std::span<const float>(
+                                    silence_.data(), frames_now * input_channels_)) /
+                                input_channels_;
         written += now;
         if (now < frames_now) break;
       }
     } else {
-      written =
-          input_ring_.write(std::span<const float>(interleaved, frames * channels_)) / channels_;
+      written = input_ring_.write(std::span<const float>(interleaved, frames * input_channels_)) /
+                input_channels_;
     }
   }
   if (written < frames) {
@@ -187,23 +217,25 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
     deadline.tv_nsec = static_cast<long>(ns % 1'000'000'000);
     // Late or not, what is there by now is played; a late period is one
     // that finds its own output short below.
-    static_cast<void>(wait_for_output((output_debt_frames_ + frames) * channels_, deadline));
+    static_cast<void>(wait_for_output((output_debt_frames_ + frames) * output_channels_, deadline));
   }
   // Frames that came too late (silence was played in their place) are
   // dropped, so that the latency stays what was reported.
   while (output_debt_frames_ > 0) {
     const std::size_t frames_now = std::min(output_debt_frames_, frames);
     const std::size_t dropped =
-        output_ring_.read(std::span<float>(interleaved, frames_now * channels_)) / channels_;
+        output_ring_.read(std::span<float>(interleaved, frames_now * output_channels_)) /
+        output_channels_;
     output_debt_frames_ -= dropped;
     if (dropped < frames_now) break;
   }
   std::size_t got = 0;
   if (output_debt_frames_ == 0) {
-    got = output_ring_.read(std::span<float>(interleaved, frames * channels_)) / channels_;
+    got = output_ring_.read(std::span<float>(interleaved, frames * output_channels_)) /
+          output_channels_;
   }
   if (got < frames) {
-    std::fill(interleaved + got * channels_, interleaved + frames * channels_, 0.0f);
+    std::fill(interleaved + got * output_channels_, interleaved + frames * output_channels_, 0.0f);
     underruns_.fetch_add(1, std::memory_order_relaxed);
     underrun_frames_.fetch_add(frames - got, std::memory_order_relaxed);
     if (options_.latency == LatencyMode::zero)
@@ -240,7 +272,8 @@ void LivePipeline::device_callback(const float* input, float* output, std::size_
 
 std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t frames) {
   const std::size_t written =
-      input_ring_.write(std::span<const float>(interleaved, frames * channels_)) / channels_;
+      input_ring_.write(std::span<const float>(interleaved, frames * input_channels_)) /
+      input_channels_;
   frames_in_.fetch_add(written, std::memory_order_relaxed);
   wake_engine();
   return written;
@@ -248,7 +281,8 @@ std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t fram
 
 std::size_t LivePipeline::take_output(float* interleaved, std::size_t frames) {
   const std::size_t got =
-      output_ring_.read(std::span<float>(interleaved, frames * channels_)) / channels_;
+      output_ring_.read(std::span<float>(interleaved, frames * output_channels_)) /
+      output_channels_;
   output_stage_.process(interleaved, got);
   frames_out_.fetch_add(got, std::memory_order_relaxed);
   wake_engine();
@@ -293,26 +327,40 @@ void LivePipeline::request_realtime() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    if (mailbox_.poll(
-            [&](const FilterBank& bank) { engine_->set_filters(bank, options_.crossfade); })) {
+    const bool installed = engine_ ? mailbox_.poll([&](const FilterBank& bank) {
+      engine_->set_filters(bank, options_.crossfade);
+    })
+                                   : matrix_mailbox_.poll([&](const RoutingMatrix& matrix) {
+                                       matrix_engine_->set_matrix(matrix, options_.crossfade);
+                                     });
+    if (installed) {
       swaps_.fetch_add(1, std::memory_order_relaxed);
       last_swap_block_.store(next_block, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
+    spdlog::warn("{} rejected by the engine, the running one keeps running: {}",
+                 matrix_engine_ ? "new matrix" : "new filters", e.what());
+  }
+}
+
+void LivePipeline::process(std::span<const float> in, std::span<float> out, std::size_t frames) {
+  if (engine_) {
+    engine_->process(in, out, frames, Layout::interleaved);
+  } else {
+    matrix_engine_->process(in, out, frames, Layout::interleaved);
   }
 }
 
 void LivePipeline::filter_block(std::size_t frames) {
-  const std::size_t samples = channels_ * frames;
+  const std::size_t samples_out = output_channels_ * frames;
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
   try {
-    engine_->process(std::span<const float>(engine_in_.data(), samples),
-                     std::span<float>(engine_out_.data(), samples), frames, Layout::interleaved);
+    process(std::span<const float>(engine_in_.data(), input_channels_ * frames),
+            std::span<float>(engine_out_.data(), samples_out), frames);
   } catch (const std::exception& e) {
-    std::fill(engine_out_.begin(), engine_out_.begin() + std::ptrdiff_t(samples), 0.0f);
+    std::fill(engine_out_.begin(), engine_out_.begin() + std::ptrdiff_t(samples_out), 0.0f);
     if (engine_errors_.fetch_add(1, std::memory_order_relaxed) == 0) {
       spdlog::error("engine failed on block {} (played as silence): {}", block, e.what());
     }
@@ -341,7 +389,7 @@ void LivePipeline::follow_callback_priority() {
 void LivePipeline::engine_loop() {
   request_realtime();
   const bool zero = options_.latency == LatencyMode::zero;
-  const std::size_t block_samples = channels_ * options_.block_frames;
+  const std::size_t block_samples = input_channels_ * options_.block_frames;
   const auto block_period = std::chrono::nanoseconds(
       static_cast<std::int64_t>(1e9 * double(options_.block_frames) / options_.sample_rate));
   // Buffered: sleep at most a quarter block between checks, so that a missed
@@ -356,9 +404,11 @@ void LivePipeline::engine_loop() {
     // Buffered: whole blocks. Zero: whatever the callback handed over, at
     // once, in calls of up to a block.
     const std::size_t wanted =
-        zero ? std::min(input_ring_.readable(), block_samples) / channels_ * channels_
+        zero ? std::min(input_ring_.readable(), block_samples) / input_channels_ * input_channels_
              : block_samples;
-    if (wanted == 0 || input_ring_.readable() < wanted || output_ring_.writable() < wanted) {
+    const std::size_t frames = wanted / input_channels_;
+    if (wanted == 0 || input_ring_.readable() < wanted ||
+        output_ring_.writable() < frames * output_channels_) {
       timespec deadline{};
       clock_gettime(CLOCK_MONOTONIC, &deadline);
       const auto ns = deadline.tv_nsec + max_sleep.count();
@@ -368,8 +418,8 @@ void LivePipeline::engine_loop() {
       continue;
     }
     input_ring_.read(std::span<float>(engine_in_.data(), wanted));
-    filter_block(wanted / channels_);
-    output_ring_.write(std::span<const float>(engine_out_.data(), wanted));
+    filter_block(frames);
+    output_ring_.write(std::span<const float>(engine_out_.data(), frames * output_channels_));
     if (zero) sem_post(&output_ready_);
     // A new bank is taken between blocks, after the output is out: in zero
     // mode the time its installation costs is then the idle rest of the

@@ -12,8 +12,13 @@
 //   relaxed atomics and post a semaphore (sem_post: one atomic and, when the
 //   engine sleeps, a futex wake; it never blocks).
 // - The engine thread is the only consumer of the input ring, the only
-//   producer of the output ring, the only user of the Engine, and polls the
-//   FilterMailbox at every block boundary.
+//   producer of the output ring, the only user of the Engine (or
+//   MatrixEngine), and polls the mailbox (FilterMailbox, or MatrixMailbox for
+//   a routing matrix) at every block boundary.
+//
+// Channels: the input side pushes input_channels() per frame, the output side
+// pulls output_channels(); they differ only for a routing matrix (its inputs
+// and outputs).
 // - Any thread may read stats(). The counters are plain event counts with one
 //   writer each, so relaxed ordering is enough: nobody infers the state of
 //   other memory from them. The rings publish the samples themselves with
@@ -52,6 +57,7 @@
 #include "dsp/engine.hpp"
 #include "dsp/filter_mailbox.hpp"
 #include "dsp/latency_stats.hpp"
+#include "dsp/matrix_engine.hpp"
 #include "dsp/output_stage.hpp"
 #include "dsp/spsc_ring.hpp"
 
@@ -89,6 +95,8 @@ class LivePipeline {
  public:
   // `engine` must be built for `options.block_frames` frames (or more).
   LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOptions& options);
+  // A routing matrix: its inputs in, its outputs out; swaps through matrix_mailbox().
+  LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipelineOptions& options);
   ~LivePipeline();  // stops the engine thread
   LivePipeline(const LivePipeline&) = delete;
   LivePipeline& operator=(const LivePipeline&) = delete;
@@ -126,10 +134,18 @@ class LivePipeline {
   // Banks posted here are installed by the engine thread at the next block
   // boundary (one control thread at a time, see dsp/filter_mailbox.hpp).
   FilterMailbox& mailbox() { return mailbox_; }
+  // Matrices posted here replace the running one the same way (a matrix
+  // pipeline only; MatrixEngine::set_matrix refuses a reroute).
+  MatrixMailbox& matrix_mailbox() { return matrix_mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
 
-  std::size_t channels() const { return channels_; }
+  // Channels per frame pushed and pulled; channels() is the output's (volume,
+  // meters), the same as the input's without a matrix.
+  std::size_t input_channels() const { return input_channels_; }
+  std::size_t output_channels() const { return output_channels_; }
+  std::size_t channels() const { return output_channels_; }
+  bool runs_matrix() const { return matrix_engine_ != nullptr; }
   std::size_t block_frames() const { return options_.block_frames; }
   int sample_rate() const { return options_.sample_rate; }
   // Input-to-output latency the pipeline adds, in frames and milliseconds.
@@ -150,10 +166,25 @@ class LivePipeline {
   const LatencyStats& processing_times() const { return processing_times_; }
 
  private:
+  // What the pipeline needs to know of either kind of engine.
+  struct EngineShape {
+    std::size_t inputs = 0, outputs = 0;
+    std::string name, description;  // name: "cpu", "cuda"
+    std::size_t max_taps = 0, max_block_frames = 0;
+  };
+  static EngineShape shape_of(const std::unique_ptr<Engine>& engine,
+                              const std::unique_ptr<MatrixEngine>& matrix);
+  LivePipeline(std::unique_ptr<Engine> engine, std::unique_ptr<MatrixEngine> matrix_engine,
+               const LivePipelineOptions& options);
+  LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& engine,
+               std::unique_ptr<MatrixEngine>&& matrix_engine, const LivePipelineOptions& options);
   void engine_loop();
   // Filters `frames` frames of engine_in_ into engine_out_ (the engine
   // thread's one step, in both modes).
   void filter_block(std::size_t frames);
+  // One call of whichever engine runs: interleaved, input_channels() in,
+  // output_channels() out.
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames);
   // Gives the engine a bank posted to the mailbox, if any (between blocks).
   void install_posted_bank();
   void wake_engine() noexcept;
@@ -167,8 +198,10 @@ class LivePipeline {
   void follow_callback_priority();
 
   LivePipelineOptions options_;
-  std::unique_ptr<Engine> engine_;
-  std::size_t channels_;
+  std::unique_ptr<Engine> engine_;               // one filter per channel, or
+  std::unique_ptr<MatrixEngine> matrix_engine_;  // a routing matrix
+  std::size_t input_channels_;
+  std::size_t output_channels_;
   std::string engine_name_;
   std::string engine_description_;
   std::size_t engine_max_taps_;
@@ -176,13 +209,14 @@ class LivePipeline {
   SpscRing<float> input_ring_;
   SpscRing<float> output_ring_;
   FilterMailbox mailbox_;
+  MatrixMailbox matrix_mailbox_;
   LatencyStats processing_times_;
   OutputStage output_stage_;
   sem_t data_ready_;
   sem_t output_ready_;  // zero mode: posted by the engine thread after each block
 
   // Input side only.
-  std::vector<float> silence_;         // block of zeros, source of the silence pushed
+  std::vector<float> silence_;  // block of zeros (of the wider side), source of the silence pushed
   std::size_t input_debt_frames_ = 0;  // input lost to overruns, still to be padded
   // Output side only.
   std::size_t output_debt_frames_ = 0;  // silence played for underruns, late frames to drop

@@ -1,0 +1,178 @@
+// A routing matrix in the live daemon's configuration: [filter] matrix names
+// the file `process --matrix` takes, its inputs and outputs become the
+// stream's channels, and every bad path is refused before anything starts,
+// naming the file, the path and the reason. Fast: no audio runs.
+
+#include <gtest/gtest.h>
+#include <sndfile.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/control/filter_swapper.hpp"
+#include "daemon/control/matrix_swapper.hpp"
+#include "dsp/coefficient_file.hpp"
+#include "dsp/sound_file.hpp"
+#include "tests/process_support.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+class LiveMatrixConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    save_text_taps(dir_ / "low.txt", {0.5f, 0.25f, 0.125f}, "low");
+    save_text_taps(dir_ / "high.txt", {1.0f, -1.0f}, "high");
+  }
+
+  // A 2 -> 4 matrix file whose path 1 is `path_1` (TOML lines).
+  void write_matrix(const std::string& path_1) {
+    std::ofstream(dir_ / "m.toml") << "inputs = 2\noutputs = 4\n"
+                                   << "[[path]]\ninput = 0\noutput = 0\nfile = \"low.txt\"\n"
+                                   << "[[path]]\n"
+                                   << path_1 << "\n"
+                                   << "[[path]]\ninput = 1\noutput = 2\nfile = \"low.txt\"\n"
+                                   << "gain_db = -2.0\ndelay_frames = 3\ninvert = true\n";
+  }
+
+  LiveConfig parse(const std::string& extra = "", const std::string& filter = "") {
+    return parse_live_config(
+        "sample_rate = 48000\n" + extra + "[filter]\nmatrix = \"m.toml\"\n" + filter, dir_.path(),
+        "live.toml");
+  }
+
+  // The ConfigError `run` would stop with, from parsing or from reading the paths.
+  std::string refusal(const std::string& path_1) {
+    write_matrix(path_1);
+    try {
+      const LiveConfig config = parse();
+      load_configured_matrix(config);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  }
+
+  TempDir dir_{"live-matrix-config"};
+};
+
+TEST_F(LiveMatrixConfigTest, TheMatrixFileGivesTheStreamItsInputsAndOutputs) {
+  write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"");
+  const LiveConfig config =
+      parse("", "gain_db = -6.0\n[jack]\nconnect_outputs = [\"a\", \"b\", \"c\", \"d\"]\n");
+  EXPECT_TRUE(config.has_matrix());
+  EXPECT_EQ(config.matrix_file, dir_ / "m.toml");
+  EXPECT_EQ(config.input_channels(), 2u);
+  EXPECT_EQ(config.output_channels(), 4u);
+  EXPECT_EQ(config.jack.outputs.patterns.size(), 4u);
+
+  const RoutingMatrix matrix = load_configured_matrix(config);
+  ASSERT_EQ(matrix.paths().size(), 3u);
+  EXPECT_EQ(matrix.inputs(), 2u);
+  EXPECT_EQ(matrix.outputs(), 4u);
+  // [filter] gain_db is added to every path's own.
+  EXPECT_DOUBLE_EQ(matrix.paths()[0].gain_db, -6.0);
+  EXPECT_DOUBLE_EQ(matrix.paths()[2].gain_db, -8.0);
+  EXPECT_EQ(matrix.paths()[2].delay_frames, 3u);
+  EXPECT_TRUE(matrix.paths()[2].invert);
+  EXPECT_EQ(matrix.paths()[1].file, dir_ / "high.txt");
+}
+
+TEST_F(LiveMatrixConfigTest, TheShippedLiveCrossoverLoads) {
+  const LiveConfig config = load_live_config(fs::path(TAPSTREAM_SOURCE_DIR) / "config" / "matrix" /
+                                             "live-crossover.toml");
+  EXPECT_EQ(config.input_channels(), 2u);
+  EXPECT_EQ(config.output_channels(), 4u);
+  const RoutingMatrix matrix = load_configured_matrix(config);
+  EXPECT_EQ(matrix.paths().size(), 4u);
+  EXPECT_EQ(matrix.max_taps(), 1023u);
+}
+
+TEST_F(LiveMatrixConfigTest, TodaysOneFilterPerChannelStaysValid) {
+  const LiveConfig config =
+      parse_live_config("channels = 3\n[filter]\nfile = \"low.txt\"\n", dir_.path(), "live.toml");
+  EXPECT_FALSE(config.has_matrix());
+  EXPECT_EQ(config.input_channels(), 3u);
+  EXPECT_EQ(config.output_channels(), 3u);
+}
+
+TEST_F(LiveMatrixConfigTest, KeysThatContradictTheMatrixAreRefusedByName) {
+  write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"");
+  const auto refused = [&](const std::string& extra, const std::string& filter) {
+    try {
+      parse(extra, filter);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(refused("channels = 2\n", "")
+                .find("live.toml: channels = 2: not with filter.matrix: the matrix file gives the "
+                      "inputs and outputs"),
+            std::string::npos);
+  EXPECT_NE(refused("", "file = \"low.txt\"\n").find("filter: give one of file"),
+            std::string::npos);
+  // connect_inputs takes one pattern per input: 2 here, not the outputs' 4.
+  EXPECT_NE(refused("", "[jack]\nconnect_inputs = [\"a\", \"b\", \"c\", \"d\"]\n")
+                .find("has 4 entries but channels = 2"),
+            std::string::npos);
+  std::ofstream(dir_ / "m.toml") << "inputs = 2\n[[path]]\ninput = 0\noutput = 0\nfile = \"x\"\n";
+  EXPECT_NE(refused("", "").find("m.toml: a matrix needs both inputs and outputs"),
+            std::string::npos);
+  fs::remove(dir_ / "m.toml");
+  EXPECT_NE(refused("", "").find("filter.matrix = 'm.toml': no such file"), std::string::npos);
+}
+
+TEST_F(LiveMatrixConfigTest, EveryBadPathIsRefusedNamingTheFileThePathAndTheReason) {
+  {
+    SoundFileWriter other_rate(dir_ / "ir44k.wav", 44100, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    other_rate.write(std::vector<float>{1.0f, 0.5f});
+    other_rate.commit();
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"input = 0\noutput = 1\nfile = \"gone.txt\"", "path[1].file = 'gone.txt': no such file"},
+      {"input = 2\noutput = 1\nfile = \"high.txt\"", "path[1].input = 2: must be between 0 and 1"},
+      {"input = 0\noutput = 4\nfile = \"high.txt\"", "path[1].output = 4: must be between 0 and 3"},
+      {"input = 0\noutput = 0\nfile = \"high.txt\"",
+       "path 1 (input 0 -> output 0): input 0 -> output 0 is given twice"},
+      {"input = 0\noutput = 1\nfile = \"ir44k.wav\"", "path 1 (input 0 -> output 1): "},
+      {"input = 0\noutput = 1\nfile = \"high.txt\"\nchannel = 3",
+       "path 1 (input 0 -> output 1): channel 3 is out of range"},
+      {"input = 0\noutput = 1\nfile = \"high.txt\"\ngain = 3", "unknown key 'gain'"},
+      {"input = 0\noutput = 1", "path 1 (input 0 -> output 1): needs a file"},
+  };
+  for (const auto& [lines, reason] : cases) {
+    const std::string message = refusal(lines);
+    std::printf("%s\n  -> %s\n", lines.c_str(), message.c_str());
+    EXPECT_NE(message.find((dir_ / "m.toml").string() + ": "), std::string::npos)
+        << "names the matrix file: " << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << "says '" << reason << "': " << message;
+  }
+  EXPECT_NE(refusal("input = 0\noutput = 1\nfile = \"ir44k.wav\"").find("44100"),
+            std::string::npos);
+}
+
+TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTaps) {
+  write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"\ndelay_frames = 200");
+  const LiveConfig config = parse("", "max_taps = 100\n");
+  const RoutingMatrix matrix = load_configured_matrix(config);
+  try {
+    engine_max_taps(config, matrix.max_taps());
+    FAIL() << "a 202-tap path was taken by an engine of max_taps = 100";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the matrix's longest path has 202 taps (delay "
+                                         "included), more than [filter] max_taps = 100"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tapstream
