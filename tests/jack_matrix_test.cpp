@@ -319,8 +319,10 @@ TEST_F(JackMatrixTest, TheCrossoverLiveEqualsProcessAndACtlSwapCrossfadesOverOne
               std::string::npos);
     const auto bad = ctl({"load", "matrix", (dir() / "broken.toml").string()});
     EXPECT_FALSE(bad.value("ok", true));
-    EXPECT_NE(bad.value("error", "").find("path 3 (input 1 -> output 3)"), std::string::npos);
-    EXPECT_NE(bad.value("error", "").find("missing-tweeter.txt"), std::string::npos);
+    EXPECT_NE(bad.value("error", "")
+                  .find("broken.toml: path[3].file = 'missing-tweeter.txt': no "
+                        "such file"),
+              std::string::npos);
     const auto one_channel = ctl({"load", "0", (dir() / "tweeter.txt").string()});
     EXPECT_NE(one_channel.value("error", "").find("runs the routing matrix"), std::string::npos);
     const auto status = ctl({"status"});
@@ -348,10 +350,21 @@ TEST_F(JackMatrixTest, TheCrossoverLiveEqualsProcessAndACtlSwapCrossfadesOverOne
 
   for (std::size_t i = 0; i < latency * outputs; ++i)
     ASSERT_EQ(s_.recording[i], 0.0f) << "silence before the latency, sample " << i;
-  // The swap's block: the first block whose left tweeter leaves the old matrix's output.
+  // The swap's block: the first block whose left tweeter leaves the old matrix's output (by
+  // more than float rounding against the channel's level: the linear-phase filters start
+  // near zero, where a block's own relative error means nothing).
+  double level = 0.0;
+  for (std::size_t f = 0; f < frames; ++f)
+    level += double(before[f * outputs + 1]) * before[f * outputs + 1];
+  level = std::sqrt(level / double(frames));
   std::size_t swap = frames;
   for (std::size_t f = 0; f + period <= frames && swap == frames; f += period) {
-    if (error(latency, before, 1, f, f + period) > 1e-4) swap = f;
+    double differs = 0.0;
+    for (std::size_t i = f; i < f + period; ++i) {
+      const double d = double(s_.recording[(latency + i) * outputs + 1]) - before[i * outputs + 1];
+      differs += d * d;
+    }
+    if (std::sqrt(differs / double(period)) > 1e-4 * level) swap = f;
   }
   std::printf("latency %zu frames; swap at signal frame %zu (%.3f s)\n", latency, swap,
               double(swap) / rate);
