@@ -282,7 +282,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"FilterWithoutFile", "[filter]\ngain_db = 1\n", {"filter", "missing file"}, false},
         BadCase{"FilterFileAndFiles",
                 "[filter]\nfile = \"a.txt\"\nfiles = [\"a.txt\", \"b.txt\"]\n",
-                {"filter", "either file", "not both"},
+                {"filter", "give one of file", "files (one per channel) or matrix"},
                 false},
         BadCase{"FilterFileMissing",
                 "[filter]\nfile = \"missing.txt\"\n",
