@@ -158,6 +158,40 @@ TEST_F(ControlSocketTest, LoadPassesChannelAndFileToTheHandlerAndRepliesOk) {
   EXPECT_EQ(loads_[1].second, fs::path("/filters/b.wav"));
 }
 
+TEST_F(ControlSocketTest, LoadPathAndLoadMatrixReachTheirHandlersOnlyWithARoutingMatrix) {
+  const ControlServer per_channel(socket_, handlers_);
+  EXPECT_NE(per_channel.handle_request("load path 0 1 /x.txt")
+                .find("load path needs a routing "
+                      "matrix"),
+            std::string::npos);
+  EXPECT_NE(per_channel.handle_request("load matrix /m.toml")
+                .find("load matrix needs a routing "
+                      "matrix"),
+            std::string::npos);
+  std::vector<std::string> calls;
+  handlers_.load_path = [&](std::size_t input, std::size_t output, const fs::path& file) {
+    calls.push_back(std::to_string(input) + "->" + std::to_string(output) + " " + file.string());
+    return std::string("path");
+  };
+  handlers_.load_matrix = [&](const fs::path& file) {
+    calls.push_back("matrix " + file.string());
+    return std::string("matrix");
+  };
+  const ControlServer matrix(socket_, handlers_);
+  EXPECT_TRUE(is_ok(matrix.handle_request("load path 0 3 /filters/my tweeter.txt")));
+  EXPECT_TRUE(is_ok(matrix.handle_request("load matrix /m x.toml")));
+  EXPECT_EQ(calls, (std::vector<std::string>{"0->3 /filters/my tweeter.txt", "matrix /m x.toml"}));
+  EXPECT_NE(matrix.handle_request("load path 0 /x.txt").find("usage: load path INPUT OUTPUT FILE"),
+            std::string::npos);
+  EXPECT_NE(matrix.handle_request("load path a 1 /x.txt")
+                .find("'a 1' is not an input and an "
+                      "output number"),
+            std::string::npos);
+  EXPECT_NE(matrix.handle_request("load path 0 1 x.txt").find("is not an absolute path"),
+            std::string::npos);
+  EXPECT_EQ(calls.size(), 2u) << "a refused request reaches no handler";
+}
+
 TEST_F(ControlSocketTest, AJsonObjectRequestMeansWhatTheTextLineMeans) {
   ControlServer server(socket_, handlers_);
   server.start();

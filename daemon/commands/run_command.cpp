@@ -483,24 +483,23 @@ ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
   Swapper& swapper = filters.any();
-  if (filters.bank) {
-    FilterSwapper& bank = *filters.bank;
-    hooks.filters = [&bank] { return bank.current(); };
-    hooks.load_filter = [&bank](std::optional<std::size_t> channel, const fs::path& file) {
-      return bank.load(channel ? std::to_string(*channel) : "all", file);
+  if (FilterSwapper* bank = filters.bank.get()) {
+    hooks.filters = [bank] { return bank->current(); };
+    hooks.load_filter = [bank](std::optional<std::size_t> channel, const fs::path& file) {
+      return bank->load(channel ? std::to_string(*channel) : "all", file);
     };
   } else {
-    MatrixSwapper& matrix = *filters.matrix;
+    MatrixSwapper* matrix = filters.matrix.get();
     // A path's effective filter (delay, gain, polarity folded in) as a channel of its own.
-    hooks.filters = [&matrix] {
-      return std::make_shared<const FilterBank>(matrix.current()->path_bank());
+    hooks.filters = [matrix] {
+      return std::make_shared<const FilterBank>(matrix->current()->path_bank());
     };
-    hooks.matrix = [&matrix] { return matrix.current(); };
-    hooks.load_filter = [&matrix](std::optional<std::size_t>, const fs::path&) {
+    hooks.matrix = [matrix] { return matrix->current(); };
+    hooks.load_filter = [matrix](std::optional<std::size_t>, const fs::path&) {
       return fmt::format(
           "this daemon runs the routing matrix {}: a filter goes to one path (ctl load path I O "
           "FILE) or a whole matrix file (ctl load matrix FILE)",
-          matrix.matrix_file().string());
+          matrix->matrix_file().string());
     };
   }
   hooks.config = [&swapper] { return swapper.config(); };
@@ -786,16 +785,16 @@ int run_daemon(RunArgs args) {
                          channel ? "channel " + which : "all channels",
                          pipeline.stats().last_swap_block);
     };
-    if (filters.matrix) {
-      MatrixSwapper& matrix = *filters.matrix;
-      handlers.load_path = [&](std::size_t input, std::size_t output, const fs::path& file) {
-        const std::string error = matrix.load_path(input, output, file);
+    if (MatrixSwapper* matrix = filters.matrix.get()) {
+      handlers.load_path = [&pipeline, matrix](std::size_t input, std::size_t output,
+                                               const fs::path& file) {
+        const std::string error = matrix->load_path(input, output, file);
         if (!error.empty()) throw std::runtime_error(error);
         return fmt::format("{} installed for input {} -> output {} at block {}", file.string(),
                            input, output, pipeline.stats().last_swap_block);
       };
-      handlers.load_matrix = [&](const fs::path& file) {
-        const std::string error = matrix.load_matrix(file);
+      handlers.load_matrix = [&pipeline, matrix](const fs::path& file) {
+        const std::string error = matrix->load_matrix(file);
         if (!error.empty()) throw std::runtime_error(error);
         return fmt::format("matrix {} installed at block {}", file.string(),
                            pipeline.stats().last_swap_block);
