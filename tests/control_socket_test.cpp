@@ -180,7 +180,14 @@ TEST_F(ControlSocketTest, LoadPathAndLoadMatrixReachTheirHandlersOnlyWithARoutin
   const ControlServer matrix(socket_, handlers_);
   EXPECT_TRUE(is_ok(matrix.handle_request("load path 0 3 /filters/my tweeter.txt")));
   EXPECT_TRUE(is_ok(matrix.handle_request("load matrix /m x.toml")));
-  EXPECT_EQ(calls, (std::vector<std::string>{"0->3 /filters/my tweeter.txt", "matrix /m x.toml"}));
+  EXPECT_TRUE(is_ok(
+      matrix.handle_request(R"({"command":"load","input":1,"output":2,"file":"/f/a b.txt"})")));
+  EXPECT_TRUE(is_ok(matrix.handle_request(R"({"command":"load","matrix":"/m.toml"})")));
+  EXPECT_EQ(calls, (std::vector<std::string>{"0->3 /filters/my tweeter.txt", "matrix /m x.toml",
+                                             "1->2 /f/a b.txt", "matrix /m.toml"}));
+  EXPECT_NE(matrix.handle_request(R"({"command":"load","input":1,"file":"/f.txt"})")
+                .find("a path's load takes"),
+            std::string::npos);
   EXPECT_NE(matrix.handle_request("load path 0 /x.txt").find("usage: load path INPUT OUTPUT FILE"),
             std::string::npos);
   EXPECT_NE(matrix.handle_request("load path a 1 /x.txt")
@@ -189,7 +196,7 @@ TEST_F(ControlSocketTest, LoadPathAndLoadMatrixReachTheirHandlersOnlyWithARoutin
             std::string::npos);
   EXPECT_NE(matrix.handle_request("load path 0 1 x.txt").find("is not an absolute path"),
             std::string::npos);
-  EXPECT_EQ(calls.size(), 2u) << "a refused request reaches no handler";
+  EXPECT_EQ(calls.size(), 4u) << "a refused request reaches no handler";
 }
 
 TEST_F(ControlSocketTest, AJsonObjectRequestMeansWhatTheTextLineMeans) {

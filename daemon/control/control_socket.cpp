@@ -289,8 +289,13 @@ Request parse_json_request(std::string_view line) {
   if (json.is_discarded()) throw std::invalid_argument("request is not valid JSON");
   if (!json.is_object()) throw std::invalid_argument("a JSON request must be an object");
   Request request;
+  std::string input, output, matrix;  // {"input":0,"output":1,"file":...}, {"matrix":...}
   for (const auto& [key, value] : json.items()) {
-    if (key == "command" && value.is_string()) {
+    if ((key == "input" || key == "output") && value.is_number_unsigned()) {
+      (key == "input" ? input : output) = std::to_string(value.get<std::uint64_t>());
+    } else if (key == "matrix" && value.is_string()) {
+      matrix = value.get<std::string>();
+    } else if (key == "command" && value.is_string()) {
       request.verb = value.get<std::string>();
     } else if (key == "channel" && value.is_number_unsigned()) {
       request.channel = std::to_string(value.get<std::uint64_t>());
@@ -300,9 +305,23 @@ Request parse_json_request(std::string_view line) {
       request.file = value.get<std::string>();
     } else {
       throw std::invalid_argument("unexpected JSON field '" + shorten(key) +
-                                  "' (known: command, channel, file)");
+                                  "' (known: command, channel, file, input, output, matrix)");
     }
     if (key != "command") request.has_arguments = true;
+  }
+  // The text forms `load path I O FILE` and `load matrix FILE`.
+  if (!input.empty() || !output.empty()) {
+    if (input.empty() || output.empty() || !request.channel.empty() || !matrix.empty()) {
+      throw std::invalid_argument("a path's load takes \"input\", \"output\" and \"file\"");
+    }
+    request.channel = "path";
+    request.file = input + " " + output + " " + request.file;
+  } else if (!matrix.empty()) {
+    if (!request.channel.empty() || !request.file.empty()) {
+      throw std::invalid_argument("a matrix load takes \"matrix\" alone");
+    }
+    request.channel = "matrix";
+    request.file = matrix;
   }
   if (request.verb.empty()) throw std::invalid_argument("JSON request without \"command\"");
   return request;

@@ -17,6 +17,8 @@
 // A request may also be one JSON object on one line, with the same meaning:
 //   {"command":"status"}
 //   {"command":"load","channel":0,"file":"/abs/f.txt"}    ("channel":"all" for all)
+//   {"command":"load","input":0,"output":1,"file":"/abs/f.txt"}   (load path)
+//   {"command":"load","matrix":"/abs/m.toml"}                   (load matrix)
 //
 // Anything else (unknown or malformed requests, lines over 4 KiB) gets
 // {"ok":false,"error":"..."}; a client cannot crash the server or touch the
