@@ -128,7 +128,7 @@ std::size_t best_partition(std::size_t block, std::size_t taps) {
   return best;
 }
 
-class CpuEngine final : public Engine {
+class CpuEngine final : public CpuHeadEngine {
  public:
   // single_thread: never use the worker pool (the in-call head of the
   // non-uniform engine, whose tail threads have the other cores).
@@ -138,6 +138,9 @@ class CpuEngine final : public Engine {
                Layout layout) override;
   void set_filters(const FilterBank& bank, bool crossfade) override;
   void reset() override;
+  std::unique_ptr<PreparedHeadFilters> prepare_filters(const FilterBank& bank) const override;
+  std::unique_ptr<PreparedHeadFilters> install_filters(std::unique_ptr<PreparedHeadFilters> filters,
+                                                       bool crossfade) noexcept override;
 
   std::size_t channels() const override { return channels_; }
   std::size_t max_block_frames() const override { return max_block_; }
@@ -148,7 +151,7 @@ class CpuEngine final : public Engine {
  private:
   // Everything that depends on one filter bank. History and FDL do not, so an
   // engine can run two banks over the same stream state during a crossfade.
-  struct Filters {
+  struct Filters final : PreparedHeadFilters {
     std::vector<std::size_t> taps;  // per stored filter (one when shared)
     bool shared = false;
     // direct form: taps back to front, padded
@@ -171,7 +174,10 @@ class CpuEngine final : public Engine {
     AlignedFloats old;       // one channel's output of the old bank during a crossfade
   };
 
-  std::unique_ptr<Filters> make_filters(const FilterBank& bank);
+  // with_tails: compute the tails for the current stream state (the calling
+  // thread must be process()'s); without, process() computes them when the
+  // filters become active.
+  std::unique_ptr<Filters> make_filters(const FilterBank& bank, bool with_tails) const;
   void check_bank(const FilterBank& bank, const char* what) const;
   void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
 
@@ -262,7 +268,7 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool 
       sc.time = AlignedFloats(2 * partition_);
     }
   }
-  active_ = make_filters(bank);
+  active_ = make_filters(bank, true);
   if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads - 1);
 }
 
@@ -279,7 +285,8 @@ void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
   }
 }
 
-std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank) {
+std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank,
+                                                            bool with_tails) const {
   auto f = std::make_unique<Filters>();
   f->shared = bank.is_shared();
   const std::size_t stored = f->shared ? 1 : channels_;
@@ -310,7 +317,9 @@ std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& ba
   }
   if (algorithm_ == Algorithm::fft) {
     f->tails = AlignedFloats(channels_ * blocks_ * simd::kBlockFloats);
-    for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
+    if (with_tails) {
+      for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
+    }
   }
   return f;
 }
@@ -330,8 +339,25 @@ void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot) const
 void CpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
   check_bank(bank, "set_filters");
   retired_.reset();
-  pending_ = make_filters(bank);  // tails made now are recomputed when it becomes active
+  pending_ = make_filters(bank, false);  // tails are computed when it becomes active
   pending_crossfade_ = crossfade;
+}
+
+std::unique_ptr<PreparedHeadFilters> CpuEngine::prepare_filters(const FilterBank& bank) const {
+  check_bank(bank, "set_filters");
+  return make_filters(bank, false);
+}
+
+std::unique_ptr<PreparedHeadFilters> CpuEngine::install_filters(
+    std::unique_ptr<PreparedHeadFilters> filters, bool crossfade) noexcept {
+  // A pending bank that never played goes back instead of the retired one
+  // (which then waits for the next install).
+  std::unique_ptr<PreparedHeadFilters> unused =
+      pending_ ? std::unique_ptr<PreparedHeadFilters>(std::move(pending_))
+               : std::unique_ptr<PreparedHeadFilters>(std::move(retired_));
+  pending_.reset(static_cast<Filters*>(filters.release()));
+  pending_crossfade_ = crossfade;
+  return unused;
 }
 
 void CpuEngine::reset() {
@@ -520,7 +546,8 @@ double cpu_uniform_cost_ns_per_frame(std::size_t block_frames, std::size_t taps)
                   fft_cost_per_sample(block_frames, taps, best_partition(block_frames, taps)));
 }
 
-std::unique_ptr<Engine> make_cpu_head_engine(const FilterBank& bank, const EngineOptions& options) {
+std::unique_ptr<CpuHeadEngine> make_cpu_head_engine(const FilterBank& bank,
+                                                    const EngineOptions& options) {
   return std::make_unique<CpuEngine>(bank, options, true);
 }
 
@@ -536,9 +563,12 @@ std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOpti
     // Non-uniform where it has tails and the model says it costs less than
     // the best uniform engine at this call size; large (offline) blocks keep
     // the uniform engine, which the worker pool spreads over the cores.
-    if (plan.segments.size() > 1 &&
-        plan.cost_ns_per_frame(costs) <
-            cpu_uniform_cost_ns_per_frame(options.max_block_frames, taps)) {
+    // In an audio callback, always: its swaps are prepared off the audio
+    // thread, and a plan without tails is the uniform engine on the caller.
+    if (options.realtime_calls ||
+        (plan.segments.size() > 1 &&
+         plan.cost_ns_per_frame(costs) <
+             cpu_uniform_cost_ns_per_frame(options.max_block_frames, taps))) {
       return make_cpu_nonuniform_engine(bank, options, plan);
     }
   }

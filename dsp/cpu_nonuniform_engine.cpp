@@ -29,6 +29,19 @@
 // and no input sample is lost or repeated. Banks are freed once no queued job
 // can still read them.
 //
+// Inside an audio callback (RealtimeEngine::process_by, same-period live
+// mode) nothing waits past the period's deadline. A tail job not done by then
+// makes the call late: it returns silence, the stream advances, the job
+// finishes in the background and later calls use it, so they stay exact.
+// Only if a worker falls so far behind that writing this call's input would
+// overwrite input a queued job has still to read, or its job slots are all
+// taken, is the engine overloaded: it then stops feeding the tails (the head
+// keeps its history), plays silence until every worker is idle, resumes, and
+// keeps playing silence until the tails' state holds only input from after the
+// resumption (recovery_frames_): late calls, never wrong ones. Swaps in the
+// callback allocate and free nothing: the preparer builds the head's filters
+// too, retired banks wait in fixed slots, and the preparer frees them.
+//
 // Threads and ordering. Written by the caller of process() (one thread, per
 // the Engine contract): the input ring, the job slots of each segment, then
 // `dispatched` (release). Read by each segment's worker after an acquire load
@@ -38,7 +51,10 @@
 // (see the constructor) make sure a worker never reads input the caller is
 // overwriting and never writes output the caller is reading, given the waits
 // above. The preparer hands a finished bank over by an atomic pointer
-// exchange (release/acquire) and takes requests the same way.
+// exchange (release/acquire) and takes requests the same way; post_filters()
+// (another thread than process()'s) touches only that request pointer and the
+// preparer's wake counter. `done` is a DeadlineCounter (dsp/deadline_counter.hpp),
+// whose release/acquire pair is the one described above.
 
 #include <pthread.h>
 #include <sched.h>
@@ -59,6 +75,7 @@
 
 #include "dsp/cpu_engine.hpp"
 #include "dsp/cpu_simd.hpp"
+#include "dsp/deadline_counter.hpp"
 #include "dsp/fftw_plan.hpp"
 
 namespace tapstream {
@@ -70,20 +87,6 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// Waits until `counter` reaches `target`: spins briefly (a job is often
-// microseconds from done), then sleeps on the atomic (a futex).
-void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t target) {
-  for (int i = 0; i < 256; ++i) {
-    if (counter.load(std::memory_order_acquire) >= target) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  for (std::uint64_t seen; (seen = counter.load(std::memory_order_acquire)) < target;) {
-    counter.wait(seen, std::memory_order_acquire);
-  }
-}
-
 // Spectra of one bank's tail segments; immutable once built (by the preparer).
 struct TailBank {
   bool shared = false;
@@ -93,7 +96,10 @@ struct TailBank {
   std::vector<std::vector<AlignedFloats>> spectra;
   std::vector<std::vector<std::size_t>> parts;
   std::optional<FilterBank> head;  // the first head taps of every filter
-  bool crossfade = true;           // how this bank takes over
+  // The head engine's filters of `head` (made by the preparer; null for the
+  // first bank). A retiring bank carries the head filters the swap freed.
+  std::unique_ptr<PreparedHeadFilters> head_filters;
+  bool crossfade = true;  // how this bank takes over
   std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
 };
 
@@ -104,7 +110,7 @@ struct Job {
 
 constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
 
-class NonUniformCpuEngine final : public Engine {
+class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
  public:
   NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
                       const PartitionPlan& plan);
@@ -114,6 +120,12 @@ class NonUniformCpuEngine final : public Engine {
                Layout layout) override;
   void set_filters(const FilterBank& bank, bool crossfade) override;
   void reset() override;
+  bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                  Layout layout, const timespec& deadline) noexcept override;
+  void post_filters(const FilterBank& bank, bool crossfade) override;
+  bool preparing_filters() const override {
+    return prepare_request_.load() != nullptr || preparing_.load();
+  }
 
   std::size_t channels() const override { return channels_; }
   std::size_t max_block_frames() const override { return max_block_; }
@@ -139,8 +151,9 @@ class NonUniformCpuEngine final : public Engine {
     // worker scratch
     AlignedFloats window, spectrum, products, time;
     std::array<Job, kJobSlots> jobs;
+    std::uint64_t base = 0;  // caller only: the job index of block 0 (jobs run in block order)
     std::atomic<std::uint64_t> dispatched{0};
-    std::atomic<std::uint64_t> done{0};
+    DeadlineCounter done;
     std::atomic<std::uint64_t> wake{0};
     std::atomic<int> thread_id{0};
     std::thread thread;
@@ -150,8 +163,21 @@ class NonUniformCpuEngine final : public Engine {
   void worker(Segment& seg, int nice_level);
   void run_job(Segment& seg, const Job& job);
   void follow_caller_priority();
+  void check_call(std::span<const float> in, std::span<float> out, std::size_t frames) const;
+  // One call; deadline null: wait for tails as long as it takes (never late).
+  // False: late (`out` holds silence).
+  bool run_call(std::span<const float> in, std::span<float> out, std::size_t frames, Layout layout,
+                const timespec* deadline);
+  // Whether the tails can take [frames_, frames_ + n) without a wait: no
+  // queued job still reads the input it overwrites, and a job slot is free.
+  bool tails_can_take(std::size_t n) const;
+  bool tails_idle() const;
   void dispatch(std::uint64_t frames_before, std::uint64_t frames_after);
   void take_prepared_bank();
+  // Parks a bank until no queued job reads it (a free slot is guaranteed by
+  // take_prepared_bank()).
+  void retire(std::unique_ptr<TailBank> bank);
+  std::size_t free_retired_slots() const;
   void free_unused_banks();
   void stop_workers();
   void quiesce();
@@ -160,7 +186,7 @@ class NonUniformCpuEngine final : public Engine {
   std::size_t max_block_;
   std::size_t max_taps_;
   PartitionPlan plan_;
-  std::unique_ptr<Engine> head_;
+  std::unique_ptr<CpuHeadEngine> head_;
   std::vector<std::unique_ptr<Segment>> segments_;
 
   std::size_t in_ring_ = 0;  // frames, a power of two
@@ -175,12 +201,21 @@ class NonUniformCpuEngine final : public Engine {
   std::unique_ptr<TailBank> next_;
   std::size_t slot_ = 0;
   std::uint64_t switch_frame_ = 0;
-  // Retired banks and, per segment, the jobs queued before they retired.
+  // Retired banks and, per segment, the jobs queued before they retired;
+  // fixed slots (`dispatched` sized at construction), so that retiring one
+  // allocates nothing.
   struct Retired {
     std::unique_ptr<TailBank> bank;
     std::vector<std::uint64_t> dispatched;
   };
-  std::vector<Retired> retired_;
+  static constexpr std::size_t kRetiredSlots = 4;
+  std::array<Retired, kRetiredSlots> retired_;
+
+  // Overload (see the top): tails not fed since it began; silence until
+  // frames_ reaches mute_until_ after it ends.
+  bool overloaded_ = false;
+  std::uint64_t mute_until_ = 0;
+  std::uint64_t recovery_frames_ = 0;
 
   // Preparer: requests and results, one each in flight, by pointer exchange.
   struct Request {
@@ -191,6 +226,7 @@ class NonUniformCpuEngine final : public Engine {
   std::atomic<TailBank*> prepared_{nullptr};
   std::atomic<TailBank*> graveyard_{nullptr};  // a retired bank for the preparer to free
   std::atomic<std::uint64_t> prepare_wake_{0};
+  std::atomic<bool> preparing_{false};  // the preparer holds a request
   std::atomic<bool> stop_{false};
   std::atomic<int> preparer_id_{0};
   std::thread preparer_;
@@ -245,6 +281,9 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
     segments_.push_back(std::move(seg));
   }
   in_ring_ = std::bit_ceil(in_ring);
+  for (Retired& r : retired_) r.dispatched.assign(segments_.size(), 0);
+  const PartitionSegment& last = plan_.segments.back();
+  recovery_frames_ = last.end_tap() + last.partition_frames + 2 * max_block_;
   input_ = AlignedFloats(channels_ * in_ring_);
   stage_in_ = AlignedFloats(channels_ * max_block_);
   stage_out_ = AlignedFloats(channels_ * max_block_);
@@ -267,17 +306,22 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
       const std::uint64_t seen = prepare_wake_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
       delete graveyard_.exchange(nullptr, std::memory_order_acq_rel);
-      std::unique_ptr<Request> request(
-          prepare_request_.exchange(nullptr, std::memory_order_acq_rel));
+      // Raised before the request is taken, so that preparing_filters() never
+      // sees neither (seq_cst).
+      preparing_.store(true);
+      std::unique_ptr<Request> request(prepare_request_.exchange(nullptr));
       if (!request) {
+        preparing_.store(false);
         prepare_wake_.wait(seen, std::memory_order_acquire);
         continue;
       }
       std::unique_ptr<TailBank> ready = prepare(request->bank);
+      ready->head_filters = head_->prepare_filters(*ready->head);
       ready->crossfade = request->crossfade;
       // A result the engine has not taken yet is superseded by this one.
       std::unique_ptr<TailBank> superseded(
           prepared_.exchange(ready.release(), std::memory_order_acq_rel));
+      preparing_.store(false);
     }
   });
 }
@@ -354,11 +398,10 @@ void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
     // it and the wait below returns at once.
     const std::uint64_t seen = seg.wake.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
-    for (std::uint64_t index = seg.done.load(std::memory_order_relaxed);
+    for (std::uint64_t index = seg.done.value();
          index < seg.dispatched.load(std::memory_order_acquire); ++index) {
       run_job(seg, seg.jobs[index % kJobSlots]);
-      seg.done.store(index + 1, std::memory_order_release);
-      seg.done.notify_all();
+      seg.done.advance(index + 1);
     }
     seg.wake.wait(seen, std::memory_order_acquire);
   }
@@ -416,23 +459,34 @@ void NonUniformCpuEngine::follow_caller_priority() {
   priority_caller_ = self;
   priority_set_ = true;
   calls_since_priority_ = 0;
-  int policy = SCHED_OTHER;
+  // System calls on thread ids, not pthread_{get,set}schedparam, which take
+  // glibc's per-thread lock: this may run in an audio callback.
+  const int policy = sched_getscheduler(0);
   sched_param caller{};
-  if (pthread_getschedparam(self, &policy, &caller) != 0) return;
+  if (policy < 0 || sched_getparam(0, &caller) != 0) return;
   const bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
   const int key = realtime ? caller.sched_priority : 0;
   if (key == worker_priority_key_) return;
+  for (const auto& seg : segments_) {
+    if (seg->thread_id.load(std::memory_order_acquire) == 0) return;  // not started: next time
+  }
   worker_priority_key_ = key;
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};
     param.sched_priority = realtime ? std::max(1, caller.sched_priority - 1 - int(seg->index)) : 0;
     // Refused without the privilege: the worker keeps its niceness instead.
-    pthread_setschedparam(seg->thread.native_handle(), realtime ? SCHED_FIFO : SCHED_OTHER, &param);
+    sched_setscheduler(seg->thread_id.load(std::memory_order_relaxed),
+                       realtime ? SCHED_FIFO : SCHED_OTHER, &param);
   }
 }
 
 void NonUniformCpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
+  post_filters(bank, crossfade);
+  free_unused_banks();
+}
+
+void NonUniformCpuEngine::post_filters(const FilterBank& bank, bool crossfade) {
   if (bank.channels() != channels_) {
     throw std::invalid_argument("cpu engine: set_filters: the bank has " +
                                 std::to_string(bank.channels()) + " channels, the engine " +
@@ -443,7 +497,6 @@ void NonUniformCpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
         "cpu engine: set_filters: a filter of " + std::to_string(bank.max_taps()) +
         " taps is longer than the engine's max_taps " + std::to_string(max_taps_));
   }
-  free_unused_banks();
   auto request = std::make_unique<Request>(Request{bank, crossfade});
   // A request the preparer has not started yet is superseded.
   std::unique_ptr<Request> superseded(
@@ -452,16 +505,32 @@ void NonUniformCpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
   prepare_wake_.notify_one();
 }
 
+std::size_t NonUniformCpuEngine::free_retired_slots() const {
+  return std::size_t(std::count_if(retired_.begin(), retired_.end(),
+                                   [](const Retired& r) { return r.bank == nullptr; }));
+}
+
+void NonUniformCpuEngine::retire(std::unique_ptr<TailBank> bank) {
+  for (Retired& r : retired_) {
+    if (r.bank) continue;
+    for (std::size_t s = 0; s < segments_.size(); ++s)
+      r.dispatched[s] = segments_[s]->dispatched.load(std::memory_order_relaxed);
+    r.bank = std::move(bank);
+    return;
+  }
+  // Unreachable (take_prepared_bank() keeps a slot for each retirement); were
+  // it reached, freeing here would still be correct, only slow.
+  quiesce();
+}
+
 void NonUniformCpuEngine::take_prepared_bank() {
   if (prepared_.load(std::memory_order_relaxed) == nullptr) return;
+  // A slot for the bank it supersedes and one for the bank it replaces when
+  // it takes over; else it waits in prepared_ for the preparer to free some.
+  if (free_retired_slots() < (next_ ? 2u : 1u)) return;
   std::unique_ptr<TailBank> ready(prepared_.exchange(nullptr, std::memory_order_acq_rel));
   if (!ready) return;
-  if (next_) retired_.push_back({std::move(next_), {}});  // superseded before it played
-  for (Retired& r : retired_) {
-    if (!r.dispatched.empty()) continue;
-    for (const auto& seg : segments_)
-      r.dispatched.push_back(seg->dispatched.load(std::memory_order_relaxed));
-  }
+  if (next_) retire(std::move(next_));  // superseded before it played
   next_ = std::move(ready);
   // Segment s computes the new bank from its next job on, block
   // floor(frames_ / P), whose output starts at that block's start + T.
@@ -475,16 +544,17 @@ void NonUniformCpuEngine::take_prepared_bank() {
 void NonUniformCpuEngine::free_unused_banks() {
   // Freeing megabytes of locked pages takes long: the preparer does it, one
   // bank at a time through `graveyard_`.
-  std::erase_if(retired_, [&](Retired& r) {
+  for (Retired& r : retired_) {
+    if (!r.bank) continue;
+    bool unused = true;
     for (std::size_t s = 0; s < segments_.size(); ++s) {
-      if (segments_[s]->done.load(std::memory_order_acquire) < r.dispatched[s]) return false;
+      if (segments_[s]->done.value() < r.dispatched[s]) unused = false;
     }
-    if (graveyard_.load(std::memory_order_acquire) != nullptr) return false;
+    if (!unused || graveyard_.load(std::memory_order_acquire) != nullptr) continue;
     graveyard_.store(r.bank.release(), std::memory_order_release);
     prepare_wake_.fetch_add(1, std::memory_order_release);
     prepare_wake_.notify_one();
-    return true;
-  });
+  }
 }
 
 void NonUniformCpuEngine::dispatch(std::uint64_t before, std::uint64_t after) {
@@ -493,7 +563,7 @@ void NonUniformCpuEngine::dispatch(std::uint64_t before, std::uint64_t after) {
     const std::size_t p = seg.partition;
     for (std::uint64_t m = before / p; (m + 1) * p <= after; ++m) {
       const std::uint64_t index = seg.dispatched.load(std::memory_order_relaxed);
-      if (index >= kJobSlots) wait_for(seg.done, index - kJobSlots + 1);  // slot free
+      if (index >= kJobSlots) seg.done.wait_at_least(index - kJobSlots + 1);  // slot free
       Job& job = seg.jobs[index % kJobSlots];
       job.block = m;
       job.banks = {};
@@ -514,7 +584,8 @@ void NonUniformCpuEngine::dispatch(std::uint64_t before, std::uint64_t after) {
 }
 
 void NonUniformCpuEngine::quiesce() {
-  for (auto& seg : segments_) wait_for(seg->done, seg->dispatched.load(std::memory_order_relaxed));
+  for (auto& seg : segments_)
+    seg->done.wait_at_least(seg->dispatched.load(std::memory_order_relaxed));
 }
 
 void NonUniformCpuEngine::reset() {
@@ -522,21 +593,24 @@ void NonUniformCpuEngine::reset() {
   take_prepared_bank();
   if (next_) {  // nothing to crossfade from in a fresh stream
     head_->set_filters(*next_->head, false);
-    retired_.push_back({std::move(current_), {}});
+    next_->head_filters.reset();  // unused: no call may free it later
     current_ = std::move(next_);
   }
-  retired_.clear();  // no job is queued
+  for (Retired& r : retired_) r.bank.reset();  // no job is queued
   head_->reset();
   input_.zero();
   for (auto& seg : segments_) {
     seg->fdl.zero();
     for (auto& o : seg->out) o.zero();
+    seg->base = seg->dispatched.load(std::memory_order_relaxed);
   }
   frames_ = 0;
+  overloaded_ = false;
+  mute_until_ = 0;
 }
 
-void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
-                                  std::size_t frames, Layout layout) {
+void NonUniformCpuEngine::check_call(std::span<const float> in, std::span<float> out,
+                                     std::size_t frames) const {
   if (frames == 0 || frames > max_block_) {
     throw std::invalid_argument("cpu engine: block of " + std::to_string(frames) +
                                 " frames, expected 1.." + std::to_string(max_block_));
@@ -547,18 +621,76 @@ void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> ou
                                 " samples (" + std::to_string(frames) + " frames x " +
                                 std::to_string(channels_) + " channels)");
   }
+}
+
+void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
+                                  std::size_t frames, Layout layout) {
+  check_call(in, out, frames);
+  run_call(in, out, frames, layout, nullptr);
+}
+
+bool NonUniformCpuEngine::process_by(std::span<const float> in, std::span<float> out,
+                                     std::size_t frames, Layout layout,
+                                     const timespec& deadline) noexcept {
+  const std::size_t samples = frames * channels_;
+  if (frames == 0 || frames > max_block_ || in.size() < samples || out.size() < samples) {
+    return false;
+  }
+  return run_call(in, out, frames, layout, &deadline);
+}
+
+bool NonUniformCpuEngine::tails_idle() const {
+  for (const auto& seg : segments_) {
+    if (seg->done.value() != seg->dispatched.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
+}
+
+bool NonUniformCpuEngine::tails_can_take(std::size_t n) const {
+  const std::uint64_t end = frames_ + n;
+  for (const auto& seg_ptr : segments_) {
+    const Segment& seg = *seg_ptr;
+    const std::uint64_t p = seg.partition;
+    const std::uint64_t done = seg.done.value();
+    const std::uint64_t queued = seg.dispatched.load(std::memory_order_relaxed) - done;
+    if (queued + (end / p - frames_ / p) > kJobSlots) return false;
+    if (queued == 0) continue;  // the next job's window starts within 2P of frames_
+    // The oldest queued job reads [(m - 1)P, (m + 1)P) (as ring positions,
+    // offset by in_ring_ as run_job does): the write must end before that
+    // window's start comes round again.
+    const std::uint64_t m = seg.jobs[done % kJobSlots].block;
+    if (end + p > m * p + in_ring_) return false;
+  }
+  return true;
+}
+
+bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> out,
+                                   std::size_t frames, Layout layout, const timespec* deadline) {
+  const std::size_t samples = frames * channels_;
   follow_caller_priority();
   take_prepared_bank();
   bool fading = false;
   if (next_ && frames_ >= switch_frame_) {
-    head_->set_filters(*next_->head, next_->crossfade);
+    // The head filters this frees ride with the retiring bank to the preparer.
+    current_->head_filters =
+        head_->install_filters(std::move(next_->head_filters), next_->crossfade);
     fading = next_->crossfade;
-    retired_.push_back({std::move(current_), {}});
-    for (const auto& seg : segments_)
-      retired_.back().dispatched.push_back(seg->dispatched.load(std::memory_order_relaxed));
+    retire(std::move(current_));
     current_ = std::move(next_);
     slot_ ^= 1;
   }
+
+  // Overload: resume once every worker is idle; start one when the tails
+  // cannot take this call without a wait (only with a deadline).
+  if (overloaded_ && tails_idle()) {
+    overloaded_ = false;
+    for (auto& seg : segments_) {
+      // The next job is for block frames_ / P (see dispatch()).
+      seg->base = seg->dispatched.load(std::memory_order_relaxed) - frames_ / seg->partition;
+    }
+    mute_until_ = frames_ + recovery_frames_;
+  }
+  if (!overloaded_ && deadline != nullptr && !tails_can_take(frames)) overloaded_ = true;
 
   // Planar staging; the stream's input ring for the tail workers.
   const std::size_t n = frames;
@@ -571,6 +703,7 @@ void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> ou
     } else {
       for (std::size_t f = 0; f < n; ++f) x[f] = in[f * channels_ + ch];
     }
+    if (overloaded_) continue;
     float* ring = input_.data() + ch * in_ring_;
     std::memcpy(ring + at, x, first_run * sizeof(float));
     std::memcpy(ring, x + first_run, (n - first_run) * sizeof(float));
@@ -579,14 +712,20 @@ void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> ou
                  std::span<float>(stage_out_.data(), samples), n, Layout::planar);
 
   // The tails' output for [frames_, frames_ + n), waiting for the jobs that make it.
+  bool late = overloaded_ || frames_ < mute_until_;
   if (fading) {
     tails_old_.zero();
     tails_new_.zero();
   }
   for (auto& seg_ptr : segments_) {
+    if (late) break;
     Segment& seg = *seg_ptr;
     if (frames_ + n <= seg.first_tap) continue;
-    wait_for(seg.done, (frames_ + n - 1 - seg.first_tap) / seg.partition + 1);
+    if (!seg.done.wait_at_least(seg.base + (frames_ + n - 1 - seg.first_tap) / seg.partition + 1,
+                                deadline)) {
+      late = true;
+      break;
+    }
     const std::size_t from = frames_ & (seg.ring - 1);
     const std::size_t run = std::min(n, seg.ring - from);
     auto add = [&](std::size_t slot, float* dst_all) {
@@ -604,7 +743,7 @@ void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> ou
       add(slot_, stage_out_.data());
     }
   }
-  if (fading) {  // the same blend as the head's: w = (i + 1) / n
+  if (fading && !late) {  // the same blend as the head's: w = (i + 1) / n
     const float step = 1.0f / float(n);
     for (std::size_t ch = 0; ch < channels_; ++ch) {
       float* y = stage_out_.data() + ch * n;
@@ -614,18 +753,23 @@ void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> ou
     }
   }
 
-  for (std::size_t ch = 0; ch < channels_; ++ch) {
-    const float* y = stage_out_.data() + ch * n;
-    if (layout == Layout::planar) {
-      std::memcpy(out.data() + ch * n, y, n * sizeof(float));
-    } else {
-      for (std::size_t f = 0; f < n; ++f) out[f * channels_ + ch] = y[f];
+  if (late) {
+    std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);
+  } else {
+    for (std::size_t ch = 0; ch < channels_; ++ch) {
+      const float* y = stage_out_.data() + ch * n;
+      if (layout == Layout::planar) {
+        std::memcpy(out.data() + ch * n, y, n * sizeof(float));
+      } else {
+        for (std::size_t f = 0; f < n; ++f) out[f * channels_ + ch] = y[f];
+      }
     }
   }
   const std::uint64_t before = frames_;
   frames_ += n;
-  dispatch(before, frames_);
-  if (!retired_.empty()) free_unused_banks();
+  if (!overloaded_) dispatch(before, frames_);
+  free_unused_banks();
+  return !late;
 }
 
 }  // namespace

@@ -15,7 +15,10 @@
 //   input history is kept, so no sample is lost or repeated.
 // - An Engine is used by one thread at a time; it is not internally locked.
 
+#include <time.h>
+
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +47,10 @@ struct EngineOptions {
   int streams = 2;
   std::string kernel = "auto";
   int device = 0;
+  // The engine will be called inside an audio callback (same-period live
+  // mode): the CPU engine then always takes its non-uniform form, which offers
+  // RealtimeEngine (head in the call, tails and swaps on its own threads).
+  bool realtime_calls = false;
 };
 
 class Engine {
@@ -71,5 +78,40 @@ class Engine {
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
 };
+
+// What an engine offers to be run inside an audio callback (the CPU engine's
+// non-uniform form; see realtime_engine()). Threads: process_by() on the
+// audio thread (the Engine's one caller), post_filters() on one other thread
+// (the pipeline's swap thread) at the same time; any thread may call
+// preparing_filters(). Each implementation says why its orderings suffice.
+class RealtimeEngine {
+ public:
+  virtual ~RealtimeEngine() = default;
+  // Engine::process for the audio thread: never locks, allocates, frees or
+  // logs, and waits for background work (a tail partition) only until
+  // `deadline` (CLOCK_MONOTONIC, absolute). Returns false when some of the
+  // call's output was not ready by then: `out` then holds silence, the
+  // stream still advances by `frames`, and the late work is finished in the
+  // background, so later calls stay exact (unless the engine fell so far
+  // behind that its buffers overflowed: it then plays silence until its state
+  // is whole again, returning false for each such call). Sizes must be valid
+  // (1..max_block_frames, buffers large enough); invalid ones return false
+  // with `out` untouched.
+  virtual bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                          Layout layout, const timespec& deadline) noexcept = 0;
+  // Engine::set_filters off the audio thread, while process_by() runs: checks
+  // the bank (throws std::invalid_argument naming the problem), then prepares
+  // it on the engine's own low-priority thread; process_by() takes it at a
+  // call boundary without allocating, crossfading over one call.
+  virtual void post_filters(const FilterBank& bank, bool crossfade) = 0;
+  // True while a posted bank is still being prepared (tests wait on it).
+  virtual bool preparing_filters() const = 0;
+};
+
+// `engine`'s real-time face, or null when it has none (the CUDA engine, the
+// CPU engine's uniform form, the routing matrix).
+inline RealtimeEngine* realtime_engine(Engine& engine) {
+  return dynamic_cast<RealtimeEngine*>(&engine);
+}
 
 }  // namespace tapstream

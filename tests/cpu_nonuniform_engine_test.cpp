@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -33,6 +36,27 @@ std::unique_ptr<Engine> nonuniform(const FilterBank& bank, std::size_t block, st
   const CpuPartitionCosts costs;
   return make_cpu_nonuniform_engine(bank, options,
                                     plan_partitions(std::bit_ceil(block), taps, costs));
+}
+
+// Waits until `engine`'s preparer holds no bank; false if `limit` passed first.
+bool prepared_within(Engine& engine, std::chrono::seconds limit) {
+  const RealtimeEngine* rt = realtime_engine(engine);
+  if (rt == nullptr) return false;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (rt->preparing_filters()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+timespec after(std::chrono::nanoseconds delay) {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const long long ns = t.tv_nsec + delay.count();
+  t.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  return t;
 }
 
 // Runs `x` (planar, `channels` x n) through `engine` in calls of random sizes
@@ -131,8 +155,10 @@ TEST(CpuNonUniformEngine, SwapsCrossfadeOnceAndLoseNoSampleWithTailsInFlight) {
         requested = (requested + 1) % filters.size();
         engine->set_filters(FilterBank::shared(filters[requested], 1), true);
       }
-      // Give the preparer time, so that the swap happens in this run.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // The preparer's time is not the stream's: wait until the bank is
+      // ready (a fixed sleep flaked on a loaded machine), so that the swap
+      // must take effect within max_taps frames, long before the next one.
+      ASSERT_TRUE(prepared_within(*engine, std::chrono::seconds(60)));
     }
     const std::size_t frames = std::min(n - done, std::size_t(rng() % block) + 1);
     engine->process(std::span<const float>(x.data() + done, frames), y, frames, Layout::planar);
@@ -179,6 +205,186 @@ TEST(CpuNonUniformEngine, RejectsABankItCannotHold) {
                std::invalid_argument);
   std::vector<float> buffer(2 * 65);
   EXPECT_THROW(engine->process(buffer, buffer, 65, Layout::interleaved), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+// process_by() with the deadline given by `deadline_for(call)`, calls of
+// random sizes 1..block, planar: each call's output must be the reference's
+// (true) or silence (false: late); returns the late calls and checks that the
+// last `exact_tail` frames were on time and exact.
+struct DeadlineRun {
+  std::size_t late_calls = 0;
+  std::size_t calls = 0;
+};
+
+template <typename DeadlineFor>
+DeadlineRun run_with_deadlines(Engine& engine, const std::vector<std::vector<float>>& x,
+                               const std::vector<std::vector<double>>& want, std::size_t block,
+                               std::uint64_t seed, DeadlineFor deadline_for,
+                               std::size_t exact_tail) {
+  RealtimeEngine* rt = realtime_engine(engine);
+  EXPECT_NE(rt, nullptr);
+  DeadlineRun result;
+  if (rt == nullptr) return result;
+  const std::size_t channels = x.size(), n = x[0].size();
+  std::vector<float> in(channels * block), out(channels * block);
+  std::mt19937_64 rng(seed);
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t frames = std::min(n - done, std::size_t(rng() % block) + 1);
+    for (std::size_t c = 0; c < channels; ++c)
+      std::copy_n(x[c].begin() + std::ptrdiff_t(done), frames,
+                  in.begin() + std::ptrdiff_t(c * frames));
+    const bool on_time =
+        rt->process_by(in, out, frames, Layout::planar, deadline_for(result.calls));
+    ++result.calls;
+    if (!on_time) ++result.late_calls;
+    for (std::size_t c = 0; c < channels; ++c) {
+      for (std::size_t f = 0; f < frames; ++f) {
+        const float y = out[c * frames + f];
+        if (on_time) {
+          if (std::abs(double(y) - want[c][done + f]) > 1e-3) {
+            ADD_FAILURE() << "call at frame " << done << " on time but wrong, channel " << c;
+            return result;
+          }
+        } else if (y != 0.0f) {
+          ADD_FAILURE() << "late call at frame " << done << " is not silence";
+          return result;
+        }
+      }
+    }
+    if (done + frames > n - exact_tail && !on_time) {
+      ADD_FAILURE() << "call at frame " << done << " late in the last " << exact_tail << " frames";
+      return result;
+    }
+    done += frames;
+  }
+  return result;
+}
+
+TEST(CpuNonUniformEngine, ProcessByInTimeMatchesFloat64) {
+  const std::size_t taps = 6000, n = 24000, channels = 2, block = 64;
+  const std::uint64_t seed = 77;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<std::vector<float>> filters, x;
+  std::vector<std::vector<double>> want;
+  for (std::size_t c = 0; c < channels; ++c) {
+    filters.push_back(random_signal(taps - 11 * c, seed + c));
+    x.push_back(random_signal(n, seed + 10 + c));
+    want.push_back(reference_convolution(x[c], filters[c]));
+  }
+  auto engine = nonuniform(FilterBank::per_channel(filters), block, taps);
+  const DeadlineRun run = run_with_deadlines(
+      *engine, x, want, block, seed, [](std::size_t) { return after(std::chrono::seconds(30)); },
+      n);
+  EXPECT_EQ(run.late_calls, 0u);
+}
+
+TEST(CpuNonUniformEngine, LateCallsPlaySilenceAndLaterCallsStayExact) {
+  // Deadlines already past for the first 300 calls: a call whose tail job is
+  // not done at once is late; the job still finishes, and the calls after
+  // (generous deadlines) are exact. Calls as fast as the CPU goes may also
+  // outrun the workers into an overload: silence until recovered, then exact.
+  const std::size_t taps = 6000, n = 48000, channels = 4, block = 64;
+  const std::uint64_t seed = 78;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<std::vector<float>> x;
+  std::vector<std::vector<double>> want;
+  const auto h = random_signal(taps, seed);
+  for (std::size_t c = 0; c < channels; ++c) {
+    x.push_back(random_signal(n, seed + 10 + c));
+    want.push_back(reference_convolution(x[c], h));
+  }
+  auto engine = nonuniform(FilterBank::shared(h, channels), block, taps);
+  const DeadlineRun run = run_with_deadlines(
+      *engine, x, want, block, seed,
+      [](std::size_t call) {
+        return call < 300 ? after(std::chrono::nanoseconds(0)) : after(std::chrono::seconds(30));
+      },
+      8000);
+  std::printf("%zu of %zu calls late\n", run.late_calls, run.calls);
+}
+
+TEST(CpuNonUniformEngine, BanksPostedFromAnotherThreadCrossfadeWhileCallsRun) {
+  // The swap thread of the live pipeline: post_filters() on one thread while
+  // process_by() runs on another; every call is the playing bank, or the
+  // crossfade to the posted one, and each posted bank takes over once.
+  const std::size_t taps = 5000, n = 60000, block = 64;
+  const std::uint64_t seed = 79;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto x = random_signal(n, seed);
+  std::vector<std::vector<float>> filters;
+  for (int i = 0; i < 3; ++i) filters.push_back(random_signal(taps - 100 * i, seed + 1 + i));
+  std::vector<std::vector<double>> refs;
+  for (const auto& h : filters) refs.push_back(reference_convolution(x, h));
+  auto engine = nonuniform(FilterBank::shared(filters[0], 1), block, taps);
+  RealtimeEngine* rt = realtime_engine(*engine);
+  ASSERT_NE(rt, nullptr);
+
+  std::atomic<int> request{-1};  // bank index for the poster, -1: none
+  std::atomic<bool> posted{false}, stop{false};
+  std::thread poster([&] {
+    while (!stop.load()) {
+      const int wanted = request.exchange(-1);
+      if (wanted < 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      rt->post_filters(FilterBank::shared(filters[std::size_t(wanted)], 1), true);
+      posted.store(true);
+    }
+  });
+  std::vector<float> y(block);
+  std::size_t playing = 0, requested = 0, fades = 0, swaps = 0;
+  std::size_t next_swap = 3000;
+  bool waiting_for_fade = false;
+  for (std::size_t done = 0; done < n;) {
+    if (!waiting_for_fade && done >= next_swap && done + 2 * taps < n) {
+      requested = (requested + 1) % filters.size();
+      posted.store(false);
+      request.store(int(requested));
+      ++swaps;
+      waiting_for_fade = true;
+    }
+    // Calls run while the bank is posted and prepared; past 512 frames of
+    // them, wait for the preparer, so that the swap lands in this run.
+    if (waiting_for_fade && done >= next_swap + 512) {
+      while (!posted.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ASSERT_TRUE(prepared_within(*engine, std::chrono::seconds(60)));
+    }
+    const std::size_t frames = std::min(n - done, std::size_t(64));
+    const timespec deadline = after(std::chrono::seconds(30));
+    ASSERT_TRUE(rt->process_by(std::span<const float>(x.data() + done, frames), y, frames,
+                               Layout::planar, deadline));
+    const auto& old = refs[playing];
+    const auto near = [&](std::size_t f, double v) { return std::abs(double(y[f]) - v) <= 1e-3; };
+    bool same = true;
+    for (std::size_t f = 0; f < frames; ++f) same = same && near(f, old[done + f]);
+    if (!same) {
+      ASSERT_TRUE(waiting_for_fade) << "output left bank " << playing << " at frame " << done;
+      const auto& now = refs[requested];
+      for (std::size_t f = 0; f < frames; ++f) {
+        const double w = double(f + 1) / double(frames);
+        ASSERT_TRUE(near(f, old[done + f] + w * (now[done + f] - old[done + f])))
+            << "call at frame " << done << " is neither bank " << playing
+            << " nor a crossfade to bank " << requested;
+      }
+      playing = requested;
+      ++fades;
+      waiting_for_fade = false;
+      next_swap = done + 9000;
+    }
+    ASSERT_LT(done, next_swap + 512 + 3 * taps) << "the swap did not take effect";
+    done += frames;
+  }
+  stop.store(true);
+  poster.join();
+  EXPECT_EQ(fades, swaps);
+  EXPECT_GE(swaps, 4u);
 }
 
 }  // namespace

@@ -179,5 +179,110 @@ TEST(LiveZeroLatency, APeriodThatChangesIsFollowed) {
   EXPECT_LT(max_error(y, channels, 0, reference_convolution(x0, h), 0, total), 1e-4);
 }
 
+TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) {
+  // realtime_calls: the non-uniform CPU engine (head in the call, tails on its
+  // workers) runs inside device_callback; a bank posted to the mailbox meanwhile
+  // reaches it through the swap thread and the engine's preparer, and takes
+  // over at one call with a crossfade: every period is the old filter's output,
+  // the crossfade, or the new filter's, and nothing is late.
+  const std::size_t channels = 2, block = 64, periods = 700, taps = 3000;
+  const std::uint64_t seed = 41;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto h_old = random_signal(taps, seed);
+  const auto h_new = random_signal(taps - 500, seed + 2);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  engine_options.max_taps = taps;
+  engine_options.realtime_calls = true;
+  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h_old, channels), engine_options),
+                        zero_options(block));
+  EXPECT_TRUE(pipeline.engine_in_callback());
+  pipeline.start();
+  const auto x = random_signal(channels * block * periods, seed + 1);
+  std::vector<float> y(x.size(), 0.0f);
+  std::uint64_t sequence = 0;
+  for (std::size_t p = 0; p < periods; ++p) {
+    if (p == 100)
+      sequence = pipeline.mailbox().post(
+          std::make_shared<const FilterBank>(FilterBank::shared(h_new, channels)));
+    if (p == 300) {  // the swap thread has had 200 periods; make sure before going on
+      ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
+    }
+    LivePipeline::device_callback(x.data() + p * block * channels, y.data() + p * block * channels,
+                                  block, &pipeline);
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  EXPECT_EQ(stats.late_periods, 0u);
+  EXPECT_EQ(stats.swaps, 1u);
+  std::vector<float> x0;
+  for (std::size_t f = 0; f < block * periods; ++f) x0.push_back(x[f * channels]);
+  const auto want_old = reference_convolution(x0, h_old);
+  const auto want_new = reference_convolution(x0, h_new);
+  std::size_t old_periods = 0, fades = 0, new_periods = 0;
+  for (std::size_t p = 0; p < periods; ++p) {
+    const std::size_t first = p * block, last = first + block;
+    if (new_periods == 0 && fades == 0 && max_error(y, channels, 0, want_old, first, last) < 1e-3) {
+      ++old_periods;
+      continue;
+    }
+    if (fades == 0) {
+      double e = 0.0;
+      for (std::size_t f = first; f < last; ++f) {
+        const double w = double(f - first + 1) / double(block);
+        e = std::max(
+            e, std::abs(double(y[f * channels]) - (want_old[f] + w * (want_new[f] - want_old[f]))));
+      }
+      ASSERT_LT(e, 1e-3) << "period " << p << " is neither the old filter nor the crossfade";
+      ++fades;
+      continue;
+    }
+    ASSERT_LT(max_error(y, channels, 0, want_new, first, last), 1e-3) << "period " << p;
+    ++new_periods;
+  }
+  EXPECT_EQ(fades, 1u);
+  EXPECT_GE(old_periods, 100u);
+  EXPECT_GE(new_periods, 300u);
+}
+
+TEST(LiveZeroLatency, InsideTheCallbackALateTailPlaysSilenceAndTheStreamStaysAligned) {
+  // A deadline that has passed when the call begins: any period whose tail
+  // partition is not done at once is late. Every period is its own output or
+  // silence, and the count of silent ones is the count of late periods.
+  const std::size_t channels = 2, block = 64, periods = 400, taps = 4000;
+  const std::uint64_t seed = 43;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto h = random_signal(taps, seed);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  engine_options.realtime_calls = true;
+  LivePipelineOptions options = zero_options(block);
+  options.zero_deadline_fraction = 1e-9;
+  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options), options);
+  ASSERT_TRUE(pipeline.engine_in_callback());
+  pipeline.start();
+  const auto x = random_signal(channels * block * periods, seed + 1);
+  const auto y = drive(pipeline, x, std::vector<std::size_t>(periods, block));
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  std::printf("late periods %llu of %zu\n", static_cast<unsigned long long>(stats.late_periods),
+              periods);
+  std::vector<float> x1;
+  for (std::size_t f = 0; f < block * periods; ++f) x1.push_back(x[f * channels + 1]);
+  const auto want = reference_convolution(x1, h);
+  std::size_t silent = 0;
+  for (std::size_t p = 0; p < periods; ++p) {
+    if (max_error(y, channels, 1, want, p * block, (p + 1) * block) < 1e-3) continue;
+    for (std::size_t f = p * block; f < (p + 1) * block; ++f)
+      ASSERT_EQ(y[f * channels + 1], 0.0f)
+          << "period " << p << " is neither its output nor silence";
+    ++silent;
+  }
+  EXPECT_EQ(silent, stats.late_periods);
+  EXPECT_EQ(stats.underruns, stats.late_periods);
+  EXPECT_EQ(stats.blocks, periods);
+}
+
 }  // namespace
 }  // namespace tapstream

@@ -608,6 +608,9 @@ int run_daemon(RunArgs args) {
 
   EngineOptions engine_options = config.engine;
   engine_options.max_block_frames = config.block_frames;
+  // Same-period mode runs the CPU engine inside the callback (its non-uniform
+  // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
+  engine_options.realtime_calls = config.latency == LatencyMode::zero;
   LivePipelineOptions pipeline_options;
   pipeline_options.sample_rate = config.sample_rate;
   pipeline_options.block_frames = config.block_frames;
@@ -650,8 +653,10 @@ int run_daemon(RunArgs args) {
   if (config.latency == LatencyMode::zero) {
     std::printf(
         "latency: 0 frames, 0.000 ms added (same-period mode: each period's output leaves in "
-        "its own callback; engine block %zu frames at %d Hz)\n",
-        config.block_frames, config.sample_rate);
+        "its own callback; engine block %zu frames at %d Hz; %s)\n",
+        config.block_frames, config.sample_rate,
+        pipeline.engine_in_callback() ? "engine inside the callback"
+                                      : "engine thread, handed each period");
   } else {
     std::printf("latency: %zu frames, %.3f ms (block %zu + ring margin %zu frames at %d Hz)\n",
                 pipeline.latency_frames(), pipeline.latency_ms(), config.block_frames,

@@ -77,6 +77,9 @@ LivePipeline::LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& e
   if (options.zero_deadline_fraction <= 0.0 || options.zero_deadline_fraction > 1.0) {
     throw std::invalid_argument("live pipeline: zero_deadline_fraction must be in (0, 1]");
   }
+  if (options.latency == LatencyMode::zero && options.engine_in_callback && engine_) {
+    realtime_engine_ = realtime_engine(*engine_);
+  }
   if (sem_init(&data_ready_, 0, 0) != 0 || sem_init(&output_ready_, 0, 0) != 0) {
     throw std::runtime_error(std::string("sem_init failed: ") + std::strerror(errno));
   }
@@ -109,7 +112,12 @@ void LivePipeline::start() {
     to_fill -= frames;
   }
   running_.store(true);
-  engine_thread_ = std::thread([this] { engine_loop(); });
+  if (realtime_engine_ != nullptr) {
+    spdlog::info("same-period mode: the engine runs inside the audio callback");
+    engine_thread_ = std::thread([this] { swap_loop(); });
+  } else {
+    engine_thread_ = std::thread([this] { engine_loop(); });
+  }
 }
 
 void LivePipeline::stop() {
@@ -132,6 +140,7 @@ bool LivePipeline::drained() const {
 }
 
 void LivePipeline::flush_input() noexcept {
+  if (realtime_engine_ != nullptr) return;  // every period was filtered in its own call
   input_ring_.write(
       std::span<const float>(silence_.data(), options_.block_frames * input_channels_));
   wake_engine();
@@ -141,7 +150,72 @@ void LivePipeline::wake_engine() noexcept {
   sem_post(&data_ready_);
 }
 
+namespace {
+
+timespec after_now(long long ns) noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const long long sum = t.tv_nsec + ns;
+  t.tv_sec += static_cast<time_t>(sum / 1'000'000'000);
+  t.tv_nsec = static_cast<long>(sum % 1'000'000'000);
+  return t;
+}
+
+}  // namespace
+
+std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size_t frames,
+                                             const timespec* deadline) noexcept {
+  const bool silent = interleaved == nullptr || draining_.load(std::memory_order_relaxed);
+  std::size_t late_frames = 0;
+  for (std::size_t done = 0; done < frames;) {
+    const std::size_t n = std::min(frames - done, options_.block_frames);
+    // A RealtimeEngine has as many outputs as inputs (no routing matrix).
+    const std::size_t samples = n * input_channels_;
+    const float* in = silent ? silence_.data() : interleaved + done * input_channels_;
+    const auto started = std::chrono::steady_clock::now();
+    const std::span<const float> block_in(in, samples);
+    const std::span<float> block_out(engine_out_.data(), samples);
+    if (deadline == nullptr) {  // unpaced: no deadline, so never late
+      try {
+        engine_->process(block_in, block_out, n, Layout::interleaved);
+      } catch (const std::exception&) {
+        std::fill(block_out.begin(), block_out.end(), 0.0f);
+        engine_errors_.fetch_add(1, std::memory_order_relaxed);
+      }
+    } else if (!realtime_engine_->process_by(block_in, block_out, n, Layout::interleaved,
+                                             *deadline)) {
+      late_frames += n;  // engine_out_ holds silence
+    }
+    processing_times_.record(std::chrono::steady_clock::now() - started);
+    blocks_.fetch_add(1, std::memory_order_relaxed);
+    // Room is short only if the output side stopped taking: the engine's
+    // stream goes on, the output is dropped.
+    if (output_ring_.writable() >= samples) {
+      output_ring_.write(std::span<const float>(engine_out_.data(), samples));
+    } else {
+      overruns_.fetch_add(1, std::memory_order_relaxed);
+      overrun_frames_.fetch_add(n, std::memory_order_relaxed);
+    }
+    done += n;
+  }
+  return late_frames;
+}
+
 void LivePipeline::push_input(const float* interleaved, std::size_t frames) noexcept {
+  if (realtime_engine_ != nullptr) {
+    const timespec deadline = after_now(static_cast<long long>(
+        1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate));
+    const std::size_t late_frames = filter_in_callback(interleaved, frames, &deadline);
+    if (late_frames > 0) {
+      late_periods_.fetch_add(1, std::memory_order_relaxed);
+      underruns_.fetch_add(1, std::memory_order_relaxed);
+      underrun_frames_.fetch_add(late_frames, std::memory_order_relaxed);
+    }
+    frames_in_.fetch_add(frames, std::memory_order_relaxed);
+    // For an output callback of another stream waiting in pull_output().
+    sem_post(&output_ready_);
+    return;
+  }
   const std::size_t silence_frames = silence_.size() / input_channels_;
   // Input lost to an earlier overrun is replaced by silence first, so that
   // every later sample keeps its place in time.
@@ -208,13 +282,8 @@ bool LivePipeline::wait_for_output(std::size_t samples, const timespec& deadline
 
 void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept {
   if (options_.latency == LatencyMode::zero) {
-    timespec deadline{};
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    const auto wait_ns = static_cast<long long>(1e9 * options_.zero_deadline_fraction *
-                                                double(frames) / options_.sample_rate);
-    const long long ns = deadline.tv_nsec + wait_ns;
-    deadline.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
-    deadline.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    const timespec deadline = after_now(static_cast<long long>(
+        1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate));
     // Late or not, what is there by now is played; a late period is one
     // that finds its own output short below.
     static_cast<void>(wait_for_output((output_debt_frames_ + frames) * output_channels_, deadline));
@@ -271,6 +340,13 @@ void LivePipeline::device_callback(const float* input, float* output, std::size_
 }
 
 std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t frames) {
+  if (realtime_engine_ != nullptr) {
+    // Unpaced: what the output ring has room for, with all the time it takes.
+    frames = std::min(frames, output_ring_.writable() / output_channels_);
+    filter_in_callback(interleaved, frames, nullptr);
+    frames_in_.fetch_add(frames, std::memory_order_relaxed);
+    return frames;
+  }
   const std::size_t written =
       input_ring_.write(std::span<const float>(interleaved, frames * input_channels_)) /
       input_channels_;
@@ -322,6 +398,27 @@ void LivePipeline::request_realtime() {
       "so a loaded machine may cause underruns (grant rtprio, e.g. via limits.conf or "
       "LimitRTPRIO= in the systemd unit)",
       std::strerror(error));
+}
+
+void LivePipeline::swap_loop() {
+  // Banks are rare: a look every 2 ms costs nothing and keeps a swap's
+  // acknowledgement prompt; stop() wakes the wait at once.
+  while (running_.load(std::memory_order_acquire)) {
+    const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
+    try {
+      if (mailbox_.poll([&](const FilterBank& bank) {
+            realtime_engine_->post_filters(bank, options_.crossfade);
+          })) {
+        swaps_.fetch_add(1, std::memory_order_relaxed);
+        last_swap_block_.store(next_block, std::memory_order_relaxed);
+      }
+    } catch (const std::exception& e) {
+      rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
+    }
+    const timespec deadline = after_now(2'000'000);
+    sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
+  }
 }
 
 void LivePipeline::install_posted_bank() {

@@ -41,6 +41,22 @@
 //   whose output misses the deadline plays silence and counts as late; its
 //   frames are dropped when they arrive (the underrun rule above), so the
 //   stream stays aligned with 0 frames added.
+// - zero with an engine that offers RealtimeEngine (the CPU engine's
+//   non-uniform form; engine_in_callback()): no engine thread and no hand-off.
+//   push_input() itself filters the period (in calls of up to block_frames)
+//   with RealtimeEngine::process_by() and a deadline zero_deadline_fraction of
+//   the period after it was called; the engine computes the head in the call
+//   and waits for its tail partitions, computed ahead on its lower-priority
+//   worker threads, only until that deadline. A late period (some tail not
+//   ready by the deadline, or the engine recovering from an overload) plays
+//   silence for the whole period, counts in late_periods and underruns, and
+//   the stream stays aligned and exact afterwards. The output goes through the
+//   output ring to pull_output(), which in a duplex callback finds it there at
+//   once (with separate input and output streams it waits as above).
+//   push_input() is then the only user of the engine; a swap thread (normal
+//   priority) polls the FilterMailbox and hands banks to post_filters(), which
+//   prepares them on the engine's own thread; the callback takes them at a
+//   call boundary without allocating.
 
 #include <semaphore.h>
 
@@ -67,6 +83,9 @@ struct LivePipelineOptions {
   LatencyMode latency = LatencyMode::buffered;
   // zero mode: how much of a period pull_output() may wait for its output.
   double zero_deadline_fraction = 0.75;
+  // zero mode: run a RealtimeEngine inside push_input() (see above); false
+  // keeps the engine thread's hand-off for every engine.
+  bool engine_in_callback = true;
   int sample_rate = 48000;
   std::size_t block_frames = 256;   // frames per Engine::process call
   std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
@@ -154,6 +173,8 @@ class LivePipeline {
                                                  : options_.block_frames + options_.margin_frames;
   }
   LatencyMode latency_mode() const { return options_.latency; }
+  // zero mode with the engine run inside the callback (no hand-off).
+  bool engine_in_callback() const { return realtime_engine_ != nullptr; }
   double latency_ms() const { return 1000.0 * double(latency_frames()) / options_.sample_rate; }
   // Name and description of the engine (read-only after construction).
   const std::string& engine_name() const { return engine_name_; }
@@ -179,6 +200,13 @@ class LivePipeline {
   LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& engine,
                std::unique_ptr<MatrixEngine>&& matrix_engine, const LivePipelineOptions& options);
   void engine_loop();
+  // engine_in_callback(): hands posted banks to the engine (the swap thread).
+  void swap_loop();
+  // engine_in_callback(): filters `frames` frames into the output ring,
+  // within `deadline` (null: unpaced, as long as it takes); returns the
+  // frames whose output was late (silence).
+  std::size_t filter_in_callback(const float* interleaved, std::size_t frames,
+                                 const timespec* deadline) noexcept;
   // Filters `frames` frames of engine_in_ into engine_out_ (the engine
   // thread's one step, in both modes).
   void filter_block(std::size_t frames);
@@ -202,6 +230,7 @@ class LivePipeline {
   std::unique_ptr<MatrixEngine> matrix_engine_;  // a routing matrix
   std::size_t input_channels_;
   std::size_t output_channels_;
+  RealtimeEngine* realtime_engine_ = nullptr;  // engine_'s, when run in the callback
   std::string engine_name_;
   std::string engine_description_;
   std::size_t engine_max_taps_;
