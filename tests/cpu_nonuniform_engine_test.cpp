@@ -4,6 +4,7 @@
 // the choice between it and the uniform engine.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -220,6 +221,7 @@ namespace {
 struct DeadlineRun {
   std::size_t late_calls = 0;
   std::size_t calls = 0;
+  std::size_t longest_late_run = 0;  // consecutive late calls (an overload makes long ones)
 };
 
 template <typename DeadlineFor>
@@ -234,6 +236,7 @@ DeadlineRun run_with_deadlines(Engine& engine, const std::vector<std::vector<flo
   const std::size_t channels = x.size(), n = x[0].size();
   std::vector<float> in(channels * block), out(channels * block);
   std::mt19937_64 rng(seed);
+  std::size_t late_run = 0;
   for (std::size_t done = 0; done < n;) {
     const std::size_t frames = std::min(n - done, std::size_t(rng() % block) + 1);
     for (std::size_t c = 0; c < channels; ++c)
@@ -242,6 +245,8 @@ DeadlineRun run_with_deadlines(Engine& engine, const std::vector<std::vector<flo
     const bool on_time =
         rt->process_by(in, out, frames, Layout::planar, deadline_for(result.calls));
     ++result.calls;
+    late_run = on_time ? 0 : late_run + 1;
+    result.longest_late_run = std::max(result.longest_late_run, late_run);
     if (!on_time) ++result.late_calls;
     for (std::size_t c = 0; c < channels; ++c) {
       for (std::size_t f = 0; f < frames; ++f) {
@@ -306,7 +311,71 @@ TEST(CpuNonUniformEngine, LateCallsPlaySilenceAndLaterCallsStayExact) {
         return call < 300 ? after(std::chrono::nanoseconds(0)) : after(std::chrono::seconds(30));
       },
       8000);
-  std::printf("%zu of %zu calls late\n", run.late_calls, run.calls);
+  std::printf("%zu of %zu calls late, longest run %zu\n", run.late_calls, run.calls,
+              run.longest_late_run);
+}
+
+TEST(CpuNonUniformEngine, AnOverloadPlaysSilenceUntilTheTailsAreWholeThenExact) {
+  // 8 channels x 65536 taps called back to back with deadlines already past,
+  // caller and workers on one core, the caller at SCHED_FIFO above them (the
+  // engine puts its workers below a real-time caller): the caller never
+  // waits, so the workers do not run until their buffers would overflow; the
+  // engine then stops feeding them and plays silence. When the calls wait
+  // again (generous deadlines), the workers run, the engine resumes, and after
+  // its recovery the output is exact again. With generous
+  // deadlines afterwards the output is exact again. A sparse filter keeps the
+  // float64 reference cheap (the engine's work does not depend on sparsity).
+  const std::size_t taps = 65536, n = 6 * 65536, channels = 8, block = 64;
+  const std::uint64_t seed = 80;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<float> h(taps, 0.0f);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 24; ++i) h[rng() % taps] = float(int(rng() % 2001) - 1000) / 1000.0f;
+  h[0] = 1.0f;
+  h[taps - 1] = 0.5f;
+  std::vector<std::vector<float>> x;
+  std::vector<std::vector<double>> want;
+  for (std::size_t c = 0; c < channels; ++c) {
+    x.push_back(random_signal(n, seed + 10 + c));
+    std::vector<double> y(n, 0.0);
+    for (std::size_t t = 0; t < taps; ++t) {
+      if (h[t] == 0.0f) continue;
+      for (std::size_t f = t; f < n; ++f) y[f] += double(h[t]) * double(x[c][f - t]);
+    }
+    want.push_back(std::move(y));
+  }
+  cpu_set_t all{}, one{};
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the workers inherit it
+  sched_param fifo{};
+  fifo.sched_priority = 10;
+  const bool realtime = sched_setscheduler(0, SCHED_FIFO, &fifo) == 0;
+  if (!realtime) std::printf("SCHED_FIFO refused: the overload may not happen\n");
+  auto engine = nonuniform(FilterBank::shared(h, channels), block, taps);
+  const DeadlineRun run = run_with_deadlines(
+      *engine, x, want, block, seed,
+      [&](std::size_t call) {
+        if (call < 3000) return after(std::chrono::nanoseconds(0));
+        // From here on a device's pace: the caller idles between periods (an
+        // overloaded engine does not wait, and on this one core a caller that
+        // never idled would starve the workers it waits for to go idle).
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        return after(std::chrono::seconds(30));
+      },
+      65536);
+  engine.reset();  // its workers first
+  sched_param normal{};
+  sched_setscheduler(0, SCHED_OTHER, &normal);
+  sched_setaffinity(0, sizeof(all), &all);
+  std::printf("%zu of %zu calls late, longest run %zu\n", run.late_calls, run.calls,
+              run.longest_late_run);
+  // An overload is silence from its start to the end of its recovery (more
+  // than the filter's length: over 1000 calls of 32 frames on average).
+  if (realtime) {
+    EXPECT_GE(run.longest_late_run, 1000u) << "no overload happened";
+  }
 }
 
 TEST(CpuNonUniformEngine, BanksPostedFromAnotherThreadCrossfadeWhileCallsRun) {
