@@ -8,7 +8,7 @@ script swaps the filters every 3 s (`tapstream ctl load all FILE`) and reads
 `ctl status` and the daemon's resident memory every 10 s.
 
   bench/load-test-files.py [--tapstream PATH] [--seconds 600] [--backend cuda]
-      [--kernel auto|partitioned] [--channels 8] [--period 64] [--taps 65536]
+      [--kernel auto|partitioned] [--channels 8] [--period 64] [--taps 65536] [--spin-us 0]
       [--out DIR]
 
 Prints a table (time, RSS, blocks, swaps, late periods, xruns, engine p99 and
@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--channels", type=int, default=8)
     ap.add_argument("--period", type=int, default=64)
     ap.add_argument("--taps", type=int, default=65536)
+    ap.add_argument("--spin-us", type=int, default=0,
+                    help="[engine] spin_us: the engine thread polls this long for input")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = ap.parse_args()
     if args.seconds < 20:
@@ -124,9 +126,9 @@ def main():
         f.write('sample_rate = %d\nblock_frames = %d\nchannels = %d\nlatency = "zero"\n'
                 '[input]\nfile = "in.wav"\nrealtime = true\n[output]\nfile = "out.wav"\n'
                 '[filter]\nfile = "%s"\nwatch = false\nmax_taps = %d\n'
-                '[engine]\nbackend = "%s"\nkernel = "%s"\n[control]\nsocket = "%s"\n'
+                '[engine]\nbackend = "%s"\nkernel = "%s"\nspin_us = %d\n[control]\nsocket = "%s"\n'
                 % (RATE, args.period, args.channels, filters[0], args.taps, args.backend,
-                   args.kernel, socket))
+                   args.kernel, args.spin_us, socket))
     print("SLOW: %.0f s of %d ch at %d-frame periods, %d-tap filters, a swap every %.0f s, "
           "zero latency, %s engine, work dir %s" % (args.seconds, args.channels, args.period,
                                                     args.taps, SWAP_INTERVAL_S, args.backend,
@@ -245,7 +247,7 @@ def main():
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"test": "zero-latency load through paced file endpoints", "commit": commit,
               "machine": os.uname().nodename, "date": datetime.datetime.utcnow().isoformat() + "Z",
-              "backend": args.backend, "kernel": args.kernel, "channels": args.channels,
+              "backend": args.backend, "kernel": args.kernel, "spin_us": args.spin_us, "channels": args.channels,
               "period": args.period, "taps": args.taps, "seconds": wall_s,
               "swaps_requested": requested, "passed": not failures, "failures": failures,
               "rows": rows}

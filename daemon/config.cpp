@@ -158,7 +158,8 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
 void read_engine(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "engine");
   if (table == nullptr) return;
-  reader.check_known(*table, "engine", {"backend", "algorithm", "streams", "kernel", "device"});
+  reader.check_known(*table, "engine",
+                     {"backend", "algorithm", "streams", "kernel", "device", "spin_us"});
   // Not parse_backend(): that would link the engines into everything that reads a config.
   const std::string backend =
       reader.one_of(*table, "engine", "backend", {"auto", "cpu", "cuda"}, "auto");
@@ -176,6 +177,9 @@ void read_engine(const Reader& reader, const toml::table& root, LiveConfig& conf
   if (auto kernel = reader.string(*table, "engine", "kernel")) config.engine.kernel = *kernel;
   if (auto device = reader.integer(*table, "engine", "device", 0, 255)) {
     config.engine.device = static_cast<int>(*device);
+  }
+  if (auto spin = reader.integer(*table, "engine", "spin_us", 0, 1'000'000)) {
+    config.engine_spin = std::chrono::microseconds(*spin);
   }
 }
 

@@ -14,7 +14,7 @@
 //   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]  or  matrix = "m.toml"
 //             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
-//             streams = 2, kernel = "auto", device = 0
+//             streams = 2, kernel = "auto", device = 0, spin_us = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
 //   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60
 //   [state]   file = ""
@@ -102,6 +102,8 @@ struct LiveConfig {
   // refused), else default_max_taps or the first bank's length if longer.
   EngineOptions engine;
   bool max_taps_given = false;
+  // zero mode, engine thread's hand-off (CUDA, matrix): LivePipelineOptions::engine_spin.
+  std::chrono::microseconds engine_spin{0};
 
   std::filesystem::path control_socket;  // empty: no control socket
   // The websocket API and browser page (daemon/control/websocket_server.hpp).

@@ -117,6 +117,34 @@ TEST(LiveZeroLatency, EachPeriodsOutputReturnsInsideItsOwnCallback) {
   }
 }
 
+TEST(LiveZeroLatency, AnEngineThreadThatPollsForInputAnswersExactlyAndStopsAtOnce) {
+  const std::size_t channels = 2, block = 64, periods = 200, taps = 3000;
+  const std::uint64_t seed = 37;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto h = random_signal(taps, seed);
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  LivePipelineOptions options = zero_options(block);
+  options.engine_in_callback = false;
+  // Far longer than the test: polling that ignored stop() would show.
+  options.engine_spin = std::chrono::seconds(30);
+  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options), options);
+  pipeline.start();
+  ASSERT_FALSE(pipeline.engine_in_callback());
+  const auto x = random_signal(channels * block * periods, seed + 1);
+  const auto y = drive(pipeline, x, std::vector<std::size_t>(periods, block));
+  const auto stopping = std::chrono::steady_clock::now();
+  pipeline.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(2));
+  EXPECT_EQ(pipeline.stats().late_periods, 0u);
+  for (std::size_t c = 0; c < channels; ++c) {
+    std::vector<float> xc;
+    for (std::size_t f = 0; f < block * periods; ++f) xc.push_back(x[f * channels + c]);
+    const auto want = reference_convolution(xc, h);
+    EXPECT_LT(max_error(y, channels, c, want, 0, block * periods), 1e-4) << "channel " << c;
+  }
+}
+
 TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligned) {
   const std::size_t channels = 1, block = 64, periods = 200, stalled = 50;
   const auto h = random_signal(100, 5);

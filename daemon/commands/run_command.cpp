@@ -616,6 +616,7 @@ int run_daemon(RunArgs args) {
   pipeline_options.block_frames = config.block_frames;
   pipeline_options.margin_frames = config.ring_margin_frames;
   pipeline_options.latency = config.latency;
+  pipeline_options.engine_spin = config.engine_spin;
   std::unique_ptr<LivePipeline> live;
   Filters filters;
   if (config.has_matrix()) {

@@ -483,6 +483,26 @@ void LivePipeline::follow_callback_priority() {
   }
 }
 
+bool LivePipeline::spin_for_input() noexcept {
+  if (options_.engine_spin.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + options_.engine_spin;
+  while (input_ring_.readable() == 0) {
+    if (!running_.load(std::memory_order_relaxed) || std::chrono::steady_clock::now() >= until) {
+      return false;
+    }
+    for (int i = 0; i < 64; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  // The posts of the periods found by polling are spent here, so that the
+  // semaphore's count stays that of the periods not yet seen.
+  while (sem_trywait(&data_ready_) == 0) {
+  }
+  return true;
+}
+
 void LivePipeline::engine_loop() {
   request_realtime();
   const bool zero = options_.latency == LatencyMode::zero;
@@ -506,6 +526,7 @@ void LivePipeline::engine_loop() {
     const std::size_t frames = wanted / input_channels_;
     if (wanted == 0 || input_ring_.readable() < wanted ||
         output_ring_.writable() < frames * output_channels_) {
+      if (zero && wanted == 0 && spin_for_input()) continue;
       timespec deadline{};
       clock_gettime(CLOCK_MONOTONIC, &deadline);
       const auto ns = deadline.tv_nsec + max_sleep.count();

@@ -61,6 +61,7 @@
 #include <semaphore.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -86,6 +87,12 @@ struct LivePipelineOptions {
   // zero mode: run a RealtimeEngine inside push_input() (see above); false
   // keeps the engine thread's hand-off for every engine.
   bool engine_in_callback = true;
+  // zero mode with the engine thread's hand-off: how long that thread polls
+  // for the next period's input before it sleeps on the semaphore. Without
+  // real-time priority (a VM, the GPU machine) a sleeping thread now and then
+  // wakes over a millisecond late, a late period; polling for a whole period
+  // costs one core and takes that wake-up away. 0: sleep at once.
+  std::chrono::nanoseconds engine_spin{0};
   int sample_rate = 48000;
   std::size_t block_frames = 256;   // frames per Engine::process call
   std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
@@ -219,6 +226,8 @@ class LivePipeline {
   // zero mode: waits until the output ring holds `samples` or `deadline`
   // (CLOCK_MONOTONIC) passes; true when it holds them.
   bool wait_for_output(std::size_t samples, const timespec& deadline) noexcept;
+  // Polls for input for up to options_.engine_spin; true when some came.
+  bool spin_for_input() noexcept;
   void request_realtime();
   // Device callback: records its thread's real-time priority (first call).
   void note_callback_priority() noexcept;
