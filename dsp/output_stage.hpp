@@ -48,6 +48,7 @@ struct ChannelLevels {
 struct MeterCursor {
   std::uint64_t calls_read = 0;
   std::vector<std::uint64_t> clipped_read;
+  friend bool operator==(const MeterCursor&, const MeterCursor&) = default;
 };
 
 class OutputStage {

@@ -277,6 +277,11 @@ TEST(JackDaemon, AFileOutputSurvivesAJackServerRestart) {
   EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
   const std::string log = read_text(dir.path() / "daemon.err");
   EXPECT_NE(log.find("continuing the output after the restart"), std::string::npos) << log;
+  // The restarted daemon's latency is the same: the line is not printed again.
+  const std::string out = read_text(dir.path() / "daemon.out");
+  const auto latency_line = out.find("latency: ");
+  EXPECT_NE(latency_line, std::string::npos) << out;
+  EXPECT_EQ(out.find("latency: ", latency_line + 1), std::string::npos) << out;
 
   const auto recorded = read_channel0(dir.path() / "out.wav");
   const auto first_quarter = std::find(recorded.begin(), recorded.end(), 0.25f);

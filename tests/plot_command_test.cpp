@@ -170,5 +170,22 @@ TEST(DesignPlot, ABadPictureNameIsRefusedBeforeTheFilterIsWritten) {
   EXPECT_FALSE(fs::exists(dir / "low.jpeg"));
 }
 
+TEST(DesignPlot, MissingGnuplotIsRefusedBeforeTheFilterIsWritten) {
+  TempDir dir;
+  fs::create_directory(dir / "tmp");
+  fs::create_directory(dir / "empty-path");
+  const Result r =
+      tapstream(dir, dir / "tmp",
+                {"design", "lowpass", "--rate", "48000", "--cutoff", "1000", "--taps", "63", "-o",
+                 (dir / "low.txt").string(), "--plot", (dir / "low.svg").string()},
+                (dir / "empty-path").string());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("gnuplot is not installed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gnuplot-nox"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "low.txt"));
+  EXPECT_FALSE(fs::exists(dir / "low.svg"));
+  EXPECT_TRUE(empty_dir(dir / "tmp"));
+}
+
 }  // namespace
 }  // namespace tapstream

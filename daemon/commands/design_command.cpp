@@ -60,7 +60,10 @@ std::string format_number(double value) {
 }
 
 int run_design(const DesignArgs& args) {
-  if (!args.plot.empty()) plot_terminal_for(args.plot);  // refused before anything is written
+  if (!args.plot.empty()) {  // refused before anything is written
+    plot_terminal_for(args.plot);
+    require_gnuplot();
+  }
   FilterSpec spec;
   spec.type = parse_filter_type(args.type);
   spec.sample_rate = args.rate;

@@ -208,6 +208,10 @@ std::string script(const std::vector<PlottedFilter>& filters, const std::string&
   return gp.str();
 }
 
+constexpr const char* gnuplot_missing =
+    "gnuplot is not installed (or not on PATH): tapstream draws with it; install the "
+    "gnuplot-nox package (tools/install-deps.sh does)";
+
 // Runs `gnuplot SCRIPT` with its output in `log`; throws with its message
 // when it cannot be started or fails.
 void run_gnuplot(const fs::path& script_file, const fs::path& log) {
@@ -222,11 +226,7 @@ void run_gnuplot(const fs::path& script_file, const fs::path& log) {
   pid_t pid = 0;
   const int spawned = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (spawned == ENOENT) {
-    throw std::runtime_error(
-        "gnuplot is not installed (or not on PATH): tapstream draws with it; install the "
-        "gnuplot-nox package (tools/install-deps.sh does)");
-  }
+  if (spawned == ENOENT) throw std::runtime_error(gnuplot_missing);
   if (spawned != 0) {
     throw std::runtime_error(std::string("cannot start gnuplot: ") + std::strerror(spawned));
   }
@@ -248,6 +248,22 @@ void run_gnuplot(const fs::path& script_file, const fs::path& log) {
 }
 
 }  // namespace
+
+void require_gnuplot() {
+  // Where posix_spawnp will look: PATH, else the system's default path.
+  const char* path = std::getenv("PATH");
+  const std::string directories = path != nullptr ? path : "/bin:/usr/bin";
+  std::size_t start = 0;
+  while (start <= directories.size()) {
+    const std::size_t end = std::min(directories.find(':', start), directories.size());
+    const std::string directory = directories.substr(start, end - start);
+    const fs::path program = fs::path(directory.empty() ? "." : directory) / "gnuplot";
+    std::error_code error;
+    if (fs::is_regular_file(program, error) && ::access(program.c_str(), X_OK) == 0) return;
+    start = end + 1;
+  }
+  throw std::runtime_error(gnuplot_missing);
+}
 
 std::string plot_terminal_for(const fs::path& output) {
   std::string extension = output.extension().string();

@@ -28,6 +28,10 @@ struct PlotOptions {
 // is computed or written.
 std::string plot_terminal_for(const std::filesystem::path& output);
 
+// Throws std::runtime_error (saying which package brings it) when gnuplot
+// is not on PATH: for commands that would otherwise write something first.
+void require_gnuplot();
+
 // Draws `filters` into `output`. Throws std::runtime_error when gnuplot is
 // not installed (saying which package brings it) or fails (with its message).
 void plot_responses(const std::vector<PlottedFilter>& filters, const std::filesystem::path& output,

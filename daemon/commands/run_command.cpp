@@ -438,6 +438,8 @@ constexpr const char* device_retry_variable = "TAPSTREAM_DEVICE_RETRY_MS";
 // restarted, so that the restarted daemon continues it instead of starting
 // it anew.
 constexpr const char* continued_output_variable = "TAPSTREAM_CONTINUE_OUTPUT";
+// ...and the one that holds the latency line it printed (see run_daemon).
+constexpr const char* printed_latency_variable = "TAPSTREAM_PRINTED_LATENCY";
 
 // Replaces this process with a fresh tapstream run (same arguments, same
 // PID, so a service manager sees no exit). Returns only if exec fails.
@@ -650,20 +652,26 @@ int run_daemon(RunArgs args) {
   }
   DeviceLink devices(config, pipeline);
 
-  // The one number users tune for: printed on stdout, whatever the log level.
-  if (config.latency == LatencyMode::zero) {
-    std::printf(
-        "latency: 0 frames, 0.000 ms added (same-period mode: each period's output leaves in "
-        "its own callback; engine block %zu frames at %d Hz; %s)\n",
-        config.block_frames, config.sample_rate,
-        pipeline.engine_in_callback() ? "engine inside the callback"
-                                      : "engine thread, handed each period");
-  } else {
-    std::printf("latency: %zu frames, %.3f ms (block %zu + ring margin %zu frames at %d Hz)\n",
+  // The one number users tune for: printed on stdout, whatever the log level;
+  // a restarted daemon (restart_self) prints it again only when it changed.
+  const std::string latency_line =
+      config.latency == LatencyMode::zero
+          ? fmt::format(
+                "latency: 0 frames, 0.000 ms added (same-period mode: each period's output leaves "
+                "in its own callback; engine block {} frames at {} Hz; {})\n",
+                config.block_frames, config.sample_rate,
+                pipeline.engine_in_callback() ? "engine inside the callback"
+                                              : "engine thread, handed each period")
+          : fmt::format(
+                "latency: {} frames, {:.3f} ms (block {} + ring margin {} frames at {} Hz)\n",
                 pipeline.latency_frames(), pipeline.latency_ms(), config.block_frames,
                 config.ring_margin_frames, config.sample_rate);
+  const char* printed_latency = std::getenv(printed_latency_variable);
+  if (printed_latency == nullptr || latency_line != printed_latency) {
+    std::fputs(latency_line.c_str(), stdout);
+    std::fflush(stdout);
+    setenv(printed_latency_variable, latency_line.c_str(), 1);
   }
-  std::fflush(stdout);
 
   pipeline.start();
   if (devices.needed()) {

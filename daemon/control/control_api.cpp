@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -589,22 +588,8 @@ std::string ControlApi::handle(std::string_view text, ApiSession& session) {
   return reply.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string ControlApi::meters_event(ApiSession& session) {
-  // The one message sent many times a second to many clients: formatted
-  // directly, the same JSON levels_json() would give.
-  const auto levels = impl_->pipeline.output_stage().read_levels(session.meters);
-  fmt::memory_buffer out;
-  fmt::format_to(std::back_inserter(out), R"({{"event":"meters","levels":[)");
-  for (std::size_t c = 0; c < levels.size(); ++c) {
-    const ChannelLevels& l = levels[c];
-    fmt::format_to(std::back_inserter(out),
-                   R"({}{{"peak":{:.6g},"rms":{:.6g},"peak_since":{:.6g},"rms_since":{:.6g},)"
-                   R"("clipped":{},"clipped_total":{}}})",
-                   c == 0 ? "" : ",", l.peak, l.rms, l.peak_since, l.rms_since, l.clipped,
-                   l.clipped_total);
-  }
-  fmt::format_to(std::back_inserter(out), "]}}");
-  return fmt::to_string(out);
+const OutputStage& ControlApi::output_stage() const {
+  return impl_->pipeline.output_stage();
 }
 
 std::string ControlApi::applied_config_text() const {

@@ -102,8 +102,8 @@ class ControlApi {
 
   // Answers one request (JSON text); never throws.
   std::string handle(std::string_view request, ApiSession& session);
-  // The push a meter subscription sends: {"event":"meters", ...}.
-  std::string meters_event(ApiSession& session);
+  // The meters a subscription pushes (daemon/control/meter_fanout.hpp).
+  const OutputStage& output_stage() const;
   // The config text the API applied last (empty when none: the file's holds).
   std::string applied_config_text() const;
   // Replaces hooks.state_changed; call before any request is handled.

@@ -12,11 +12,14 @@
 #include <chrono>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "daemon/control/control_api.hpp"
+#include "daemon/control/meter_fanout.hpp"
 
 namespace tapstream {
 
@@ -95,6 +98,8 @@ const char* content_type(const fs::path& file) {
   return "application/octet-stream";
 }
 
+class WsSession;
+
 }  // namespace
 
 struct WebsocketServer::Impl {
@@ -106,11 +111,29 @@ struct WebsocketServer::Impl {
   std::atomic<int> bound_port{0};
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+
+  // The meter subscribers, by interval: one timer, one read and one event per
+  // tick for all of them (a timer per client cost a wake-up, a timer re-arm
+  // and a read of the meters per event). io thread only.
+  struct MeterGroup {
+    MeterGroup(asio::io_context& io, const OutputStage& stage) : timer(io), fanout(stage) {}
+    asio::steady_timer timer;
+    Clock::time_point due;
+    MeterFanout fanout;
+    std::vector<std::weak_ptr<WsSession>> subscribers;
+  };
+  std::map<std::chrono::milliseconds, std::unique_ptr<MeterGroup>> meter_groups;
   std::thread thread;
 
   Impl(WebsocketServerOptions o, ControlApi& a) : options(std::move(o)), api(a) {}
 
   void accept();
+  // Adds `session` to the subscribers at `interval`; a session that leaves a
+  // group (closed, unsubscribed, another interval) is dropped at its next tick.
+  void subscribe_meters(const std::shared_ptr<WsSession>& session,
+                        std::chrono::milliseconds interval);
+  void wait_for_tick(std::chrono::milliseconds interval, MeterGroup& group);
+  void tick(std::chrono::milliseconds interval);
 };
 
 namespace {
@@ -118,13 +141,18 @@ namespace {
 class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
   WsSession(tcp::socket&& socket, WebsocketServer::Impl& server)
-      : ws_(std::move(socket)), server_(server), timer_(server.io) {
+      : ws_(std::move(socket)), server_(server) {
     ++server_.clients;
   }
   ~WsSession() { --server_.clients; }
 
   void run(http::request<http::string_body> request) {
     beast::get_lowest_layer(ws_).expires_never();
+    // Replies and events are whole messages written as they come: Nagle's
+    // algorithm would hold a reply back behind an unacknowledged meter event
+    // (up to the peer's delayed ACK, 40 ms) and save no write.
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
     // Beast's suggested server timeouts close a connection that has sent
     // nothing for 5 minutes and never ping it: a page that only watches the
     // meters was cut off then. Pinging keeps a live listener; a dead one is
@@ -142,6 +170,17 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     });
   }
 
+  bool subscribed_at(std::chrono::milliseconds interval) const {
+    return !closed_ && session_.meter_interval == interval;
+  }
+
+  // A tick of the meters at this session's interval.
+  void push_meters(MeterFanout& fanout) {
+    // A slow reader skips events rather than piling them up; its next event
+    // covers what it skipped (its cursor did not move).
+    if (!closed_ && queue_.size() < 4) send(fanout.event_for(session_.meters));
+  }
+
  private:
   void read() {
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code error, std::size_t) {
@@ -152,7 +191,6 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void cut_off(const char* why) {
     spdlog::warn("websocket client cut off: {}", why);
     closed_ = true;
-    timer_.cancel();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
     beast::get_lowest_layer(ws_).socket().close(ignored);
@@ -162,7 +200,6 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (error) {
       if (error == websocket::error::message_too_big) cut_off("message too big");
       closed_ = true;
-      timer_.cancel();
       return;
     }
     const auto now = Clock::now();
@@ -176,28 +213,17 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
     const auto before = session_.meter_interval;
-    send(server_.api.handle(text, session_));
+    send(std::make_shared<const std::string>(server_.api.handle(text, session_)));
     if (closed_) return;
-    if (session_.meter_interval != before) {
-      timer_.cancel();
-      if (session_.meter_interval) tick();
+    if (session_.meter_interval && session_.meter_interval != before) {
+      server_.subscribe_meters(shared_from_this(), *session_.meter_interval);
     }
     read();
   }
 
-  void tick() {
-    timer_.expires_after(*session_.meter_interval);
-    timer_.async_wait([self = shared_from_this()](beast::error_code error) {
-      if (error || self->closed_ || !self->session_.meter_interval) return;
-      // A slow reader skips frames of meters rather than piling them up.
-      if (self->queue_.size() < 4) self->send(self->server_.api.meters_event(self->session_));
-      if (!self->closed_) self->tick();
-    });
-  }
-
-  void send(std::string message) {
+  void send(std::shared_ptr<const std::string> message) {
     if (closed_) return;
-    queued_bytes_ += message.size();
+    queued_bytes_ += message->size();
     queue_.push_back(std::move(message));
     if (queue_.size() > max_queued_messages || queued_bytes_ > max_queued_bytes) {
       return cut_off("replies not read");
@@ -207,14 +233,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void write_next() {
     ws_.text(true);
-    ws_.async_write(asio::buffer(queue_.front()),
+    ws_.async_write(asio::buffer(*queue_.front()),
                     [self = shared_from_this()](beast::error_code error, std::size_t) {
                       if (error) {
                         self->closed_ = true;
-                        self->timer_.cancel();
                         return;
                       }
-                      self->queued_bytes_ -= self->queue_.front().size();
+                      self->queued_bytes_ -= self->queue_.front()->size();
                       self->queue_.pop_front();
                       if (!self->queue_.empty() && !self->closed_) self->write_next();
                     });
@@ -222,10 +247,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   websocket::stream<beast::tcp_stream> ws_;
   WebsocketServer::Impl& server_;
-  asio::steady_timer timer_;
   beast::flat_buffer buffer_;
   ApiSession session_;
-  std::deque<std::string> queue_;
+  std::deque<std::shared_ptr<const std::string>> queue_;  // shared: meter events
   std::size_t queued_bytes_ = 0;
   double tokens_ = 0;
   Clock::time_point refilled_;
@@ -335,6 +359,52 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 };
 
 }  // namespace
+
+void WebsocketServer::Impl::subscribe_meters(const std::shared_ptr<WsSession>& session,
+                                             std::chrono::milliseconds interval) {
+  auto& group = meter_groups[interval];
+  if (!group) {
+    group = std::make_unique<MeterGroup>(io, api.output_stage());
+    group->due = Clock::now();
+    wait_for_tick(interval, *group);
+  }
+  // Unsubscribed and subscribed again before the next tick: still a member.
+  for (const auto& subscriber : group->subscribers) {
+    if (subscriber.lock() == session) return;
+  }
+  group->subscribers.push_back(session);
+}
+
+void WebsocketServer::Impl::wait_for_tick(std::chrono::milliseconds interval, MeterGroup& group) {
+  // On a fixed grid, so that the rate is the one asked for; ticks missed
+  // (the thread was held up) are skipped, not made up in a burst.
+  const auto now = Clock::now();
+  group.due += interval;
+  if (group.due <= now) group.due = now + interval;
+  group.timer.expires_at(group.due);
+  group.timer.async_wait([this, interval](beast::error_code error) {
+    if (!error) tick(interval);
+  });
+}
+
+void WebsocketServer::Impl::tick(std::chrono::milliseconds interval) {
+  const auto found = meter_groups.find(interval);
+  if (found == meter_groups.end()) return;
+  MeterGroup& group = *found->second;
+  std::erase_if(group.subscribers, [interval](const std::weak_ptr<WsSession>& subscriber) {
+    const auto session = subscriber.lock();
+    return !session || !session->subscribed_at(interval);
+  });
+  if (group.subscribers.empty()) {
+    meter_groups.erase(found);  // no wait is pending: this was it
+    return;
+  }
+  group.fanout.read();
+  for (const auto& subscriber : group.subscribers) {
+    if (const auto session = subscriber.lock()) session->push_meters(group.fanout);
+  }
+  wait_for_tick(interval, group);
+}
 
 void WebsocketServer::Impl::accept() {
   acceptor.async_accept(io, [this](beast::error_code error, tcp::socket socket) {
