@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -246,8 +247,16 @@ class JackMatrixTest : public ::testing::Test {
     EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
         << read_text(dir() / "daemon.err");
     const std::string log = read_text(dir() / "daemon.err");
-    EXPECT_NE(log.find("underruns 0, overruns 0"), std::string::npos)
-        << "xruns shift the stream: " << log;
+    const auto late_at = log.find("late periods ");
+    late_periods_ = late_at == std::string::npos ? 0 : std::atol(log.c_str() + late_at + 13);
+    if (late_periods_allowed_) {
+      // Same-period mode: a late period plays silence and the stream stays
+      // aligned (README); the caller leaves those periods out.
+      EXPECT_NE(log.find("overruns 0"), std::string::npos) << log;
+    } else {
+      EXPECT_NE(log.find("underruns 0, overruns 0"), std::string::npos)
+          << "xruns shift the stream: " << log;
+    }
     return latency;
   }
 
@@ -265,6 +274,8 @@ class JackMatrixTest : public ::testing::Test {
 
   std::unique_ptr<PrivateJackServer> jack_;
   std::unique_ptr<Child> daemon_;
+  bool late_periods_allowed_ = false;
+  long late_periods_ = 0;  // as the daemon's last line counted them
   Stream s_;
   std::string skip_;
 };
@@ -395,12 +406,38 @@ TEST_F(JackMatrixTest, ZeroLatencyModeRunsTheCrossoverWithNothingAdded) {
   const std::uint64_t seed = 1112;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   write_config("zero");
+  late_periods_allowed_ = true;
   const std::size_t latency = stream(3.0, seed, [](double) {});
   EXPECT_EQ(latency, 0u);
   const std::vector<float> want =
       process_offline(dir(), crossover_dir / "crossover-2way.toml", "offline.wav");
+  // A late period (rare; it happens on a loaded machine) is silent on every
+  // output and shifts nothing: leave out the silent periods, as many as the
+  // daemon counted late, and compare the rest.
+  const std::size_t periods = s_.signal_frames / period;
+  std::vector<bool> silent(periods, false);
+  std::size_t silent_count = 0;
+  for (std::size_t p = 0; p < periods; ++p) {
+    bool zero = true, expected_zero = true;
+    for (std::size_t i = p * period * outputs; i < (p + 1) * period * outputs; ++i) {
+      zero = zero && s_.recording[i] == 0.0f;
+      expected_zero = expected_zero && want[i] == 0.0f;
+    }
+    silent[p] = zero && !expected_zero;
+    silent_count += silent[p];
+  }
+  std::printf("%zu of %zu periods silent, %ld late periods counted\n", silent_count, periods,
+              late_periods_);
+  EXPECT_LE(silent_count, static_cast<std::size_t>(late_periods_)) << "silence not counted late";
+  EXPECT_LE(silent_count, periods / 20) << "late periods are rare";
   for (std::size_t c = 0; c < outputs; ++c) {
-    const double e = error(0, want, c, 0, s_.signal_frames);
+    std::vector<float> got, expected;
+    for (std::size_t f = 0; f < periods * period; ++f) {
+      if (silent[f / period]) continue;
+      got.push_back(s_.recording[f * outputs + c]);
+      expected.push_back(want[f * outputs + c]);
+    }
+    const double e = testing::relative_error(got, expected);
     std::printf("output %zu: relative error %.3g\n", c, e);
     EXPECT_LT(e, 1e-5) << "output " << c;
   }
