@@ -24,9 +24,21 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 
 namespace tapstream {
+
+// The absolute CLOCK_MONOTONIC time `delay` from now: the deadline that
+// DeadlineCounter::wait_at_least() and sem_clockwait() take.
+inline timespec monotonic_after(std::chrono::nanoseconds delay) noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const long long ns = t.tv_nsec + delay.count();
+  t.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  return t;
+}
 
 class DeadlineCounter {
  public:

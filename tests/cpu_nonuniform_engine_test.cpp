@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dsp/cpu_engine.hpp"
+#include "dsp/deadline_counter.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
@@ -49,15 +50,6 @@ bool prepared_within(Engine& engine, std::chrono::seconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
-}
-
-timespec after(std::chrono::nanoseconds delay) {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  const long long ns = t.tv_nsec + delay.count();
-  t.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
-  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-  return t;
 }
 
 // Runs `x` (planar, `channels` x n) through `engine` in calls of random sizes
@@ -285,8 +277,8 @@ TEST(CpuNonUniformEngine, ProcessByInTimeMatchesFloat64) {
   }
   auto engine = nonuniform(FilterBank::per_channel(filters), block, taps);
   const DeadlineRun run = run_with_deadlines(
-      *engine, x, want, block, seed, [](std::size_t) { return after(std::chrono::seconds(30)); },
-      n);
+      *engine, x, want, block, seed,
+      [](std::size_t) { return monotonic_after(std::chrono::seconds(30)); }, n);
   EXPECT_EQ(run.late_calls, 0u);
 }
 
@@ -309,7 +301,8 @@ TEST(CpuNonUniformEngine, LateCallsPlaySilenceAndLaterCallsStayExact) {
   const DeadlineRun run = run_with_deadlines(
       *engine, x, want, block, seed,
       [](std::size_t call) {
-        return call < 300 ? after(std::chrono::nanoseconds(0)) : after(std::chrono::seconds(30));
+        return call < 300 ? monotonic_after(std::chrono::nanoseconds(0))
+                          : monotonic_after(std::chrono::seconds(30));
       },
       8000);
   std::printf("%zu of %zu calls late, longest run %zu\n", run.late_calls, run.calls,
@@ -363,11 +356,11 @@ TEST(CpuNonUniformEngine, AnOverloadPlaysSilenceUntilTheTailsAreWholeThenExact) 
   const DeadlineRun run = run_with_deadlines(
       *engine, x, want, block, seed,
       [&](std::size_t call) {
-        if (call < 300) return after(std::chrono::nanoseconds(0));
+        if (call < 300) return monotonic_after(std::chrono::nanoseconds(0));
         // A device's pace: the caller idles between periods (on this one
         // core, a caller that never idled would starve the workers).
         std::this_thread::sleep_for(std::chrono::microseconds(300));
-        return after(std::chrono::seconds(30));
+        return monotonic_after(std::chrono::seconds(30));
       },
       16 * block, block);
   engine.reset();  // its workers first
@@ -431,7 +424,7 @@ TEST(CpuNonUniformEngine, BanksPostedFromAnotherThreadCrossfadeWhileCallsRun) {
       ASSERT_TRUE(prepared_within(*engine, std::chrono::seconds(60)));
     }
     const std::size_t frames = std::min(n - done, std::size_t(64));
-    const timespec deadline = after(std::chrono::seconds(30));
+    const timespec deadline = monotonic_after(std::chrono::seconds(30));
     ASSERT_TRUE(rt->process_by(std::span<const float>(x.data() + done, frames), y, frames,
                                Layout::planar, deadline));
     const auto& old = refs[playing];

@@ -14,15 +14,6 @@
 namespace tapstream {
 namespace {
 
-timespec after(std::chrono::nanoseconds delay) {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  const long long ns = t.tv_nsec + delay.count();
-  t.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
-  t.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-  return t;
-}
-
 TEST(DeadlineCounter, AWaiterSeesEveryCountAndTheDataWrittenBeforeIt) {
   constexpr std::uint64_t kCounts = 20000;
   DeadlineCounter counter;
@@ -36,7 +27,7 @@ TEST(DeadlineCounter, AWaiterSeesEveryCountAndTheDataWrittenBeforeIt) {
   });
   for (std::uint64_t i = 1; i <= kCounts; i += 7) {
     // Half the waits with a deadline far enough away never to pass.
-    const timespec far = after(std::chrono::seconds(30));
+    const timespec far = monotonic_after(std::chrono::seconds(30));
     ASSERT_TRUE(counter.wait_at_least(i, i % 2 ? &far : nullptr)) << "count " << i;
     ASSERT_EQ(data[i], i * 3) << "count " << i;
   }
@@ -47,11 +38,11 @@ TEST(DeadlineCounter, AWaiterSeesEveryCountAndTheDataWrittenBeforeIt) {
 TEST(DeadlineCounter, AWaitGivesUpAtItsDeadlineAndNotBefore) {
   DeadlineCounter counter;
   counter.advance(4);
-  const timespec past = after(std::chrono::nanoseconds(0));
+  const timespec past = monotonic_after(std::chrono::nanoseconds(0));
   EXPECT_TRUE(counter.wait_at_least(4, &past)) << "reached already: true even past the deadline";
   EXPECT_FALSE(counter.wait_at_least(5, &past));
   const auto started = std::chrono::steady_clock::now();
-  const timespec soon = after(std::chrono::milliseconds(20));
+  const timespec soon = monotonic_after(std::chrono::milliseconds(20));
   EXPECT_FALSE(counter.wait_at_least(5, &soon));
   const auto waited = std::chrono::steady_clock::now() - started;
   EXPECT_GE(waited, std::chrono::milliseconds(19));
@@ -68,7 +59,7 @@ TEST(DeadlineCounter, AnAdvanceWakesASleepingWaiterBeforeItsDeadline) {
   });
   waiting.store(true);
   const auto started = std::chrono::steady_clock::now();
-  const timespec deadline = after(std::chrono::seconds(30));
+  const timespec deadline = monotonic_after(std::chrono::seconds(30));
   EXPECT_TRUE(counter.wait_at_least(1, &deadline));
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
   writer.join();

@@ -11,6 +11,8 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "dsp/deadline_counter.hpp"
+
 namespace tapstream {
 
 namespace {
@@ -150,18 +152,10 @@ void LivePipeline::wake_engine() noexcept {
   sem_post(&data_ready_);
 }
 
-namespace {
-
-timespec after_now(long long ns) noexcept {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  const long long sum = t.tv_nsec + ns;
-  t.tv_sec += static_cast<time_t>(sum / 1'000'000'000);
-  t.tv_nsec = static_cast<long>(sum % 1'000'000'000);
-  return t;
+timespec LivePipeline::zero_deadline(std::size_t frames) const noexcept {
+  return monotonic_after(std::chrono::nanoseconds(static_cast<long long>(
+      1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate)));
 }
-
-}  // namespace
 
 std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size_t frames,
                                              const timespec* deadline) noexcept {
@@ -203,8 +197,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
 
 void LivePipeline::push_input(const float* interleaved, std::size_t frames) noexcept {
   if (realtime_engine_ != nullptr) {
-    const timespec deadline = after_now(static_cast<long long>(
-        1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate));
+    const timespec deadline = zero_deadline(frames);
     const std::size_t late_frames = filter_in_callback(interleaved, frames, &deadline);
     if (late_frames > 0) {
       late_periods_.fetch_add(1, std::memory_order_relaxed);
@@ -282,8 +275,7 @@ bool LivePipeline::wait_for_output(std::size_t samples, const timespec& deadline
 
 void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept {
   if (options_.latency == LatencyMode::zero) {
-    const timespec deadline = after_now(static_cast<long long>(
-        1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate));
+    const timespec deadline = zero_deadline(frames);
     // Late or not, what is there by now is played; a late period is one
     // that finds its own output short below.
     static_cast<void>(wait_for_output((output_debt_frames_ + frames) * output_channels_, deadline));
@@ -416,7 +408,7 @@ void LivePipeline::swap_loop() {
       rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
     }
-    const timespec deadline = after_now(2'000'000);
+    const timespec deadline = monotonic_after(std::chrono::milliseconds(2));
     sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
   }
 }
@@ -527,11 +519,7 @@ void LivePipeline::engine_loop() {
     if (wanted == 0 || input_ring_.readable() < wanted ||
         output_ring_.writable() < frames * output_channels_) {
       if (zero && wanted == 0 && spin_for_input()) continue;
-      timespec deadline{};
-      clock_gettime(CLOCK_MONOTONIC, &deadline);
-      const auto ns = deadline.tv_nsec + max_sleep.count();
-      deadline.tv_sec += ns / 1'000'000'000;
-      deadline.tv_nsec = ns % 1'000'000'000;
+      const timespec deadline = monotonic_after(max_sleep);
       sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
       continue;
     }

@@ -226,6 +226,8 @@ class LivePipeline {
   // zero mode: waits until the output ring holds `samples` or `deadline`
   // (CLOCK_MONOTONIC) passes; true when it holds them.
   bool wait_for_output(std::size_t samples, const timespec& deadline) noexcept;
+  // zero mode: zero_deadline_fraction of a period of `frames` from now.
+  timespec zero_deadline(std::size_t frames) const noexcept;
   // Polls for input for up to options_.engine_spin; true when some came.
   bool spin_for_input() noexcept;
   void request_realtime();
