@@ -33,14 +33,15 @@
 // mode) nothing waits past the period's deadline. A tail job not done by then
 // makes the call late: it returns silence, the stream advances, the job
 // finishes in the background and later calls use it, so they stay exact.
-// Only if a worker falls so far behind that writing this call's input would
-// overwrite input a queued job has still to read, or its job slots are all
-// taken, is the engine overloaded: it then stops feeding the tails (the head
-// keeps its history), plays silence until every worker is idle, resumes, and
-// keeps playing silence until the tails' state holds only input from after the
-// resumption (recovery_frames_): late calls, never wrong ones. Swaps in the
-// callback allocate and free nothing: the preparer builds the head's filters
-// too, retired banks wait in fixed slots, and the preparer frees them.
+// Only if a worker falls so far behind that, at the call's deadline, writing
+// this call's input would still overwrite input a queued job has to read, or
+// its job slots are all still taken, is the engine overloaded: it then stops
+// feeding the tails (the head keeps its history), plays silence until every
+// worker is idle, resumes, and keeps playing silence until the tails' state
+// holds only input from after the resumption (recovery_frames_): late calls,
+// never wrong ones. Swaps in the callback allocate and free nothing: the
+// preparer builds the head's filters too, retired banks wait in fixed slots,
+// and the preparer frees them.
 //
 // Threads and ordering. Written by the caller of process() (one thread, per
 // the Engine contract): the input ring, the job slots of each segment, then
@@ -168,9 +169,13 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   // False: late (`out` holds silence).
   bool run_call(std::span<const float> in, std::span<float> out, std::size_t frames, Layout layout,
                 const timespec* deadline);
-  // Whether the tails can take [frames_, frames_ + n) without a wait: no
-  // queued job still reads the input it overwrites, and a job slot is free.
-  bool tails_can_take(std::size_t n) const;
+  // The first segment that cannot take [frames_, frames_ + n) without a wait
+  // (a queued job still reads the input it overwrites, or no job slot is
+  // free); null when all can.
+  const Segment* segment_that_cannot_take(std::size_t n) const;
+  // Waits, no later than the deadline, until the tails can take the call:
+  // false if they still cannot then (an overload).
+  bool wait_until_tails_can_take(std::size_t n, const timespec& deadline) const;
   bool tails_idle() const;
   void dispatch(std::uint64_t frames_before, std::uint64_t frames_after);
   void take_prepared_bank();
@@ -646,20 +651,34 @@ bool NonUniformCpuEngine::tails_idle() const {
   return true;
 }
 
-bool NonUniformCpuEngine::tails_can_take(std::size_t n) const {
+const NonUniformCpuEngine::Segment* NonUniformCpuEngine::segment_that_cannot_take(
+    std::size_t n) const {
   const std::uint64_t end = frames_ + n;
   for (const auto& seg_ptr : segments_) {
     const Segment& seg = *seg_ptr;
     const std::uint64_t p = seg.partition;
     const std::uint64_t done = seg.done.value();
     const std::uint64_t queued = seg.dispatched.load(std::memory_order_relaxed) - done;
-    if (queued + (end / p - frames_ / p) > kJobSlots) return false;
+    if (queued + (end / p - frames_ / p) > kJobSlots) return &seg;
     if (queued == 0) continue;  // the next job's window starts within 2P of frames_
     // The oldest queued job reads [(m - 1)P, (m + 1)P) (as ring positions,
     // offset by in_ring_ as run_job does): the write must end before that
     // window's start comes round again.
     const std::uint64_t m = seg.jobs[done % kJobSlots].block;
-    if (end + p > m * p + in_ring_) return false;
+    if (end + p > m * p + in_ring_) return &seg;
+  }
+  return nullptr;
+}
+
+bool NonUniformCpuEngine::wait_until_tails_can_take(std::size_t n, const timespec& deadline) const {
+  // Each finished job frees a slot and the input it read: wait for them one
+  // at a time, as the period allows. Calling an overload at the first wait
+  // would mute a recovery's worth of calls for a worker a few microseconds
+  // from done, and calls back to back would never get out of it.
+  while (const Segment* seg = segment_that_cannot_take(n)) {
+    if (!seg->done.wait_at_least(seg->done.value() + 1, &deadline)) {
+      return segment_that_cannot_take(n) == nullptr;
+    }
   }
   return true;
 }
@@ -681,7 +700,7 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
   }
 
   // Overload: resume once every worker is idle; start one when the tails
-  // cannot take this call without a wait (only with a deadline).
+  // cannot take this call by its deadline (without one, dispatch() waits).
   if (overloaded_ && tails_idle()) {
     overloaded_ = false;
     for (auto& seg : segments_) {
@@ -690,7 +709,9 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     }
     mute_until_ = frames_ + recovery_frames_;
   }
-  if (!overloaded_ && deadline != nullptr && !tails_can_take(frames)) overloaded_ = true;
+  if (!overloaded_ && deadline != nullptr && !wait_until_tails_can_take(frames, *deadline)) {
+    overloaded_ = true;
+  }
 
   // Planar staging; the stream's input ring for the tail workers.
   const std::size_t n = frames;
