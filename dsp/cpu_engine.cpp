@@ -461,16 +461,7 @@ void CpuEngine::process_channel(std::size_t ch, std::span<const float> in, std::
 
 void CpuEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
                         Layout layout) {
-  if (frames == 0 || frames > max_block_) {
-    throw std::invalid_argument("cpu engine: block of " + std::to_string(frames) +
-                                " frames, expected 1.." + std::to_string(max_block_));
-  }
-  const std::size_t samples = frames * channels_;
-  if (in.size() < samples || out.size() < samples) {
-    throw std::invalid_argument("cpu engine: buffer holds fewer than " + std::to_string(samples) +
-                                " samples (" + std::to_string(frames) + " frames x " +
-                                std::to_string(channels_) + " channels)");
-  }
+  check_process_call("cpu engine", in, out, frames, channels_, max_block_);
   std::unique_ptr<Filters> fade_from;
   if (pending_) {
     if (algorithm_ == Algorithm::fft) {

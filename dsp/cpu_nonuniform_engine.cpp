@@ -164,7 +164,6 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   void worker(Segment& seg, int nice_level);
   void run_job(Segment& seg, const Job& job);
   void follow_caller_priority();
-  void check_call(std::span<const float> in, std::span<float> out, std::size_t frames) const;
   // One call; deadline null: wait for tails as long as it takes (never late).
   // False: late (`out` holds silence).
   bool run_call(std::span<const float> in, std::span<float> out, std::size_t frames, Layout layout,
@@ -614,23 +613,9 @@ void NonUniformCpuEngine::reset() {
   mute_until_ = 0;
 }
 
-void NonUniformCpuEngine::check_call(std::span<const float> in, std::span<float> out,
-                                     std::size_t frames) const {
-  if (frames == 0 || frames > max_block_) {
-    throw std::invalid_argument("cpu engine: block of " + std::to_string(frames) +
-                                " frames, expected 1.." + std::to_string(max_block_));
-  }
-  const std::size_t samples = frames * channels_;
-  if (in.size() < samples || out.size() < samples) {
-    throw std::invalid_argument("cpu engine: buffer holds fewer than " + std::to_string(samples) +
-                                " samples (" + std::to_string(frames) + " frames x " +
-                                std::to_string(channels_) + " channels)");
-  }
-}
-
 void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
                                   std::size_t frames, Layout layout) {
-  check_call(in, out, frames);
+  check_process_call("cpu engine", in, out, frames, channels_, max_block_);
   run_call(in, out, frames, layout, nullptr);
 }
 

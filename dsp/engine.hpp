@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include "dsp/filter_bank.hpp"
@@ -78,6 +79,22 @@ class Engine {
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
 };
+
+// Engine::process's argument check, shared by the CPU engines: throws
+// std::invalid_argument naming `engine` and what is wrong.
+inline void check_process_call(const char* engine, std::span<const float> in, std::span<float> out,
+                               std::size_t frames, std::size_t channels, std::size_t max_block) {
+  if (frames == 0 || frames > max_block) {
+    throw std::invalid_argument(std::string(engine) + ": block of " + std::to_string(frames) +
+                                " frames, expected 1.." + std::to_string(max_block));
+  }
+  const std::size_t samples = frames * channels;
+  if (in.size() < samples || out.size() < samples) {
+    throw std::invalid_argument(std::string(engine) + ": buffer holds fewer than " +
+                                std::to_string(samples) + " samples (" + std::to_string(frames) +
+                                " frames x " + std::to_string(channels) + " channels)");
+  }
+}
 
 // What an engine offers to be run inside an audio callback (the CPU engine's
 // non-uniform form; see realtime_engine()). Threads: process_by() on the
