@@ -168,7 +168,7 @@ def main():
                "cpu_percent": round(100.0 * (cpu_ticks(daemon.pid) - ticks0) / hz / max(t, 1e-3), 1),
                "load_average": os.getloadavg()[0]}
         for key in ("blocks", "swaps", "rejected_swaps", "underruns", "overruns", "late_periods",
-                    "p99", "max"):
+                    "late_unstarted", "p99", "max"):
             row[key] = find(s, key)
         row["requested"] = requested
         rows.append(row)
@@ -235,9 +235,11 @@ def main():
         failures.append("the daemon's exit status on SIGTERM was %d, not 143" % status)
     print("summary: %.1f s, %d blocks (wall clock %.1f), swaps %s of %d, rejected %s" % (
         span, blocks, wall_blocks, last["swaps"], requested, last["rejected_swaps"]))
-    print("summary: late periods %s, underruns %s, overruns %s; engine p99 %s us, max %s us "
+    print("summary: late periods %s (%s not begun by the engine thread at the deadline, the rest "
+          "still being computed), underruns %s, overruns %s; engine p99 %s us, max %s us "
           "(period %.0f us); CPU %.1f %% of one core over the run" % (
-              last["late_periods"], last["underruns"], last["overruns"], last["p99"], last["max"],
+              last["late_periods"], last["late_unstarted"], last["underruns"], last["overruns"],
+              last["p99"], last["max"],
               1e6 * args.period / RATE, last["cpu_percent"]))
     print("summary: RSS %d KiB at %.0f s, max %d KiB after it (tolerance %d KiB)" % (
         base_rss, after[0]["t_s"], max_rss, tolerance))

@@ -293,6 +293,7 @@ struct ControlApi::Impl {
             {"underruns", s.underruns},
             {"late_frames", s.underrun_frames},
             {"late_periods", s.late_periods},
+            {"late_unstarted", s.late_unstarted},
             {"overruns", s.overruns},
             {"lost_frames", s.overrun_frames},
             {"clipped", pipeline.output_stage().clipped_total()},

@@ -299,8 +299,12 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
     std::fill(interleaved + got * output_channels_, interleaved + frames * output_channels_, 0.0f);
     underruns_.fetch_add(1, std::memory_order_relaxed);
     underrun_frames_.fetch_add(frames - got, std::memory_order_relaxed);
-    if (options_.latency == LatencyMode::zero)
+    if (options_.latency == LatencyMode::zero) {
       late_periods_.fetch_add(1, std::memory_order_relaxed);
+      // Input still in the ring at the deadline: the engine thread had not
+      // begun this period (the cause a late period's cure depends on).
+      if (input_ring_.readable() > 0) late_unstarted_.fetch_add(1, std::memory_order_relaxed);
+    }
     output_debt_frames_ += frames - got;
   }
   output_stage_.process(interleaved, frames);
@@ -371,6 +375,7 @@ LiveStats LivePipeline::stats() const {
   s.last_swap_block = last_swap_block_.load(std::memory_order_relaxed);
   s.engine_errors = engine_errors_.load(std::memory_order_relaxed);
   s.late_periods = late_periods_.load(std::memory_order_relaxed);
+  s.late_unstarted = late_unstarted_.load(std::memory_order_relaxed);
   return s;
 }
 

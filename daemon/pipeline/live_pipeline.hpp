@@ -115,6 +115,10 @@ struct LiveStats {
   std::uint64_t engine_errors = 0;    // process() calls that threw (block output as silence)
   std::uint64_t late_periods = 0;     // zero mode: periods whose output missed the deadline
                                       // (so played silence, wholly or in part)
+  std::uint64_t late_unstarted = 0;   // of those, with the engine thread's hand-off: periods
+                                      // whose input it had not yet taken at the deadline (busy
+                                      // with an earlier one, or not scheduled); the rest were
+                                      // being computed
 };
 
 class LivePipeline {
@@ -292,6 +296,7 @@ class LivePipeline {
   std::atomic<std::uint64_t> last_swap_block_{0};
   std::atomic<std::uint64_t> engine_errors_{0};
   std::atomic<std::uint64_t> late_periods_{0};
+  std::atomic<std::uint64_t> late_unstarted_{0};
 };
 
 }  // namespace tapstream
