@@ -8,6 +8,7 @@
 #
 #   bench/compare-jconvolver.sh [channels ...]      default: 16 32 64
 #   PERIOD=64 TAPS=65536 SECONDS_EACH=30 TAPSTREAM=build/daemon/tapstream
+#   CONVOLVERS="jconvolver tapstream" (or one of them)
 #
 # The machine's 1-minute load average is taken at the end of every window and
 # printed beside its numbers: on a shared machine the CPU shares and the
@@ -23,6 +24,7 @@ PERIOD=${PERIOD:-64}
 TAPS=${TAPS:-65536}
 SECONDS_EACH=${SECONDS_EACH:-30}
 TAPSTREAM=${TAPSTREAM:-build/daemon/tapstream}
+CONVOLVERS=${CONVOLVERS:-jconvolver tapstream}  # one of them alone: a rerun after a change
 RATE=48000
 CHANNEL_COUNTS=("$@")
 [ ${#CHANNEL_COUNTS[@]} -eq 0 ] && CHANNEL_COUNTS=(16 32 64)
@@ -104,7 +106,7 @@ start_round_trip() {  # input port, output port, pattern of all inputs
 results=()
 printf '%-10s %4s %6s %6s %10s %8s %7s %7s %6s\n' convolver ch period taps added_fr cpu_pct late jxruns load
 for channels in "${CHANNEL_COUNTS[@]}"; do
-  for convolver in jconvolver tapstream; do
+  for convolver in $CONVOLVERS; do
     start_jack "$channels"
     if [ "$convolver" = jconvolver ]; then
       {

@@ -532,6 +532,11 @@ double CpuPartitionCosts::tail_step_ns(std::size_t partition_frames, std::size_t
   return kNsPerCallOverhead + fft_pair_ns(2 * partition_frames) + mac * bins * double(count);
 }
 
+std::size_t CpuPartitionCosts::min_slack_frames(std::size_t partition_frames,
+                                                std::size_t head_frames) const {
+  return std::max(partition_frames, head_frames);
+}
+
 double cpu_uniform_cost_ns_per_frame(std::size_t block_frames, std::size_t taps) {
   return std::min(direct_cost_per_sample(block_frames, taps),
                   fft_cost_per_sample(block_frames, taps, best_partition(block_frames, taps)));
