@@ -30,45 +30,22 @@
 
 #include "dsp/cpu_engine.hpp"
 #include "kernels/cuda_resources.hpp"
+#include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
 namespace {
 
+using testing::announce;
+using testing::random_block_sizes;
 using testing::random_signal;
+using testing::random_signals;
 using testing::relative_error;
+using testing::run_block;
+using testing::Signals;
+using testing::sparse_reference_convolution;
 
 constexpr double kTolerance = 1e-5;
-using Signals = std::vector<std::vector<float>>;
-
-std::uint64_t announce(const std::string& what, std::uint64_t seed) {
-  std::printf("[ seed     ] %s: %llu\n", what.c_str(), static_cast<unsigned long long>(seed));
-  return seed;
-}
-
-// float64 convolution, tap-major so that the inner loop vectorises; only the
-// non-zero taps are visited (cheap for the sparse long filters).
-std::vector<double> reference(std::span<const float> x, std::span<const float> h) {
-  const std::size_t n = x.size();
-  std::vector<double> xd(x.begin(), x.end()), y(n, 0.0);
-  constexpr std::size_t kBlock = 4096;
-  for (std::size_t b = 0; b < n; b += kBlock) {
-    const std::size_t e = std::min(n, b + kBlock);
-    for (std::size_t k = 0; k < h.size() && k < e; ++k) {
-      if (h[k] == 0.0f) continue;
-      const double hk = h[k];
-      const double* xk = xd.data() - k;
-      for (std::size_t i = std::max(b, k); i < e; ++i) y[i] += hk * xk[i];
-    }
-  }
-  return y;
-}
-
-Signals signals_for(std::size_t channels, std::size_t frames, std::uint64_t seed) {
-  Signals s;
-  for (std::size_t c = 0; c < channels; ++c) s.push_back(random_signal(frames, seed + 1000 * c));
-  return s;
-}
 
 std::vector<float> sparse_taps(std::size_t taps, std::uint64_t seed) {
   std::vector<float> h(taps, 0.0f);
@@ -99,35 +76,6 @@ FilterBank bank_for(std::size_t channels, std::size_t taps, bool shared, bool sp
   return FilterBank::per_channel(std::move(filters));
 }
 
-// Block sizes summing to `frames`, random in 1..max_block (varying within the stream).
-std::vector<std::size_t> block_sizes(std::size_t frames, std::size_t max_block,
-                                     std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> dist(1, max_block);
-  std::vector<std::size_t> sizes;
-  for (std::size_t done = 0; done < frames;) {
-    const std::size_t n = std::min(frames - done, dist(rng));
-    sizes.push_back(n);
-    done += n;
-  }
-  return sizes;
-}
-
-// Runs one block through the engine in `layout`, from and to planar signals at `start`.
-void run_block(Engine& engine, const Signals& in, Signals& out, std::size_t start,
-               std::size_t frames, Layout layout, std::vector<float>& a, std::vector<float>& b) {
-  const std::size_t channels = in.size();
-  a.resize(frames * channels);
-  b.assign(frames * channels, std::nanf(""));  // every output must be written
-  for (std::size_t c = 0; c < channels; ++c)
-    for (std::size_t f = 0; f < frames; ++f)
-      (layout == Layout::planar ? a[c * frames + f] : a[f * channels + c]) = in[c][start + f];
-  engine.process(a, b, frames, layout);
-  for (std::size_t c = 0; c < channels; ++c)
-    for (std::size_t f = 0; f < frames; ++f)
-      out[c][start + f] = layout == Layout::planar ? b[c * frames + f] : b[f * channels + c];
-}
-
 Signals run(Engine& engine, const Signals& in, const std::vector<std::size_t>& sizes,
             Layout layout) {
   Signals out(in.size(), std::vector<float>(in[0].size()));
@@ -144,13 +92,7 @@ const char* layout_name(Layout layout) {
   return layout == Layout::planar ? "planar" : "interleaved";
 }
 
-class CudaEngineTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string reason;
-    if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
-  }
-};
+class CudaEngineTest : public testing::CudaDeviceTest {};
 
 struct StreamCase {
   std::size_t channels, taps, frames, max_block;
@@ -169,14 +111,15 @@ void check_stream(const StreamCase& c, const std::vector<std::string>& variants,
                   Algorithm algorithm = Algorithm::direct) {
   announce(c.describe(), c.seed);
   const FilterBank bank = bank_for(c.channels, c.taps, c.shared, c.sparse, c.seed + 1);
-  const Signals x = signals_for(c.channels, c.frames, c.seed + 2);
+  const Signals x = random_signals(c.channels, c.frames, c.seed + 2);
   std::vector<std::vector<double>> want;
-  for (std::size_t ch = 0; ch < c.channels; ++ch) want.push_back(reference(x[ch], bank.taps(ch)));
+  for (std::size_t ch = 0; ch < c.channels; ++ch)
+    want.push_back(sparse_reference_convolution(x[ch], bank.taps(ch)));
   // The CPU engine on the same stream, in other blocks: the two engines agree.
   EngineOptions cpu_options;
   cpu_options.max_block_frames = c.max_block;
   const Signals cpu = run(*make_cpu_engine(bank, cpu_options), x,
-                          block_sizes(c.frames, c.max_block, c.seed + 99), Layout::planar);
+                          random_block_sizes(c.frames, c.max_block, c.seed + 99), Layout::planar);
   for (std::size_t v = 0; v < variants.size(); ++v) {
     EngineOptions options;
     options.max_block_frames = c.max_block;
@@ -184,7 +127,8 @@ void check_stream(const StreamCase& c, const std::vector<std::string>& variants,
     options.algorithm = algorithm;
     const Layout layout = (v + c.seed) % 2 ? Layout::planar : Layout::interleaved;
     auto engine = make_cuda_device_engine(bank, options);
-    const Signals y = run(*engine, x, block_sizes(c.frames, c.max_block, c.seed + 3 + v), layout);
+    const Signals y =
+        run(*engine, x, random_block_sizes(c.frames, c.max_block, c.seed + 3 + v), layout);
     for (std::size_t ch = 0; ch < c.channels; ++ch) {
       const double err = relative_error(y[ch], want[ch]);
       ASSERT_LE(err, kTolerance) << c.describe() << ", kernel " << variants[v] << ", "
@@ -270,8 +214,8 @@ TEST_F(CudaEngineTest, LongFiltersMatchTheReference) {
 TEST_F(CudaEngineTest, DenseLongFiltersMatchTheCpuEngine) {
   const std::uint64_t seed = announce("dense long filter vs CPU engine", 11);
   const FilterBank bank = bank_for(2, 131072, false, false, seed);
-  const Signals x = signals_for(2, 140000, seed + 1);
-  const auto sizes = block_sizes(x[0].size(), 8192, seed + 2);
+  const Signals x = random_signals(2, 140000, seed + 1);
+  const auto sizes = random_block_sizes(x[0].size(), 8192, seed + 2);
   EngineOptions options;
   options.max_block_frames = 8192;
   auto cpu = make_cpu_engine(bank, options);
@@ -289,13 +233,14 @@ TEST_F(CudaEngineTest, DenseLongFiltersMatchTheCpuEngine) {
 TEST_F(CudaEngineTest, OutputDoesNotDependOnBlockSize) {
   const std::uint64_t seed = announce("block size invariance", 99);
   const FilterBank bank = bank_for(5, 3000, false, false, seed);
-  const Signals x = signals_for(5, 60000, seed + 1);
+  const Signals x = random_signals(5, 60000, seed + 1);
   EngineOptions options;
   options.max_block_frames = 20000;
   auto engine = make_cuda_device_engine(bank, options);
   const Signals a = run(*engine, x, std::vector<std::size_t>(60, 1000), Layout::planar);
   engine->reset();
-  const Signals b = run(*engine, x, block_sizes(60000, 20000, seed + 2), Layout::interleaved);
+  const Signals b =
+      run(*engine, x, random_block_sizes(60000, 20000, seed + 2), Layout::interleaved);
   engine->reset();
   const Signals d = run(*engine, x, {200, 20000, 20000, 19800}, Layout::planar);
   for (std::size_t ch = 0; ch < 5; ++ch) {
@@ -308,11 +253,11 @@ TEST_F(CudaEngineTest, ProcessDeviceMatchesProcess) {
   const std::uint64_t seed = announce("device-resident processing", 5);
   const std::size_t channels = 4, frames = 50000, block = 7000;
   const FilterBank bank = bank_for(channels, 2500, true, false, seed);
-  const Signals x = signals_for(channels, frames, seed + 1);
+  const Signals x = random_signals(channels, frames, seed + 1);
   EngineOptions options;
   options.max_block_frames = block;
   auto host_engine = make_cuda_device_engine(bank, options);
-  const auto sizes = block_sizes(frames, block, seed + 2);
+  const auto sizes = random_block_sizes(frames, block, seed + 2);
   const Signals want = run(*host_engine, x, sizes, Layout::planar);
 
   auto engine = make_cuda_device_engine(bank, options);
@@ -342,10 +287,10 @@ TEST_F(CudaEngineTest, CallersPageLockedBuffersGiveTheSameOutputAsPageableOnes) 
   const std::uint64_t seed = announce("caller's page-locked buffers", 6);
   const std::size_t channels = 6, frames = 300000, block = 131072;
   const FilterBank bank = bank_for(channels, 700, false, false, seed);
-  const Signals x = signals_for(channels, frames, seed + 1);
+  const Signals x = random_signals(channels, frames, seed + 1);
   EngineOptions options;
   options.max_block_frames = block;
-  const auto sizes = block_sizes(frames, block, seed + 2);
+  const auto sizes = random_block_sizes(frames, block, seed + 2);
   for (const Layout layout : {Layout::planar, Layout::interleaved}) {
     auto pageable_engine = make_cuda_engine(bank, options);
     const Signals want = run(*pageable_engine, x, sizes, layout);
@@ -393,7 +338,7 @@ void check_swap(const SwapCase& c, bool twice = false) {
   const FilterBank old_bank = bank_for(c.channels, c.old_taps, true, false, c.seed + 1);
   const FilterBank new_bank = bank_for(c.channels, c.new_taps, c.new_shared, false, c.seed + 2);
   const std::size_t before = 5 * 300, frames = before + c.swap_block + 3 * 300;
-  const Signals x = signals_for(c.channels, frames, c.seed + 3);
+  const Signals x = random_signals(c.channels, frames, c.seed + 3);
   EngineOptions options;
   options.max_block_frames = std::max<std::size_t>(c.swap_block, 300);
   options.max_taps = std::max(c.old_taps, c.new_taps);
@@ -414,8 +359,8 @@ void check_swap(const SwapCase& c, bool twice = false) {
     run_block(*engine, x, y, start, 300, Layout::interleaved, a, b);
 
   for (std::size_t ch = 0; ch < c.channels; ++ch) {
-    const auto old_y = reference(x[ch], old_bank.taps(ch));
-    const auto new_y = reference(x[ch], new_bank.taps(ch));
+    const auto old_y = sparse_reference_convolution(x[ch], old_bank.taps(ch));
+    const auto new_y = sparse_reference_convolution(x[ch], new_bank.taps(ch));
     std::vector<double> want(frames);
     for (std::size_t f = 0; f < frames; ++f) {
       if (f < before) {
@@ -455,7 +400,7 @@ TEST_F(CudaEngineTest, SetFiltersRejectsBadBanksAndKeepsFiltering) {
   EngineOptions options;
   options.max_block_frames = 256;
   auto engine = make_cuda_device_engine(bank, options);
-  const Signals x = signals_for(2, 2048, seed + 1);
+  const Signals x = random_signals(2, 2048, seed + 1);
   Signals y(2, std::vector<float>(2048));
   std::vector<float> a, b;
   run_block(*engine, x, y, 0, 256, Layout::planar, a, b);
@@ -466,7 +411,8 @@ TEST_F(CudaEngineTest, SetFiltersRejectsBadBanksAndKeepsFiltering) {
   for (std::size_t start = 256; start < 2048; start += 256)
     run_block(*engine, x, y, start, 256, Layout::planar, a, b);
   for (std::size_t ch = 0; ch < 2; ++ch)
-    EXPECT_LE(relative_error(y[ch], reference(x[ch], bank.taps(ch))), kTolerance);
+    EXPECT_LE(relative_error(y[ch], sparse_reference_convolution(x[ch], bank.taps(ch))),
+              kTolerance);
 }
 
 TEST_F(CudaEngineTest, TapsThatDoNotFitConstantMemoryGoToGlobalMemoryOrFft) {
@@ -485,7 +431,7 @@ TEST_F(CudaEngineTest, TapsThatDoNotFitConstantMemoryGoToGlobalMemoryOrFft) {
   auto engine = make_cuda_device_engine(per_channel, options);
   EXPECT_EQ(engine->taps_memory(), "global");
   EXPECT_NE(engine->description().find("global"), std::string::npos) << engine->description();
-  const Signals x = signals_for(4, 6000, seed + 3);
+  const Signals x = random_signals(4, 6000, seed + 3);
   Signals y(4, std::vector<float>(6000));
   std::vector<float> a, b;
   for (std::size_t start = 0; start < 3000; start += 1000)
@@ -495,8 +441,8 @@ TEST_F(CudaEngineTest, TapsThatDoNotFitConstantMemoryGoToGlobalMemoryOrFft) {
   for (std::size_t start = 3000; start < 6000; start += 1000)
     run_block(*engine, x, y, start, 1000, Layout::planar, a, b);
   for (std::size_t ch = 0; ch < 4; ++ch) {
-    const auto before = reference(x[ch], per_channel.taps(ch));
-    const auto after = reference(x[ch], shared.taps(ch));
+    const auto before = sparse_reference_convolution(x[ch], per_channel.taps(ch));
+    const auto after = sparse_reference_convolution(x[ch], shared.taps(ch));
     std::vector<double> want(before.begin(), before.begin() + 3000);
     want.insert(want.end(), after.begin() + 3000, after.end());
     EXPECT_LE(relative_error(y[ch], want), kTolerance) << "channel " << ch;
@@ -529,8 +475,8 @@ TEST_F(CudaEngineTest, FftPathMatchesTheReference) {
 TEST_F(CudaEngineTest, ResetStartsTheStreamAgain) {
   const std::uint64_t seed = announce("reset", 19);
   const FilterBank bank = bank_for(3, 700, false, false, seed);
-  const Signals x = signals_for(3, 5000, seed + 1);
-  const auto sizes = block_sizes(5000, 900, seed + 2);
+  const Signals x = random_signals(3, 5000, seed + 1);
+  const auto sizes = random_block_sizes(5000, 900, seed + 2);
   EngineOptions options;
   options.max_block_frames = 900;
   auto engine = make_cuda_device_engine(bank, options);

@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -26,32 +25,22 @@
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/partitioned/partitioned_convolver.hpp"
+#include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
 namespace {
 
+using testing::announce;
+using testing::random_block_sizes;
 using testing::random_signal;
+using testing::random_signals;
 using testing::relative_error;
-using Signals = std::vector<std::vector<float>>;
+using testing::run_block;
+using testing::Signals;
+using testing::sparse_reference_convolution;
 
 constexpr double kTolerance = 1e-5;
-
-std::uint64_t announce(const std::string& what, std::uint64_t seed) {
-  std::printf("[ seed     ] %s: %llu\n", what.c_str(), static_cast<unsigned long long>(seed));
-  return seed;
-}
-
-// float64 causal convolution visiting only the non-zero taps.
-std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& h) {
-  std::vector<double> y(x.size(), 0.0);
-  for (std::size_t k = 0; k < h.size() && k < x.size(); ++k) {
-    if (h[k] == 0.0f) continue;
-    const double hk = h[k];
-    for (std::size_t n = k; n < x.size(); ++n) y[n] += hk * double(x[n - k]);
-  }
-  return y;
-}
 
 // Dense taps for the first `dense` taps (the head and the first tail
 // partitions), then a few scattered non-zero taps up to the last one.
@@ -72,18 +61,6 @@ FilterBank bank(std::size_t channels, std::size_t taps, std::size_t dense, std::
   return FilterBank::per_channel(std::move(filters));
 }
 
-std::vector<std::size_t> call_sizes(std::size_t frames, std::size_t max_block, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> size(1, max_block);
-  std::vector<std::size_t> sizes;
-  for (std::size_t done = 0; done < frames;) {
-    const std::size_t n = std::min(frames - done, size(rng));
-    sizes.push_back(n);
-    done += n;
-  }
-  return sizes;
-}
-
 // Streams `in` through `engine` in calls of `sizes`; before the call that
 // starts at a frame in `swaps` (frame -> bank), swaps the filters.
 struct Swap {
@@ -93,36 +70,16 @@ struct Swap {
 };
 Signals stream(Engine& engine, const Signals& in, const std::vector<std::size_t>& sizes,
                Layout layout, const std::vector<Swap>& swaps = {}) {
-  const std::size_t channels = in.size();
-  Signals out(channels, std::vector<float>(in[0].size()));
+  Signals out(in.size(), std::vector<float>(in[0].size()));
   std::vector<float> a, b;
   std::size_t start = 0;
   for (std::size_t call = 0; call < sizes.size(); ++call) {
     for (const Swap& s : swaps)
       if (s.call == call) engine.set_filters(*s.bank, s.crossfade);
-    const std::size_t frames = sizes[call];
-    a.resize(frames * channels);
-    b.assign(frames * channels, std::nanf(""));
-    for (std::size_t c = 0; c < channels; ++c)
-      for (std::size_t f = 0; f < frames; ++f)
-        (layout == Layout::planar ? a[c * frames + f] : a[f * channels + c]) = in[c][start + f];
-    engine.process(a, b, frames, layout);
-    for (std::size_t c = 0; c < channels; ++c)
-      for (std::size_t f = 0; f < frames; ++f)
-        out[c][start + f] = layout == Layout::planar ? b[c * frames + f] : b[f * channels + c];
-    start += frames;
+    run_block(engine, in, out, start, sizes[call], layout, a, b);
+    start += sizes[call];
   }
   return out;
-}
-
-Signals inputs(std::size_t channels, std::size_t frames, std::uint64_t seed) {
-  Signals s;
-  for (std::size_t c = 0; c < channels; ++c) s.push_back(random_signal(frames, seed + 1000 * c));
-  return s;
-}
-
-bool have_gpu(std::string& reason) {
-  return cuda_device_available(&reason);
 }
 
 std::unique_ptr<Engine> partitioned_engine(const FilterBank& b, std::size_t max_block) {
@@ -197,13 +154,7 @@ TEST(CudaPartitionedPlan, NonPowerOfTwoCallsGetAHeadAtLeastAsLong) {
   plan.validate();
 }
 
-class CudaPartitioned : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string reason;
-    if (!have_gpu(reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
-  }
-};
+class CudaPartitioned : public testing::CudaDeviceTest {};
 
 TEST_F(CudaPartitioned, OutputMatchesFloat64ReferenceForVaryingCallSizes) {
   const std::uint64_t seed = announce("varying calls", 8101);
@@ -217,12 +168,11 @@ TEST_F(CudaPartitioned, OutputMatchesFloat64ReferenceForVaryingCallSizes) {
     const std::size_t channels = 3, frames = std::max<std::size_t>(taps + 5000, 40000);
     const FilterBank b = bank(channels, taps, dense, seed + taps);
     auto engine = partitioned_engine(b, max_block);
-    const Signals in = inputs(channels, frames, seed);
-    const Signals out = stream(*engine, in, call_sizes(frames, max_block, seed + 1), layout);
+    const Signals in = random_signals(channels, frames, seed);
+    const Signals out =
+        stream(*engine, in, random_block_sizes(frames, max_block, seed + 1), layout);
     for (std::size_t c = 0; c < channels; ++c) {
-      const auto taps_c = b.taps(c);
-      const std::vector<float> h(taps_c.begin(), taps_c.end());
-      const double error = relative_error(out[c], reference(in[c], h));
+      const double error = relative_error(out[c], sparse_reference_convolution(in[c], b.taps(c)));
       EXPECT_LE(error, kTolerance)
           << "block " << max_block << ", taps " << taps << ", channel " << c;
     }
@@ -233,10 +183,11 @@ TEST_F(CudaPartitioned, OutputDoesNotDependOnHowTheStreamIsCut) {
   const std::uint64_t seed = announce("cuts", 8102);
   const std::size_t channels = 4, taps = 30000, frames = 50000, max_block = 128;
   const FilterBank b = bank(channels, taps, 30000, seed);  // dense
-  const Signals in = inputs(channels, frames, seed);
+  const Signals in = random_signals(channels, frames, seed);
   auto one = partitioned_engine(b, max_block);
   auto other = partitioned_engine(b, max_block);
-  const Signals a = stream(*one, in, call_sizes(frames, max_block, seed + 2), Layout::planar);
+  const Signals a =
+      stream(*one, in, random_block_sizes(frames, max_block, seed + 2), Layout::planar);
   const std::vector<std::size_t> fixed(frames / 100, 100);
   const Signals c = stream(*other, in, fixed, Layout::interleaved);
   for (std::size_t ch = 0; ch < channels; ++ch)
@@ -255,18 +206,15 @@ void check_swaps(MakeEngine make, Layout layout, std::uint64_t seed) {
   const FilterBank second = bank(channels, taps, 2000, seed + 500);
   const FilterBank third = bank(channels, taps / 2, 2000, seed + 900);
   auto engine = make(first, max_block);
-  const Signals in = inputs(channels, frames, seed);
-  const std::vector<std::size_t> sizes = call_sizes(frames, max_block, seed + 3);
+  const Signals in = random_signals(channels, frames, seed);
+  const std::vector<std::size_t> sizes = random_block_sizes(frames, max_block, seed + 3);
   const std::size_t s1 = sizes.size() / 3, s2 = 2 * sizes.size() / 3;
   const std::vector<Swap> swaps = {{s1, &second, true}, {s2, &first, false}, {s2, &third, true}};
   const Signals out = stream(*engine, in, sizes, layout, swaps);
   std::vector<std::size_t> starts(sizes.size() + 1, 0);
   for (std::size_t i = 0; i < sizes.size(); ++i) starts[i + 1] = starts[i] + sizes[i];
   for (std::size_t c = 0; c < channels; ++c) {
-    auto ref = [&](const FilterBank& b) {
-      const auto t = b.taps(c);
-      return reference(in[c], std::vector<float>(t.begin(), t.end()));
-    };
+    auto ref = [&](const FilterBank& b) { return sparse_reference_convolution(in[c], b.taps(c)); };
     const std::vector<double> y1 = ref(first), y2 = ref(second), y3 = ref(third);
     std::vector<double> want(frames);
     for (std::size_t n = 0; n < frames; ++n) {
@@ -315,16 +263,14 @@ TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {
   const std::size_t channels = 2, taps = 16384, frames = 30000, max_block = 64;
   const FilterBank b = bank(channels, taps, 4000, seed);
   auto engine = partitioned_engine(b, max_block);
-  const Signals noise = inputs(channels, 7777, seed + 5);
-  stream(*engine, noise, call_sizes(7777, max_block, seed + 6), Layout::planar);
+  const Signals noise = random_signals(channels, 7777, seed + 5);
+  stream(*engine, noise, random_block_sizes(7777, max_block, seed + 6), Layout::planar);
   engine->reset();
-  const Signals in = inputs(channels, frames, seed);
-  const Signals out = stream(*engine, in, call_sizes(frames, max_block, seed + 7), Layout::planar);
-  for (std::size_t c = 0; c < channels; ++c) {
-    const auto t = b.taps(c);
-    EXPECT_LE(relative_error(out[c], reference(in[c], std::vector<float>(t.begin(), t.end()))),
-              kTolerance);
-  }
+  const Signals in = random_signals(channels, frames, seed);
+  const Signals out =
+      stream(*engine, in, random_block_sizes(frames, max_block, seed + 7), Layout::planar);
+  for (std::size_t c = 0; c < channels; ++c)
+    EXPECT_LE(relative_error(out[c], sparse_reference_convolution(in[c], b.taps(c))), kTolerance);
 }
 
 // What a user gets with default options for the live shape (8 ch x
@@ -342,13 +288,12 @@ TEST_F(CudaPartitioned, TheDefaultEngineTakesThePartitionedPathWhereTheCostModel
   auto engine = make_cuda_engine(b, options);
   EXPECT_NE(engine->description().find("non-uniformly partitioned"), std::string::npos)
       << engine->description();
-  const Signals in = inputs(channels, frames, seed + 1);
+  const Signals in = random_signals(channels, frames, seed + 1);
   const Signals out = stream(*engine, in, std::vector<std::size_t>(frames / max_block, max_block),
                              Layout::interleaved);
   const std::size_t checked = frames / max_block * max_block;
   for (std::size_t c = 0; c < channels; ++c) {
-    const auto t = b.taps(c);
-    const std::vector<double> want = reference(in[c], std::vector<float>(t.begin(), t.end()));
+    const std::vector<double> want = sparse_reference_convolution(in[c], b.taps(c));
     EXPECT_LE(relative_error(std::span<const float>(out[c]).first(checked),
                              std::span<const double>(want).first(checked)),
               kTolerance)

@@ -10,32 +10,30 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
+#include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
 namespace {
 
+using testing::announce;
+using testing::random_block_sizes;
 using testing::random_signal;
+using testing::random_signals;
 using testing::reference_convolution;
 using testing::relative_error;
-using Signals = std::vector<std::vector<float>>;
+using testing::run_block;
+using testing::Signals;
 
 constexpr double kTolerance = 1e-5;
-
-std::uint64_t announce(const std::string& what, std::uint64_t seed) {
-  std::printf("[ seed     ] %s: %llu\n", what.c_str(), static_cast<unsigned long long>(seed));
-  return seed;
-}
 
 // Sets an environment variable for the lifetime of the object (the engine
 // reads its small-call settings when it is made).
@@ -67,50 +65,11 @@ FilterBank bank_for(std::size_t channels, std::size_t taps, std::uint64_t seed) 
   return FilterBank::per_channel(std::move(filters));
 }
 
-Signals inputs(std::size_t channels, std::size_t frames, std::uint64_t seed) {
-  Signals s;
-  for (std::size_t c = 0; c < channels; ++c) s.push_back(random_signal(frames, seed + 1000 * c));
-  return s;
-}
-
-std::vector<std::size_t> call_sizes(std::size_t frames, std::size_t max_block, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> size(1, max_block);
-  std::vector<std::size_t> sizes;
-  for (std::size_t done = 0; done < frames;) {
-    const std::size_t n = std::min(frames - done, size(rng));
-    sizes.push_back(n);
-    done += n;
-  }
-  return sizes;
-}
-
-// One call of `frames` frames from `start`, through pageable buffers (the
-// engine copies them through its mapped staging); the output is poisoned first.
-void run_call(Engine& engine, const Signals& in, Signals& out, std::size_t start,
-              std::size_t frames, Layout layout) {
-  const std::size_t channels = in.size();
-  std::vector<float> a(frames * channels), b(frames * channels, std::nanf(""));
-  for (std::size_t c = 0; c < channels; ++c)
-    for (std::size_t f = 0; f < frames; ++f)
-      (layout == Layout::planar ? a[c * frames + f] : a[f * channels + c]) = in[c][start + f];
-  engine.process(a, b, frames, layout);
-  for (std::size_t c = 0; c < channels; ++c)
-    for (std::size_t f = 0; f < frames; ++f)
-      out[c][start + f] = layout == Layout::planar ? b[c * frames + f] : b[f * channels + c];
-}
-
 std::vector<double> reference(const Signals& in, const FilterBank& bank, std::size_t c) {
   return reference_convolution(in[c], bank.taps(c));
 }
 
-class CudaSmallCalls : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string reason;
-    if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
-  }
-};
+class CudaSmallCalls : public testing::CudaDeviceTest {};
 
 struct Case {
   std::size_t channels, taps, max_block;
@@ -124,15 +83,15 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
                           Case{8, 1000, 128}}) {
       const FilterBank bank = bank_for(k.channels, k.taps, seed + k.taps);
       const std::size_t frames = 12000;
-      const Signals in = inputs(k.channels, frames, seed + 1);
+      const Signals in = random_signals(k.channels, frames, seed + 1);
       EngineOptions options;
       options.max_block_frames = k.max_block;
       auto engine = make_cuda_engine(bank, options);
       Signals out(k.channels, std::vector<float>(frames));
       std::size_t start = 0, call = 0;
-      for (const std::size_t n : call_sizes(frames, k.max_block, seed + 2)) {
-        run_call(*engine, in, out, start, n,
-                 call++ % 3 == 0 ? Layout::planar : Layout::interleaved);
+      for (const std::size_t n : random_block_sizes(frames, k.max_block, seed + 2)) {
+        run_block(*engine, in, out, start, n,
+                  call++ % 3 == 0 ? Layout::planar : Layout::interleaved);
         start += n;
       }
       const std::string description = engine->description();
@@ -160,14 +119,14 @@ TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) 
     ScopedEnv answer("TAPSTREAM_CUDA_PERSISTENT_ANSWER_US", answer_us);
     const std::size_t channels = 2, taps = 2048, block = 256, frames = 20000;
     const FilterBank bank = bank_for(channels, taps, seed);
-    const Signals in = inputs(channels, frames, seed + 1);
+    const Signals in = random_signals(channels, frames, seed + 1);
     EngineOptions options;
     options.max_block_frames = block;
     auto engine = make_cuda_engine(bank, options);
     Signals out(channels, std::vector<float>(frames));
     std::size_t start = 0, call = 0;
-    for (const std::size_t n : call_sizes(frames, block, seed + 2)) {
-      run_call(*engine, in, out, start, n, call++ % 2 ? Layout::planar : Layout::interleaved);
+    for (const std::size_t n : random_block_sizes(frames, block, seed + 2)) {
+      run_block(*engine, in, out, start, n, call++ % 2 ? Layout::planar : Layout::interleaved);
       start += n;
     }
     std::printf("answer timeout %s us: %s\n", answer_us, engine->description().c_str());
@@ -183,9 +142,9 @@ TEST_F(CudaSmallCalls, PersistentKernelIsTheDefaultForTheStreamingTargetShape) {
   EngineOptions options;
   options.max_block_frames = 256;
   auto engine = make_cuda_engine(bank, options);
-  const Signals in = inputs(2, 256, 6);
+  const Signals in = random_signals(2, 256, 6);
   Signals out(2, std::vector<float>(256));
-  run_call(*engine, in, out, 0, 256, Layout::interleaved);
+  run_block(*engine, in, out, 0, 256, Layout::interleaved);
   EXPECT_NE(engine->description().find("small calls: persistent kernel, 8 blocks"),
             std::string::npos)
       << engine->description();
@@ -202,7 +161,7 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
   const std::size_t frames = calls * block;
   const FilterBank first = bank_for(channels, taps, seed);
   const FilterBank second = bank_for(channels, taps, seed + 1);
-  const Signals in = inputs(channels, frames, seed + 2);
+  const Signals in = random_signals(channels, frames, seed + 2);
   EngineOptions options;
   options.max_block_frames = block;
   auto engine = make_cuda_device_engine(first, options);
@@ -212,7 +171,7 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
     if (i == fade_call) engine->set_filters(second, true);
     if (i == hard_call) engine->set_filters(first, false);
     if (i % 7 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    run_call(*engine, in, out, i * block, block, i % 2 ? Layout::planar : Layout::interleaved);
+    run_block(*engine, in, out, i * block, block, i % 2 ? Layout::planar : Layout::interleaved);
   }
   for (std::size_t c = 0; c < channels; ++c) {
     const auto y1 = reference(in, first, c), y2 = reference(in, second, c);
@@ -238,7 +197,7 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
   Signals again(channels, std::vector<float>(frames));
   for (std::size_t i = 0; i < 8; ++i) {
     if (i % 2 == 0) {
-      run_call(*engine, in, again, i * block, block, Layout::interleaved);
+      run_block(*engine, in, again, i * block, block, Layout::interleaved);
       continue;
     }
     for (std::size_t c = 0; c < channels; ++c)
@@ -269,13 +228,13 @@ TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePro
   ScopedEnv mode("TAPSTREAM_CUDA_SMALL_CALLS", "persistent");
   ScopedEnv idle("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS", "5000");
   const FilterBank bank = bank_for(2, 512, 9);
-  const Signals in = inputs(2, 64, 10);
+  const Signals in = random_signals(2, 64, 10);
   Signals out(2, std::vector<float>(64));
   for (int i = 0; i < 5; ++i) {
     EngineOptions options;
     options.max_block_frames = 64;
     auto engine = make_cuda_device_engine(bank, options);
-    run_call(*engine, in, out, 0, 64, Layout::interleaved);
+    run_block(*engine, in, out, 0, 64, Layout::interleaved);
     ASSERT_NE(engine->description().find("small calls: persistent kernel,"), std::string::npos)
         << engine->description();
     const auto t0 = std::chrono::steady_clock::now();

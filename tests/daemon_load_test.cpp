@@ -47,13 +47,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using testing::activate_stream_clients;
 using testing::Child;
 using testing::DaemonPorts;
-using testing::open_client;
+using testing::open_feeder_and_recorder;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
-using testing::register_stream_ports;
 using testing::route_through_daemon;
 using testing::wait_for_daemon_ports;
 
@@ -210,15 +210,11 @@ void run_load(const LoadCase& lc) {
   // engine, so it must not sit behind every other process to be woken.
   const bool zero = std::string(lc.latency) == "zero";
   PrivateJackServer jack("tapstream-load", rate, jack_period, channels, zero && geteuid() == 0);
-  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
   const fs::path& dir = jack.dir.path();
 
   LoadStream s;
   s.channels = channels;
-  s.feeder = jack.open_client_when_up("feeder");
-  ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
-  s.recorder = open_client("recorder", jack.server);
-  ASSERT_NE(s.recorder, nullptr);
+  ASSERT_NO_FATAL_FAILURE(open_feeder_and_recorder(jack, s.feeder, s.recorder));
   ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
   if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
 
@@ -259,14 +255,10 @@ void run_load(const LoadCase& lc) {
   }
   ASSERT_TRUE(fs::exists(socket)) << "no control socket: " << read_text(dir / "daemon.err");
 
-  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder,
-                                                std::span(s.out_ports).first(channels),
-                                                std::span(s.in_ports).first(channels)));
-  jack_set_process_callback(s.feeder, feed_noise, &s);
-  jack_set_process_callback(s.recorder, record_output, &s);
   jack_set_xrun_callback(s.feeder, count_xrun, &s);
-  ASSERT_EQ(jack_activate(s.feeder), 0);
-  ASSERT_EQ(jack_activate(s.recorder), 0);
+  ASSERT_NO_FATAL_FAILURE(activate_stream_clients(
+      s.feeder, s.recorder, std::span(s.out_ports).first(channels),
+      std::span(s.in_ports).first(channels), feed_noise, record_output, &s));
   ASSERT_NO_FATAL_FAILURE(
       route_through_daemon(s.feeder, s.recorder, std::span(s.out_ports).first(channels),
                            std::span(s.in_ports).first(channels), daemon_in, daemon_out));
@@ -384,7 +376,8 @@ void run_load(const LoadCase& lc) {
   jack_client_close(s.feeder);
   const std::string daemon_log = read_text(dir / "daemon.err");
   const std::string jackd_log = read_text(dir / "jackd.err") + read_text(dir / "jackd.out");
-  EXPECT_EQ(exit_status, 128 + SIGTERM) << "SIGTERM: clean exit (128 + 15) expected\n" << daemon_log;
+  EXPECT_EQ(exit_status, 128 + SIGTERM) << "SIGTERM: clean exit (128 + 15) expected\n"
+                                        << daemon_log;
   EXPECT_FALSE(fs::exists(socket)) << "the control socket was left behind";
 
   const Row& first = rows.front();

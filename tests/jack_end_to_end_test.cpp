@@ -42,15 +42,17 @@ constexpr int rate = 48000;
 constexpr std::size_t channels = 2;
 constexpr std::size_t jack_period = 256;
 
+using testing::activate_stream_clients;
 using testing::Child;
 using testing::DaemonPorts;
 using testing::find_ports;
 using testing::open_client;
+using testing::open_feeder_and_recorder;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
-using testing::register_stream_ports;
 using testing::route_through_daemon;
+using testing::stop_stream;
 using testing::TempDir;
 using testing::use_jack_server;
 using testing::wait_for_daemon_ports;
@@ -140,14 +142,10 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
 
   PrivateJackServer jack("tapstream-jack", rate, jack_period);
-  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
   const fs::path& dir = jack.dir.path();
 
   Stream s;
-  s.feeder = jack.open_client_when_up("feeder");
-  ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
-  s.recorder = open_client("recorder", jack.server);
-  ASSERT_NE(s.recorder, nullptr);
+  ASSERT_NO_FATAL_FAILURE(open_feeder_and_recorder(jack, s.feeder, s.recorder));
   ASSERT_EQ(jack_get_sample_rate(s.feeder), static_cast<jack_nframes_t>(rate));
   if (!portaudio_reaches_jack()) {
     GTEST_SKIP() << "this PortAudio has no JACK host API (the ALSA file/null PCM variant of "
@@ -211,11 +209,8 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
 
   s.record_frames = s.signal_frames + reported + 4096;
   s.recording.assign(s.record_frames * channels, 0.0f);
-  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder, s.out_ports, s.in_ports));
-  jack_set_process_callback(s.feeder, feed, &s);
-  jack_set_process_callback(s.recorder, record, &s);
-  ASSERT_EQ(jack_activate(s.feeder), 0);
-  ASSERT_EQ(jack_activate(s.recorder), 0);
+  ASSERT_NO_FATAL_FAILURE(
+      activate_stream_clients(s.feeder, s.recorder, s.out_ports, s.in_ports, feed, record, &s));
   ASSERT_NO_FATAL_FAILURE(
       route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
@@ -226,14 +221,7 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
     ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  jack_deactivate(s.recorder);
-  jack_deactivate(s.feeder);
-  daemon.signal(SIGTERM);
-  // A signal ends it with 128 + the signal (README, "Exit codes"), after a clean drain.
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
-      << read_text(dir / "daemon.err");
-  jack_client_close(s.recorder);
-  jack_client_close(s.feeder);
+  stop_stream(s.feeder, s.recorder, daemon, dir / "daemon.err");
   const std::string daemon_log = read_text(dir / "daemon.err");
 
   ASSERT_EQ(s.recorded.load(), s.record_frames) << "recording incomplete";

@@ -1,12 +1,13 @@
 #pragma once
 // Test support for the suites that run `tapstream run` against a JACK server
-// of their own (jack_end_to_end_test, daemon_load_test): a private JACK
-// server, JACK clients of a named server, port look-up, and whether PortAudio
-// can reach JACK at all. Child processes and temporary directories are in
-// process_support.hpp.
+// of their own (jack_*_test, daemon_load_test): a private JACK server, JACK
+// clients of a named server, port look-up, the test's feeder and recorder
+// clients streaming through the daemon, and whether PortAudio can reach JACK
+// at all. Child processes and temporary directories are in process_support.hpp.
 
 #include <gtest/gtest.h>
 #include <jack/jack.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -124,6 +125,31 @@ inline void register_stream_ports(jack_client_t* feeder, jack_client_t* recorder
   }
 }
 
+// Opens the test's two clients of `jack`: `feeder`, once the server is up,
+// and `recorder`. Call through ASSERT_NO_FATAL_FAILURE.
+inline void open_feeder_and_recorder(const PrivateJackServer& jack, jack_client_t*& feeder,
+                                     jack_client_t*& recorder) {
+  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
+  feeder = jack.open_client_when_up("feeder");
+  ASSERT_NE(feeder, nullptr) << "jackd did not come up: " << read_text(jack.dir / "jackd.err");
+  recorder = open_client("recorder", jack.server);
+  ASSERT_NE(recorder, nullptr);
+}
+
+// Registers the stream ports (register_stream_ports), gives the feeder and
+// the recorder their process callbacks, both called with `stream`, and
+// activates both clients. Call through ASSERT_NO_FATAL_FAILURE.
+inline void activate_stream_clients(jack_client_t* feeder, jack_client_t* recorder,
+                                    std::span<jack_port_t*> out_ports,
+                                    std::span<jack_port_t*> in_ports, JackProcessCallback feed,
+                                    JackProcessCallback record, void* stream) {
+  ASSERT_NO_FATAL_FAILURE(register_stream_ports(feeder, recorder, out_ports, in_ports));
+  jack_set_process_callback(feeder, feed, stream);
+  jack_set_process_callback(recorder, record, stream);
+  ASSERT_EQ(jack_activate(feeder), 0);
+  ASSERT_EQ(jack_activate(recorder), 0);
+}
+
 // Feeds the daemon's inputs from the feeder instead of the dummy capture ports
 // PortAudio connected them to, and records its outputs; both clients must be
 // active. Call through ASSERT_NO_FATAL_FAILURE.
@@ -139,6 +165,19 @@ inline void route_through_daemon(jack_client_t* feeder, jack_client_t* recorder,
     ASSERT_EQ(jack_connect(feeder, jack_port_name(out_ports[c]), daemon_in[c].c_str()), 0);
     ASSERT_EQ(jack_connect(recorder, daemon_out[c].c_str(), jack_port_name(in_ports[c])), 0);
   }
+}
+
+// Ends a stream: deactivates both clients, stops the daemon with SIGTERM,
+// which must end it with 128 + the signal (README, "Exit codes") after a
+// clean drain (its `log` says why not), and closes both clients.
+inline void stop_stream(jack_client_t* feeder, jack_client_t* recorder, Child& daemon,
+                        const std::filesystem::path& log) {
+  jack_deactivate(recorder);
+  jack_deactivate(feeder);
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM) << read_text(log);
+  jack_client_close(recorder);
+  jack_client_close(feeder);
 }
 
 // Whether this PortAudio build can reach a JACK server (it lists the JACK

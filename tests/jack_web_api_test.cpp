@@ -42,7 +42,6 @@ using testing::api_error;
 using testing::api_ok;
 using testing::Child;
 using testing::find_ports;
-using testing::open_client;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
@@ -106,19 +105,11 @@ class JackWebApi : public ::testing::Test {
   void SetUp() override {
     if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
     jack_ = std::make_unique<PrivateJackServer>("tapstream-jack-web", rate, period);
-    ASSERT_TRUE(jack_->jackd.started()) << "could not start jackd";
-    graph_.feeder = jack_->open_client_when_up("feeder");
-    ASSERT_NE(graph_.feeder, nullptr)
-        << "jackd did not come up: " << read_text(dir() / "jackd.err");
-    graph_.recorder = open_client("recorder", jack_->server);
-    ASSERT_NE(graph_.recorder, nullptr);
+    ASSERT_NO_FATAL_FAILURE(
+        testing::open_feeder_and_recorder(*jack_, graph_.feeder, graph_.recorder));
     if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
-    ASSERT_NO_FATAL_FAILURE(testing::register_stream_ports(graph_.feeder, graph_.recorder,
-                                                           graph_.out_ports, graph_.in_ports));
-    jack_set_process_callback(graph_.feeder, feed, &graph_);
-    jack_set_process_callback(graph_.recorder, record, &graph_);
-    ASSERT_EQ(jack_activate(graph_.feeder), 0);
-    ASSERT_EQ(jack_activate(graph_.recorder), 0);
+    ASSERT_NO_FATAL_FAILURE(testing::activate_stream_clients(
+        graph_.feeder, graph_.recorder, graph_.out_ports, graph_.in_ports, feed, record, &graph_));
     std::ofstream(dir() / "unit.txt") << "1.0\n";
     port_ = testing::free_port();
   }

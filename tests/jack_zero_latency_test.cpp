@@ -13,7 +13,6 @@
 
 #include <gtest/gtest.h>
 #include <jack/jack.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,14 +35,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using testing::activate_stream_clients;
 using testing::Child;
 using testing::DaemonPorts;
-using testing::open_client;
+using testing::open_feeder_and_recorder;
 using testing::portaudio_reaches_jack;
 using testing::PrivateJackServer;
 using testing::read_text;
-using testing::register_stream_ports;
 using testing::route_through_daemon;
+using testing::stop_stream;
 using testing::wait_for_daemon_ports;
 
 constexpr int rate = 48000;
@@ -102,13 +102,9 @@ void measure(std::size_t period) {
   std::printf("period %zu, seed %llu\n", period, static_cast<unsigned long long>(seed));
   // Same-period mode is for a real-time JACK (its callback waits for the engine).
   PrivateJackServer jack("tapstream-zero", rate, period, channels, geteuid() == 0);
-  ASSERT_TRUE(jack.jackd.started()) << "could not start jackd";
   const fs::path& dir = jack.dir.path();
   ImpulseStream s;
-  s.feeder = jack.open_client_when_up("feeder");
-  ASSERT_NE(s.feeder, nullptr) << "jackd did not come up: " << read_text(dir / "jackd.err");
-  s.recorder = open_client("recorder", jack.server);
-  ASSERT_NE(s.recorder, nullptr);
+  ASSERT_NO_FATAL_FAILURE(open_feeder_and_recorder(jack, s.feeder, s.recorder));
   ASSERT_EQ(jack_get_buffer_size(s.feeder), static_cast<jack_nframes_t>(period));
   if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
 
@@ -145,11 +141,8 @@ void measure(std::size_t period) {
 
   const std::size_t record_frames = 65536 + 2 * period;
   for (auto& r : s.recording) r.assign(record_frames, 0.0f);
-  ASSERT_NO_FATAL_FAILURE(register_stream_ports(s.feeder, s.recorder, s.out_ports, s.in_ports));
-  jack_set_process_callback(s.feeder, feed_impulse, &s);
-  jack_set_process_callback(s.recorder, record_response, &s);
-  ASSERT_EQ(jack_activate(s.feeder), 0);
-  ASSERT_EQ(jack_activate(s.recorder), 0);
+  ASSERT_NO_FATAL_FAILURE(activate_stream_clients(s.feeder, s.recorder, s.out_ports, s.in_ports,
+                                                  feed_impulse, record_response, &s));
   ASSERT_NO_FATAL_FAILURE(
       route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
@@ -158,13 +151,7 @@ void measure(std::size_t period) {
   while (s.recorded.load(std::memory_order_acquire) < record_frames && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  jack_deactivate(s.recorder);
-  jack_deactivate(s.feeder);
-  daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM)  // README, exit codes
-      << read_text(dir / "daemon.err");
-  jack_client_close(s.recorder);
-  jack_client_close(s.feeder);
+  stop_stream(s.feeder, s.recorder, daemon, dir / "daemon.err");
   ASSERT_EQ(s.recorded.load(), record_frames) << "recording incomplete";
   const std::string log = read_text(dir / "daemon.err");
   const auto late_at = log.find("late periods ");
