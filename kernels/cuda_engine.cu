@@ -142,6 +142,13 @@ SmallCalls small_calls_from_environment() {
                               "': expected persistent, spin or event");
 }
 
+// TAPSTREAM_CUDA_PERSISTENT_RESIDENT=0 keeps the persistent kernel's taps and
+// history in device memory (the earlier way, for measurements).
+bool persistent_resident_from_environment() {
+  const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_RESIDENT");
+  return env == nullptr || std::string(env) != "0";
+}
+
 std::chrono::milliseconds persistent_idle_from_environment() {
   const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS");
   if (env == nullptr) return kPersistentIdle;
@@ -207,6 +214,7 @@ class CudaEngineImpl final : public CudaEngine {
       zero_copy_samples_ = std::strtoull(env, nullptr, 10);
     small_calls_ = small_calls_from_environment();
     persistent_idle_ = persistent_idle_from_environment();
+    persistent_resident_ = persistent_resident_from_environment();
 
     int count = 0;
     TAPSTREAM_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -569,7 +577,7 @@ class CudaEngineImpl final : public CudaEngine {
     const SampleView x = view(pinned_in_.device_pointer(), Layout::interleaved, 0, 0);
     DirectArgs a = direct_args(x, pinned_out_.device_pointer(), 1, (long long)channels_,
                                max_block_frames_, active_);
-    const cuda::PersistentShape shape = cuda::persistent_tuned_shape(a, kPersistentMaxBlocks);
+    const cuda::PersistentShape shape = cuda::persistent_tuned_shape(a, kPersistentMaxBlocks, persistent_resident_);
     const long long macs_per_block =
         (long long)shape.P * 8 * (long long)banks_[active_].taps_padded;
     if (shape.blocks == 0 || macs_per_block > kPersistentMaxMacsPerBlock) return false;
@@ -762,6 +770,7 @@ class CudaEngineImpl final : public CudaEngine {
   std::size_t zero_copy_samples_ = kDefaultZeroCopySamples;
   SmallCalls small_calls_ = kDefaultSmallCalls;
   std::chrono::milliseconds persistent_idle_ = kPersistentIdle;
+  bool persistent_resident_ = true;
   int stream_priority_ = 0;
   std::unique_ptr<cuda::PersistentDirect> persistent_;
   bool persistent_failed_ = false;

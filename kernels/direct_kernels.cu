@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/direct_kernels.hpp"
@@ -167,9 +169,11 @@ __device__ __forceinline__ void carry_range(const DirectArgs& a, int c, int begi
 // tuned_tile computes frame tile `tile` (T = P * 8 outputs) of channel c with
 // `shared` as its scratch; tuned_kernel runs one tile per block (and the carry),
 // persistent_tuned_kernel runs the same tiles call after call.
+// With `resident_taps` (the channel's taps_padded taps, kept in shared memory
+// by the persistent kernel) no chunk is staged from global memory.
 template <bool kConstant>
 __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, long long tile, int c,
-                                           float* shared) {
+                                           float* shared, const float* resident_taps = nullptr) {
   const int G = kThreads / P;
   const int T = P * kOutputsPerThread;
   const int W = T + K;  // window: w[i] = x(n0 - k0 - K + i)
@@ -223,9 +227,11 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
           if (q0 + u * P < W / 4) reinterpret_cast<float4*>(w)[q0 + u * P] = v[u];
       }
       if constexpr (!kConstant) {
-        const float4* src = reinterpret_cast<const float4*>(a.global_taps + p.taps + k0);
-        for (int q = t; q < kc / 4; q += P)
-          reinterpret_cast<float4*>(staged_taps)[q] = __ldg(src + q);
+        if (resident_taps == nullptr) {
+          const float4* src = reinterpret_cast<const float4*>(a.global_taps + p.taps + k0);
+          for (int q = t; q < kc / 4; q += P)
+            reinterpret_cast<float4*>(staged_taps)[q] = __ldg(src + q);
+        }
       }
     }
     __syncthreads();
@@ -254,7 +260,8 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
 #pragma unroll
           for (int u = 0; u < 8; ++u) h[u] = c_taps[a.constant_bank][tap_base + kk + u];
         } else {
-          const float4* th = reinterpret_cast<const float4*>(staged_taps + kk);
+          const float4* th = reinterpret_cast<const float4*>(
+              (resident_taps != nullptr ? resident_taps + k0 : staged_taps) + kk);
           const float4 t0 = th[0], t1 = th[1];
           h[0] = t0.x, h[1] = t0.y, h[2] = t0.z, h[3] = t0.w;
           h[4] = t1.x, h[5] = t1.y, h[6] = t1.z, h[7] = t1.w;
@@ -301,12 +308,31 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
     dst[1] = make_float4(total[4], total[5], total[6], total[7]);
   }
   __syncthreads();
-  for (int o = threadIdx.x; o < T; o += kThreads) {
-    const long long f = n0 + o;
-    if (f >= a.frames) break;
-    float y = 0.0f;
-    for (int gg = 0; gg < G; ++gg) y += partial[gg * T + o];
-    store_y(a, c, f, y);
+  const int S = kThreads / T;  // threads per output, when the tile is shorter than the block
+  if (S < 2) {
+    for (int o = threadIdx.x; o < T; o += kThreads) {
+      const long long f = n0 + o;
+      if (f >= a.frames) break;
+      float y = 0.0f;
+      for (int gg = 0; gg < G; ++gg) y += partial[gg * T + o];
+      store_y(a, c, f, y);
+    }
+    return;
+  }
+  // Two levels: S threads each add G / S partials of an output, then one adds
+  // their S sums: one thread adding all G (32 for 64-output tiles) waited on
+  // 32 shared-memory loads in series, by estimate a fifth of the 2.7 us a
+  // small call's block computes (H100 trace).
+  const int o = threadIdx.x % T, s = threadIdx.x / T, per = G / S;
+  float y = 0.0f;
+  for (int gg = s * per; gg < (s + 1) * per; ++gg) y += partial[gg * T + o];
+  __syncthreads();
+  partial[s * T + o] = y;
+  __syncthreads();
+  if (s == 0 && n0 + o < a.frames) {
+    float sum = 0.0f;
+    for (int ss = 0; ss < S; ++ss) sum += partial[ss * T + o];
+    store_y(a, c, n0 + o, sum);
   }
 }
 
@@ -321,6 +347,126 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
   }
   tuned_tile<kConstant>(a, P, K, blockIdx.x, int(blockIdx.y),
                         reinterpret_cast<float*>(shared_storage));
+}
+
+// ------------------------------------------------- short filters, long blocks
+// For a short filter over a long block (offline: 8 channels x 2^22 frames at
+// 32 taps) the tuned kernel is a memory copy with a little arithmetic, and a
+// block that computes one tile keeps the SM's loads and stores in separate
+// phases: 68 % of the copy bandwidth on an H100. Here each block walks tiles
+// (grid-stride, as many blocks as fit on the device) and copies the next
+// tile's window to shared memory with cp.async while it computes the current
+// one, so loads stay in flight all the time. Same tile, register window and
+// tap order as tuned_tile with one group (P = kThreads): the same sums.
+constexpr int kStreamMaxTaps = 64;
+constexpr int kStreamTile = kThreads * kOutputsPerThread;
+
+__device__ __forceinline__ void copy_quad_async(float* shared_dst, const float* src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit_copies() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits for all but the newest group of copies.
+__device__ __forceinline__ void wait_for_older_copies() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+}
+
+// Starts copying the window of tile `index` (channel-major) into `w`:
+// w[i] = x(n0 - taps_padded + i); quads that straddle the block's edges are
+// loaded directly.
+__device__ __forceinline__ void load_stream_window(const DirectArgs& a, long long index,
+                                                   long long tiles_per_channel, float* w) {
+  const int c = int(index / tiles_per_channel);
+  const long long j0 = (index % tiles_per_channel) * kStreamTile - a.taps_padded;
+  const ChannelPointers p = channel_pointers(a, c);
+  const int quads = (kStreamTile + a.taps_padded) / 4;
+  for (int q = threadIdx.x; q < quads; q += kThreads) {
+    const long long j = j0 + 4 * q;
+    float* dst = w + 4 * q;
+    if (j >= 0 && j + 4 <= a.frames) {
+      copy_quad_async(dst, p.in + j);
+    } else if (j + 4 <= 0 && j >= -a.history_len) {
+      copy_quad_async(dst, p.history + j);
+    } else {
+      for (int u = 0; u < 4; ++u) dst[u] = load_x(a, p.in, p.history, j + u);
+    }
+  }
+  commit_copies();
+}
+
+template <bool kConstant>
+__global__ void __launch_bounds__(kThreads)
+    stream_tuned_kernel(DirectArgs a, long long tiles_per_channel) {
+  __shared__ __align__(16) float windows[2][kStreamTile + kStreamMaxTaps];
+  const long long tiles = tiles_per_channel * a.channels;
+  if (a.carry_to != nullptr) {
+    const long long carried = (long long)a.history_len * a.channels;
+    for (long long i = blockIdx.x * (long long)kThreads + threadIdx.x; i < carried;
+         i += (long long)gridDim.x * kThreads) {
+      const int c = int(i / a.history_len), k = int(i % a.history_len);
+      carry_range(a, c, k, k + 1, 0, 1);
+    }
+  }
+  const int K = a.taps_padded;
+  int b = 0;
+  if (blockIdx.x < tiles) load_stream_window(a, blockIdx.x, tiles_per_channel, windows[0]);
+  for (long long index = blockIdx.x; index < tiles; index += gridDim.x, b ^= 1) {
+    const long long next = index + gridDim.x;
+    if (next < tiles)
+      load_stream_window(a, next, tiles_per_channel, windows[b ^ 1]);
+    else
+      commit_copies();  // an empty group: the wait below still means "this tile's"
+    wait_for_older_copies();
+    __syncthreads();
+
+    const int c = int(index / tiles_per_channel);
+    const long long n0 = (index % tiles_per_channel) * kStreamTile;
+    const long long tap_base = c * a.taps_channel_stride;
+    const float* w = windows[b];
+    const int base = threadIdx.x * kOutputsPerThread;
+    float acc[kOutputsPerThread], lo[8], hi[8];
+#pragma unroll
+    for (int r = 0; r < kOutputsPerThread; ++r) acc[r] = 0.0f;
+    {
+      const float4* src = reinterpret_cast<const float4*>(w + base + K);
+      const float4 h0 = src[0], h1 = src[1];
+      hi[0] = h0.x, hi[1] = h0.y, hi[2] = h0.z, hi[3] = h0.w;
+      hi[4] = h1.x, hi[5] = h1.y, hi[6] = h1.z, hi[7] = h1.w;
+    }
+    for (int kk = 0; kk < K; kk += 8) {
+      const float4* src = reinterpret_cast<const float4*>(w + base + K - kk - 8);
+      const float4 l0 = src[0], l1 = src[1];
+      lo[0] = l0.x, lo[1] = l0.y, lo[2] = l0.z, lo[3] = l0.w;
+      lo[4] = l1.x, lo[5] = l1.y, lo[6] = l1.z, lo[7] = l1.w;
+      float h[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) h[u] = load_tap<kConstant>(a, tap_base + kk + u);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+#pragma unroll
+        for (int r = 0; r < kOutputsPerThread; ++r) {
+          const int idx = 8 + r - u;
+          acc[r] = fmaf(h[u], idx >= 8 ? hi[idx - 8] : lo[idx], acc[r]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) hi[i] = lo[i];
+    }
+    const long long f0 = n0 + base;
+    float* dst = a.out + c * a.out_channel_stride + f0 * a.out_frame_stride;
+    if (!a.blend && a.out_frame_stride == 1 && f0 + kOutputsPerThread <= a.frames &&
+        (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kOutputsPerThread; ++r)
+        if (f0 + r < a.frames) store_y(a, c, f0 + r, acc[r]);
+    }
+    __syncthreads();  // everyone is done with windows[b] before it is refilled
+  }
 }
 
 // ------------------------------------------------------------ persistent kernel
@@ -425,16 +571,34 @@ __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned se
 // signal, off the call's critical path; the next call waits for it on the
 // device (counters[1]). Every call's history parity comes with its doorbell, so
 // serving a call twice (after a relaunch) rewrites the same values.
+//
+// `resident`: the block also keeps its channel's taps and history in shared
+// memory (PersistentShape::resident), so a call reads nothing from device
+// memory: the history is loaded from the device copy at the launch's first
+// call (or when a doorbell's parity is not the one kept), then the block
+// keeps [history | input] in two buffers that swap roles, each call's last
+// history_len samples becoming the next call's history. The device copy is
+// still carried (a relaunch or a launched call reads it).
 __global__ void __launch_bounds__(kThreads)
-    persistent_tuned_kernel(PersistentArgs p, int P, int K) {
+    persistent_tuned_kernel(PersistentArgs p, int P, int K, bool resident) {
   extern __shared__ float4 shared_storage[];
   __shared__ unsigned long long call_word;
-  float* input = reinterpret_cast<float*>(shared_storage);
-  float* scratch = input + (p.direct.frames + 3) / 4 * 4;
+  const int max_frames = (p.direct.frames + 3) / 4 * 4;
+  const int L = p.direct.history_len, Lp = (L + 3) / 4 * 4;
+  float* base = reinterpret_cast<float*>(shared_storage);
+  float* signal[2] = {base, base + Lp + max_frames};  // resident: [history | input]
+  float* resident_taps = resident ? base + 2 * (Lp + max_frames) : nullptr;
+  float* scratch = resident ? resident_taps + p.direct.taps_padded : base + max_frames;
   const int tile = int(blockIdx.x), c = int(blockIdx.y);
   const unsigned blocks = gridDim.x * gridDim.y;
   const int C = p.direct.channels;
+  if (resident) {
+    const float* taps_c = p.direct.global_taps + c * p.direct.taps_channel_stride;
+    for (int i = threadIdx.x; i < p.direct.taps_padded; i += kThreads)
+      resident_taps[i] = __ldg(taps_c + i);
+  }
   unsigned served = p.served, calls = 0;
+  int current = 0, kept_parity = -1;  // the device history the resident one equals
   for (;;) {
     if (threadIdx.x == 0) call_word = wait_for_call(p, served, calls * blocks, tile == 0 && c == 0);
     __syncthreads();
@@ -448,6 +612,10 @@ __global__ void __launch_bounds__(kThreads)
     const long long in_channel_stride = planar ? frames : 1, in_frame_stride = planar ? 1 : C;
     const bool traced = p.trace && tile == 0 && c == 0 && threadIdx.x == 0;
     if (traced) p.control->trace[0] = (unsigned long long)global_time_ns();
+    float* input = resident ? signal[current] + Lp : base;
+    const float* history_c = p.history[h] + c * p.direct.history_stride + p.direct.history_end;
+    if (resident && kept_parity != h)
+      for (int q = int(threadIdx.x) - L; q < 0; q += kThreads) input[q] = history_c[q];
     const float* in_c = p.direct.in.data + c * in_channel_stride;
     for (int f = threadIdx.x; f < frames; f += kThreads) {
       const float* x = in_c + f * in_frame_stride;
@@ -466,13 +634,19 @@ __global__ void __launch_bounds__(kThreads)
 
     DirectArgs a = p.direct;
     a.in = {input, 0, 1};
-    a.history = p.history[h];
+    if (resident) {
+      a.history = input;  // sample j < 0 at input[j]
+      a.history_stride = 0;
+      a.history_end = 0;
+    } else {
+      a.history = p.history[h];
+    }
     a.frames = frames;
     a.out_channel_stride = in_channel_stride;
     a.out_frame_stride = in_frame_stride;
     a.carry_to = nullptr;
     if ((long long)tile * P * kOutputsPerThread < frames)
-      tuned_tile<false>(a, P, K, tile, c, scratch);
+      tuned_tile<false>(a, P, K, tile, c, scratch, resident_taps);
 
     // One fence for the block, by thread 0 after the barrier (fences are
     // cumulative: it orders the stores the barrier made visible to thread 0);
@@ -490,15 +664,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    if (a.history_len > 0) {
-      const int span = (a.history_len + int(gridDim.x) - 1) / int(gridDim.x);
-      const int begin = min(a.history_len, tile * span), end = min(a.history_len, begin + span);
-      const float* old_c = p.history[h] + c * a.history_stride + a.history_end;
-      float* new_c = p.history[1 - h] + c * a.history_stride + a.history_end;
+    if (L > 0) {
+      const int span = (L + int(gridDim.x) - 1) / int(gridDim.x);
+      const int begin = min(L, tile * span), end = min(L, begin + span);
+      float* new_c = p.history[1 - h] + c * p.direct.history_stride + p.direct.history_end;
       for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
-        const int q = i - a.history_len;  // -history_len .. -1
+        const int q = i - L;  // -L .. -1
         const int j = frames + q;
-        new_c[q] = j >= 0 ? input[j] : old_c[j];
+        new_c[q] = j >= 0 ? input[j] : history_c[j];
+      }
+      if (resident) {
+        float* next = signal[1 - current] + Lp;
+        for (int q = int(threadIdx.x) - L; q < 0; q += kThreads) next[q] = input[frames + q];
+        current = 1 - current;
+        kept_parity = 1 - h;
       }
     }
     __syncthreads();
@@ -595,7 +774,45 @@ void launch_with_taps(DirectKernel kernel, const DirectArgs& a, cudaStream_t str
   }
 }
 
+// Whether stream_tuned_kernel takes the block: a short filter, planar input
+// whose quads are aligned (cp.async copies 16 aligned bytes), and enough tiles
+// to fill the device several times over (below that the tuned kernel's one
+// tile per block is as fast). TAPSTREAM_CUDA_STREAM_TILES=0 turns it off (for
+// measurements).
+bool stream_kernel_applies(const DirectArgs& a) {
+  const long long tiles = (long long)a.channels * ((a.frames + kStreamTile - 1) / kStreamTile);
+  if (a.taps_padded > kStreamMaxTaps || a.in.frame_stride != 1 ||
+      (a.channels > 1 && a.in.channel_stride % 4 != 0) ||
+      (reinterpret_cast<std::uintptr_t>(a.in.data) & 15) != 0 || tiles < 8LL * a.multiprocessors)
+    return false;
+  const char* env = std::getenv("TAPSTREAM_CUDA_STREAM_TILES");
+  return env == nullptr || std::string(env) != "0";
+}
+
+template <bool kConstant>
+void launch_stream_tuned(const DirectArgs& a, cudaStream_t stream) {
+  static const int blocks_per_multiprocessor = [] {
+    int n = 0;
+    TAPSTREAM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, stream_tuned_kernel<kConstant>, kThreads, 0));
+    return std::max(1, n);
+  }();
+  const long long tiles_per_channel = (a.frames + kStreamTile - 1) / kStreamTile;
+  const long long grid = std::min<long long>(tiles_per_channel * a.channels,
+                                             (long long)blocks_per_multiprocessor *
+                                                 a.multiprocessors);
+  stream_tuned_kernel<kConstant><<<unsigned(grid), kThreads, 0, stream>>>(a, tiles_per_channel);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("stream_tuned_kernel");
+}
+
 void launch_tuned(const DirectArgs& a, cudaStream_t stream) {
+  if (stream_kernel_applies(a)) {
+    if (a.constant_bank >= 0)
+      launch_stream_tuned<true>(a, stream);
+    else
+      launch_stream_tuned<false>(a, stream);
+    return;
+  }
   int P = 0, K = 0;
   tuned_shape(a, &P, &K);
   const int T = P * kOutputsPerThread;
@@ -611,28 +828,47 @@ void launch_tuned(const DirectArgs& a, cudaStream_t stream) {
 }
 
 // The tuned kernel's shape for the persistent kernel: no constant taps, the
-// call's input staged ahead of the scratch.
-std::size_t persistent_shared_bytes(const DirectArgs& a, int P, int K) {
-  return std::size_t((a.frames + 3) / 4 * 4) * sizeof(float) + tuned_shared_bytes(P, K, false);
+// call's input staged ahead of the scratch; resident, two [history | input]
+// buffers and the taps instead of the input.
+std::size_t persistent_shared_bytes(const DirectArgs& a, int P, int K, bool resident) {
+  const std::size_t input = std::size_t((a.frames + 3) / 4 * 4);
+  const std::size_t history = std::size_t((a.history_len + 3) / 4 * 4);
+  const std::size_t floats =
+      resident ? 2 * (history + input) + std::size_t(a.taps_padded) : input;
+  return floats * sizeof(float) + tuned_shared_bytes(P, K, false);
 }
+
+// Shared memory a persistent block may have: under the 48 KiB that needs no
+// opt-in without the resident copies; with them, a size every GPU of compute
+// capability 8.0 or later grants a block (the kernel holds few blocks).
+constexpr std::size_t kPersistentSharedBytes = 47 * 1024;
+constexpr std::size_t kResidentSharedBytes = 96 * 1024;
 
 }  // namespace
 
-PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks) {
+PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks,
+                                       bool resident_allowed) {
   PersistentShape s;
   tuned_shape(args, &s.P, &s.K);
   const long long T = (long long)s.P * kOutputsPerThread;
   s.tiles = int((args.frames + T - 1) / T);
-  s.shared_bytes = persistent_shared_bytes(args, s.P, s.K);
+  s.resident =
+      resident_allowed && persistent_shared_bytes(args, s.P, s.K, true) <= kResidentSharedBytes;
+  s.shared_bytes = persistent_shared_bytes(args, s.P, s.K, s.resident);
   const long long blocks = (long long)s.tiles * args.channels;
-  s.blocks = blocks <= max_blocks && s.shared_bytes <= 47 * 1024 ? int(blocks) : 0;
+  const bool fits = s.resident || s.shared_bytes <= kPersistentSharedBytes;
+  s.blocks = blocks <= max_blocks && fits ? int(blocks) : 0;
   return s;
 }
 
 void launch_persistent_tuned(const PersistentArgs& args, const PersistentShape& shape,
                              cudaStream_t stream) {
+  if (shape.shared_bytes > kPersistentSharedBytes)
+    TAPSTREAM_CUDA_CHECK(cudaFuncSetAttribute(persistent_tuned_kernel,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(shape.shared_bytes)));
   persistent_tuned_kernel<<<dim3(unsigned(shape.tiles), unsigned(args.direct.channels)), kThreads,
-                            shape.shared_bytes, stream>>>(args, shape.P, shape.K);
+                            shape.shared_bytes, stream>>>(args, shape.P, shape.K, shape.resident);
   TAPSTREAM_CUDA_CHECK_LAUNCH("persistent_tuned_kernel");
 }
 

@@ -281,6 +281,53 @@ TEST_F(CudaEngineTest, ProcessDeviceMatchesProcess) {
         << "channel " << c;
 }
 
+// Short filters over device blocks of a million frames take the streaming
+// tile kernel (cp.async double buffering, tiles walked by a grid sized to the
+// device): constant taps (shared filter) and, with 160 channels, taps in
+// global memory; a first call of 4 frames leaves history for the next, whose
+// windows reach into it, and the last call's length is not a multiple of 4.
+TEST_F(CudaEngineTest, ShortFiltersOverMillionFrameDeviceBlocksMatchTheReference) {
+  const std::uint64_t seed = announce("short filters, long device blocks", 404);
+  struct Case {
+    std::size_t channels, taps, frames;
+    bool shared;
+    std::vector<std::size_t> calls;  // starts stay multiples of 4 (aligned quads)
+  };
+  for (const Case& k : {Case{8, 32, 1000001, true, {4, 600000, 399997}},
+                        Case{8, 64, 1000001, false, {4, 600000, 399997}},
+                        Case{160, 64, 20004, false, {8, 19996}}}) {
+    const FilterBank bank = bank_for(k.channels, k.taps, k.shared, false, seed + k.taps);
+    const Signals x = random_signals(k.channels, k.frames, seed + k.channels);
+    const std::size_t stride = (k.frames + 3) / 4 * 4;
+    std::vector<float> planar(k.channels * stride, 0.0f), out(planar.size(), 0.0f);
+    for (std::size_t c = 0; c < k.channels; ++c)
+      std::copy(x[c].begin(), x[c].end(), planar.begin() + c * stride);
+    cuda::DeviceBuffer<float> d_in(planar.size()), d_out(planar.size());
+    ASSERT_EQ(cudaMemcpy(d_in.get(), planar.data(), d_in.bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EngineOptions options;
+    options.max_block_frames = k.frames;
+    options.algorithm = Algorithm::direct;
+    auto engine = make_cuda_device_engine(bank, options);
+    std::size_t start = 0;
+    for (const std::size_t n : k.calls) {
+      engine->process_device(d_in.get() + start, d_out.get() + start, n, stride);
+      start += n;
+    }
+    ASSERT_EQ(start, k.frames);
+    engine->synchronize();
+    ASSERT_EQ(cudaMemcpy(out.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (std::size_t c = 0; c < k.channels; ++c) {
+      const auto want = sparse_reference_convolution(x[c], bank.taps(c));
+      ASSERT_LE(relative_error(std::span<const float>(out).subspan(c * stride, k.frames), want),
+                kTolerance)
+          << k.channels << " ch x " << k.taps << " taps, channel " << c << ": "
+          << engine->description();
+    }
+  }
+}
+
 // Large blocks from and to the caller's own page-locked memory are copied
 // straight from and to it; the output must equal the pageable path's.
 TEST_F(CudaEngineTest, CallersPageLockedBuffersGiveTheSameOutputAsPageableOnes) {
