@@ -9,17 +9,25 @@
 #      build/bench/cuda_engine_bench $d/
 #   /work/shared/device/bundle-libs.sh $d/lib $d/cuda_fft_convolver_test \
 #      $d/cuda_engine_test $d/cuda_engine_bench
-#   git rev-parse --short HEAD >$d/COMMIT
-# then, on the device, with carry [".device-bundle/offline8"]:
-#   bash bench/run-offline8-gpu.sh            (results and logs in $OUT)
+#   cp bench/run-offline8-gpu.sh $d/; git rev-parse --short HEAD >$d/COMMIT
+# then, on the device, with carry [".device-bundle/offline8"] (results and logs in $OUT):
+#   bash bench/run-offline8-gpu.sh   or   bash .device-bundle/offline8/run-offline8-gpu.sh
 # profile: Nsight Compute's DRAM bytes and duration of each of the three
 # kernels for one whole-signal pass at 131072 taps (P = 8192), from the
 # test binary's timing test.
 # usage: run-offline8-gpu.sh [tests|bench|profile|memcheck|suites]...
 #        (default: all, in that order)
+# The device copies only the checkout its session started in, so the script
+# also runs from a copy of itself inside the bundle (the bundle is then the
+# script's own folder): carry the bundle alone and run
+#   bash .device-bundle/offline8/run-offline8-gpu.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-b=${BUNDLE:-.device-bundle/offline8}
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -x "$here/cuda_fft_convolver_test" ]; then
+  b=${BUNDLE:-$here}
+else
+  b=${BUNDLE:-$here/../.device-bundle/offline8}
+fi
 out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$b/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
