@@ -71,12 +71,22 @@ if [ "$peers_only" = 0 ]; then
       echo "cuda_engine_bench offline $taps taps: exit status $?"
       parts+=("$out/engine-offline-$taps.json")
     done
-    # The FFT path without the fused single-partition kernel (separate passes), for comparison.
-    TAPSTREAM_FFT_FUSED=0 run_bench --only ceilings,offline --taps 2048,16384 --json "$out/engine-offline-unfused.json" \
+    # The FFT path without the fused kernels (separate cuFFT passes), for comparison.
+    TAPSTREAM_FFT_FUSED=0 run_bench --only ceilings,offline --taps 2048,16384,131072 --json "$out/engine-offline-unfused.json" \
       --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned \
       --skip-reason "not run with TAPSTREAM_FFT_FUSED=0 (direct form does not use it)"
     echo "cuda_engine_bench offline FFT unfused: exit status $?"
     parts+=("fft_unfused=$out/engine-offline-unfused.json")
+    # The multi-partition kernels' candidate partitions at 131072 taps (the
+    # automatic choice is one of them): TAPSTREAM_FFT_PARTITION, FFT path only.
+    [ ${#quick[@]} -gt 0 ] || for partition in 4096 8192 16384; do
+      TAPSTREAM_FFT_PARTITION=$partition run_bench --only offline --taps 131072 \
+        --json "$out/engine-offline-partition-$partition.json" \
+        --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned,auto \
+        --skip-reason "not run with TAPSTREAM_FFT_PARTITION (the FFT path's partition only)"
+      echo "cuda_engine_bench offline 131072 taps, partition $partition: exit status $?"
+      parts+=("partition_$partition=$out/engine-offline-partition-$partition.json")
+    done
     # One filter shared by all channels (taps fit in a constant bank up to 8192 taps).
     run_bench --only ceilings,offline --shared --taps 256,2048 --json "$out/engine-offline-shared.json" \
       --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile \

@@ -181,6 +181,13 @@ double fft_cost_us(std::size_t C, std::size_t F, std::size_t M, const cuda::FftC
   if (fft.fused_kernel() && fft.partitions() == 1 && F >= P) {
     return double(C) * double(F) * fused_bytes_per_sample(P) / kBytesPerUs + kLaunchUs;
   }
+  // The multi-partition kernels: the same two shared-memory transforms, plus
+  // the spectra's round trips through device memory (X and Y, each written and
+  // read: 32 bytes a sample). A prediction, not yet fitted to measurements.
+  if (fft.segment_kernels() && F >= P) {
+    return double(C) * double(F) * (fused_bytes_per_sample(P) + 32.0) / kBytesPerUs +
+           3.0 * kLaunchUs;
+  }
   return double(C) * double(F) * (16.0 * double(M) / double(P) + kFftBytesPerSample) / kBytesPerUs +
          kFftLaunches * kLaunchUs;
 }

@@ -16,6 +16,11 @@
 // segment and channel of the run. With one partition (K == 1) such a run is
 // instead one kernel per run (fused_overlap_save.hpp): windows, both transforms,
 // the multiply and the copy-out in shared memory, about 3x faster on an H100.
+// With K > 1 partitions of 256..16384 frames (K up to 16, or 32), such a run is
+// three kernels (multi_partition_overlap_save.hpp): the forward transforms in
+// shared memory, a MAC sliding along the segments with the filter and the last
+// K spectra in registers, and the inverse transforms in shared memory: about 44
+// bytes of device memory per output instead of about 124.
 //
 // Only counts (segment index, offset within it) live on the host; samples and
 // spectra stay on the device and every step is enqueued on the caller's stream.
@@ -34,6 +39,7 @@
 #include "kernels/fft_callbacks.hpp"
 #include "kernels/fft_convolver.hpp"
 #include "kernels/fused_overlap_save.hpp"
+#include "kernels/multi_partition_overlap_save.hpp"
 #include "kernels/overlap_save_windows.hpp"
 #include "kernels/spectral_mac.hpp"
 
@@ -67,6 +73,40 @@ std::size_t choose_fused_partition(std::size_t max_block_frames, std::size_t max
   return by_taps;
 }
 
+// For the multi-partition kernels (K > 1, runs of whole segments): the
+// smallest partition of at least 8192 frames that keeps K <= 16, when blocks
+// are long enough to fill it; 0 where they do not apply (filters that fit one
+// fused partition, or longer than 16 x 16384 taps).
+// TODO(measure): 8192 vs 16384 for 131072 taps is settled by the device run.
+constexpr std::size_t kMinSegmentKernelPartition = 8192;
+constexpr std::size_t kMaxSegmentKernelPartitions = 16;
+std::size_t choose_segment_kernel_partition(std::size_t max_block_frames, std::size_t max_taps) {
+  const std::size_t per_partition =
+      (max_taps + kMaxSegmentKernelPartitions - 1) / kMaxSegmentKernelPartitions;
+  const std::size_t partition =
+      std::max(kMinSegmentKernelPartition, std::bit_ceil(std::max<std::size_t>(per_partition, 1)));
+  const std::size_t partitions = (max_taps + partition - 1) / partition;
+  if (partitions < 2 || !multi_partition_overlap_save_supports(partition, partitions) ||
+      std::bit_ceil(max_block_frames) < partition)
+    return 0;
+  return partition;
+}
+
+// TAPSTREAM_FFT_PARTITION=N replaces the automatic partition choice (not an
+// explicit partition_frames): for measuring the candidates in one device run.
+std::size_t partition_from_environment() {
+  const char* value = std::getenv("TAPSTREAM_FFT_PARTITION");
+  if (value == nullptr || *value == '\0') return 0;
+  char* end = nullptr;
+  const unsigned long long partition = std::strtoull(value, &end, 10);
+  if (*end != '\0' || partition < kMinPartition || partition > kMaxPartition ||
+      !std::has_single_bit(partition))
+    throw std::invalid_argument(std::string("FFT convolver: TAPSTREAM_FFT_PARTITION='") + value +
+                                "' is not a power of two in " + std::to_string(kMinPartition) +
+                                ".." + std::to_string(kMaxPartition));
+  return std::size_t(partition);
+}
+
 bool fused_kernel_allowed_by_environment() {
   const char* value = std::getenv("TAPSTREAM_FFT_FUSED");
   return value == nullptr || std::string(value) != "0";
@@ -90,7 +130,8 @@ struct FftConvolver::State {
   RealFftPlan single_forward;
   RealFftPlan single_inverse;
   bool fused = false;
-  bool fused_kernel = false;  // whole segments through fused_overlap_save (K == 1)
+  bool fused_kernel = false;     // whole segments through fused_overlap_save (K == 1)
+  bool segment_kernels = false;  // whole segments through multi_partition_overlap_save (K > 1)
   std::string fused_kernel_failure;
   std::string fused_failure;  // why the fused path is off, when it was asked for
   DeviceBuffer<FusedParams> fused_params;
@@ -282,6 +323,38 @@ struct FftConvolver::State {
     tail_valid = false;
   }
 
+  // `segments` whole segments from a segment boundary, current filters only,
+  // K > 1: the three shared-memory FFT kernels. The delay line supplies the
+  // spectra before the run and keeps the run's last K - 1, and the stage keeps
+  // the last segment, exactly as process_segments leaves them.
+  void process_segments_kernels(const float* in, std::size_t in_stride, float* out,
+                                std::size_t out_stride, std::size_t segments, cudaStream_t stream) {
+    MultiPartitionArgs a;
+    a.in = in;
+    a.in_stride = in_stride;
+    a.history = stage.get();
+    a.history_stride = 2 * partition;
+    a.spectra = new_spectra.get();
+    a.products = products.get();
+    a.ring = ring.get();
+    a.ring_slots = ring_slots;
+    a.filter = filters[current].get();
+    a.filter_channel_stride = filter_shared[current] ? 0 : bins;
+    a.filter_partition_stride = (filter_shared[current] ? 1 : channels) * bins;
+    a.first_segment = segment;
+    a.store_from = segments > partitions - 1 ? segments - (partitions - 1) : 0;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.channels = channels;
+    a.partition = partition;
+    a.partitions = partitions;
+    a.segments = segments;
+    launch_multi_partition_overlap_save(a, stream);
+    launch_keep_last_segment(stage.get(), in, in_stride, channels, partition, segments, stream);
+    segment += std::int64_t(segments);
+    tail_valid = false;
+  }
+
   // `segments` whole segments starting at a segment boundary.
   void process_segments(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
                         std::size_t segments, std::size_t call_offset, std::size_t call_frames,
@@ -333,9 +406,16 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
   use_fused_kernel = use_fused_kernel && fused_kernel_allowed_by_environment();
   const std::size_t fused_partition =
       use_fused_kernel ? choose_fused_partition(max_block_frames, max_taps) : 0;
-  s.partition = partition_frames != 0  ? partition_frames
-                : fused_partition != 0 ? fused_partition
-                                       : choose_partition(max_block_frames, max_taps);
+  const std::size_t segment_kernel_partition =
+      use_fused_kernel && fused_partition == 0
+          ? choose_segment_kernel_partition(max_block_frames, max_taps)
+          : 0;
+  const std::size_t environment_partition = partition_from_environment();
+  s.partition = partition_frames != 0           ? partition_frames
+                : environment_partition != 0    ? environment_partition
+                : fused_partition != 0          ? fused_partition
+                : segment_kernel_partition != 0 ? segment_kernel_partition
+                                                : choose_partition(max_block_frames, max_taps);
   s.bins = s.partition + 1;
   s.partitions = (max_taps + s.partition - 1) / s.partition;
   s.max_segments = std::max<std::size_t>(1, max_block_frames / s.partition);
@@ -350,8 +430,17 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
       s.fused_kernel_failure = error.what();
     }
   }
-  // The fused kernel takes every run of whole segments the callbacks would.
-  if (s.fused_kernel) fused_callbacks = false;
+  if (use_fused_kernel && s.partitions > 1 &&
+      multi_partition_overlap_save_supports(s.partition, s.partitions)) {
+    try {
+      prepare_multi_partition_overlap_save(s.partition);
+      s.segment_kernels = true;
+    } catch (const std::exception& error) {
+      s.fused_kernel_failure = error.what();
+    }
+  }
+  // The fused kernels take every run of whole segments the callbacks would.
+  if (s.fused_kernel || s.segment_kernels) fused_callbacks = false;
   if (fused_callbacks) {
     // Any failure (no NVRTC, no JIT linker, a plan the library cannot make
     // with callbacks) leaves the plain path, and says why.
@@ -439,6 +528,10 @@ void FftConvolver::process(const float* in, std::size_t in_stride, float* out,
     } else if (s.fused_kernel && !fading) {
       const std::size_t segments = std::min(left / s.partition, s.max_segments);
       s.process_segments_kernel(in + done, in_stride, out + done, out_stride, segments, stream);
+      done += segments * s.partition;
+    } else if (s.segment_kernels && !fading) {
+      const std::size_t segments = std::min(left / s.partition, s.max_segments);
+      s.process_segments_kernels(in + done, in_stride, out + done, out_stride, segments, stream);
       done += segments * s.partition;
     } else if (s.fused && fading) {
       // A crossfade needs both filters' outputs: the plain single-segment path.
@@ -528,6 +621,10 @@ bool FftConvolver::fused_kernel() const {
   return state_->fused_kernel;
 }
 
+bool FftConvolver::segment_kernels() const {
+  return state_->segment_kernels;
+}
+
 std::string FftConvolver::description() const {
   const State& s = *state_;
   std::ostringstream text;
@@ -536,10 +633,12 @@ std::string FftConvolver::description() const {
        << s.channels << (s.channels == 1 ? " channel" : " channels")
        << (s.filter_shared[s.current] ? ", shared filter" : ", per-channel filters")
        << (s.fused_kernel ? ", fused overlap-save kernel"
-           : s.fused      ? ", fused cuFFT callbacks"
-                          : ", separate kernels");
+           : s.segment_kernels
+               ? ", shared-memory FFT kernels with a sliding MAC over the partitions"
+           : s.fused ? ", fused cuFFT callbacks"
+                     : ", separate kernels");
   if (!s.fused_kernel_failure.empty())
-    text << " (fused overlap-save kernel unavailable: " << s.fused_kernel_failure << ")";
+    text << " (fused overlap-save kernels unavailable: " << s.fused_kernel_failure << ")";
   if (!s.fused_failure.empty()) text << " (fused path unavailable: " << s.fused_failure << ")";
   return text.str();
 }

@@ -35,7 +35,16 @@ class FftConvolver {
   // a filter that fits one partition runs whole segments through one kernel
   // (kernels/fused_overlap_save.hpp) instead of the cuFFT passes, and the
   // partition chosen (partition_frames == 0) is the filter's length rounded up
-  // to a power of two when the blocks are at least that long.
+  // to a power of two when the blocks are at least that long. Likewise a filter
+  // of K > 1 partitions of 256..16384 frames (K up to 16, or 32) runs whole
+  // segments through three kernels (kernels/multi_partition_overlap_save.hpp:
+  // shared-memory FFTs and a MAC sliding along the segments), and the partition
+  // chosen for filters longer than 16384 taps is then the smallest of at least
+  // 8192 frames with K <= 16, when the blocks are at least that long. Partial
+  // segments and crossfades keep the cuFFT passes in both cases.
+  // The environment's TAPSTREAM_FFT_PARTITION=N (a power of two in 64..32768)
+  // replaces the automatic partition choice (not an explicit partition_frames),
+  // so that one benchmark run can time each candidate.
   FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
                std::size_t partition_frames = 0, bool fused_callbacks = false,
                bool use_fused_kernel = true);
@@ -61,8 +70,10 @@ class FftConvolver {
   std::size_t partitions() const;
   // True when whole segments use the fused cuFFT-callback path.
   bool fused() const;
-  // True when whole segments use the fused overlap-save kernel.
+  // True when whole segments use the fused overlap-save kernel (K == 1).
   bool fused_kernel() const;
+  // True when whole segments use the multi-partition kernels (K > 1).
+  bool segment_kernels() const;
   std::string description() const;
 
  private:

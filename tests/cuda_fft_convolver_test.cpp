@@ -6,7 +6,8 @@
 //
 // The fused single-partition kernel (kernels/fused_overlap_save.hpp) is
 // checked for every partition it supports, in streams that mix its runs of
-// whole segments with partial segments and crossfades.
+// whole segments with partial segments and crossfades; the multi-partition
+// kernels (kernels/multi_partition_overlap_save.hpp) likewise for K = 2..32.
 //
 // DISABLED_PrintsThroughputOfBenchmarkShapes times the benchmark's offline
 // shapes with CUDA events and prints them (run it with
@@ -515,6 +516,156 @@ TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheEnvironmentTurnsI
   EXPECT_FALSE(longer.fused_kernel()) << longer.description();
 }
 
+// Runs of whole segments through the multi-partition kernels
+// (kernels/multi_partition_overlap_save.hpp): K = 2, 3, 8, 16 and 32 at
+// partitions across the supported range, shared and per-channel filters, in
+// one whole-signal call (the spectra before each MAC chunk from the same run),
+// in calls of whole segments after a partial start (each run's first spectra
+// from the delay line the cuFFT path filled) and in random calls (the delay
+// line handed back and forth between the two paths).
+TEST(FftConvolver, SegmentKernelsMatchFloat64ReferenceForTwoToThirtyTwoPartitions) {
+  SKIP_WITHOUT_DEVICE();
+  struct Case {
+    std::size_t partitions, partition, channels;
+  };
+  for (const Case k : {Case{2, 16384, 2}, Case{3, 256, 9}, Case{8, 2048, 3}, Case{16, 1024, 4},
+                       Case{32, 512, 2}}) {
+    for (const bool shared : {true, false}) {
+      const std::uint64_t seed =
+          testing::announce("segment kernels", 7000 + k.partitions * 10 + (shared ? 1 : 0));
+      const std::size_t P = k.partition, taps = k.partitions * P - P / 3;
+      const std::size_t frames = std::max<std::size_t>(2 * k.partitions + 5, 20) * P + 123;
+      SCOPED_TRACE("seed " + std::to_string(seed) + ": K " + std::to_string(k.partitions) +
+                   ", partition " + std::to_string(P) + ", " + std::to_string(k.channels) + " ch" +
+                   (shared ? ", shared" : ", per-channel"));
+      const FilterBank bank = random_bank(k.channels, taps, shared, seed);
+      const Signal x = random_planar(k.channels, frames, seed + 1);
+      std::mt19937_64 rng(seed);
+      for (const int pattern : {0, 1, 2}) {
+        const std::size_t max_block = pattern == 0 ? frames : 5 * P + 17;
+        std::vector<std::size_t> calls;
+        if (pattern == 0) {
+          calls = {frames};
+        } else if (pattern == 1) {
+          calls = {P / 2, P / 2 + 3 * P, P - 3, 3, 2 * P, 1, P - 1, 5 * P};
+          std::size_t used = 0;
+          for (const auto c : calls) used += c;
+          for (const auto c : fixed_calls(frames - used, 4 * P)) calls.push_back(c);
+        } else {
+          calls = random_calls(frames, max_block, rng);
+        }
+        FftConvolver convolver(bank, taps, max_block, P);
+        ASSERT_TRUE(convolver.segment_kernels()) << convolver.description();
+        ASSERT_EQ(convolver.partitions(), k.partitions);
+        if (pattern == 0) std::printf("%s\n", convolver.description().c_str());
+        const Signal y = run_stream(convolver, x, calls, max_block);
+        for (const float v : y.samples)
+          ASSERT_TRUE(std::isfinite(v)) << "an output was not written";
+        EXPECT_LE(error_against_reference(x, bank, y, 0, frames, seed, 2e8), kTolerance)
+            << "call pattern " << pattern;
+      }
+    }
+  }
+}
+
+// A partition count the MAC is not built for keeps the cuFFT passes, exactly.
+TEST(FftConvolver, PartitionCountsWithoutAMacKernelFallBackToTheCufftPasses) {
+  SKIP_WITHOUT_DEVICE();
+  const std::uint64_t seed = testing::announce("fallback", 7300);
+  const std::size_t P = 256, taps = 17 * P, frames = 40 * P + 99;
+  const FilterBank bank = random_bank(3, taps, false, seed);
+  FftConvolver convolver(bank, taps, frames, P);
+  EXPECT_EQ(convolver.partitions(), 17u);
+  EXPECT_FALSE(convolver.segment_kernels()) << convolver.description();
+  EXPECT_NE(convolver.description().find("separate kernels"), std::string::npos)
+      << convolver.description();
+  const Signal x = random_planar(3, frames, seed + 1);
+  const Signal y = run_stream(convolver, x, {frames}, frames);
+  EXPECT_LE(error_against_reference(x, bank, y, 0, frames, seed, 2e8), kTolerance);
+}
+
+// Crossfades with K > 1: the fading call goes through the cuFFT passes (both
+// filters), the whole-segment runs before and after it through the segment
+// kernels, the delay line carried across.
+TEST(FftConvolver, CrossfadeBetweenSegmentKernelRunsBlendsOldAndNewFilters) {
+  SKIP_WITHOUT_DEVICE();
+  check_swap(true, 3000, 256, testing::announce("swap", 7400), false, true);
+  check_swap(false, 2000, 512, testing::announce("swap", 7401), false, true);
+  for (const std::uint64_t seed : {7410u, 7411u}) {
+    testing::announce("crossfade between runs", seed);
+    const std::size_t channels = 4, partition = 512, max_block = 8192;
+    const FilterBank old_bank = random_bank(channels, 1300, seed == 7410, seed);
+    const FilterBank new_bank = random_bank(channels, 2000, false, seed + 1);
+    // 7410: the fade is 4 whole segments from a boundary; 7411: it starts mid-segment.
+    std::vector<std::size_t> calls = seed == 7410 ? std::vector<std::size_t>{3000, 72, 2048}
+                                                  : std::vector<std::size_t>{5000, 3000};
+    const std::size_t swap_call = calls.size() - 1;
+    std::size_t swap_at = 0;
+    for (std::size_t k = 0; k < swap_call; ++k) swap_at += calls[k];
+    for (const std::size_t c : {8192u, 5000u, 512u, 3u, 8192u}) calls.push_back(c);
+    std::size_t frames = 0;
+    for (const auto c : calls) frames += c;
+    const Signal x = random_planar(channels, frames, seed + 2);
+    FftConvolver convolver(old_bank, 2000, max_block, partition, false, true);
+    ASSERT_TRUE(convolver.segment_kernels()) << convolver.description();
+    ASSERT_EQ(convolver.partitions(), 4u);
+    const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
+      if (k == swap_call) convolver.set_filters(new_bank, true);
+    });
+    verify_swap(x, old_bank, new_bank, y, swap_at, calls[swap_call], true, seed);
+  }
+}
+
+TEST(FftConvolver, ResetForgetsTheHistoryOfSegmentKernelRuns) {
+  SKIP_WITHOUT_DEVICE();
+  const std::uint64_t seed = testing::announce("reset", 7500);
+  const std::size_t P = 512, taps = 6 * P, max_block = 16 * P;
+  const FilterBank bank = random_bank(3, taps, false, seed);
+  FftConvolver convolver(bank, taps, max_block, P);
+  ASSERT_TRUE(convolver.segment_kernels()) << convolver.description();
+  const Signal first = random_planar(3, 12 * P + 77, seed + 1);
+  run_stream(convolver, first, {5 * P, 7 * P, 77}, max_block);
+  Stream stream;
+  convolver.reset(stream.get());
+  stream.synchronize();
+  const Signal second = random_planar(3, 20 * P, seed + 2);
+  const Signal y = run_stream(convolver, second, {16 * P, 4 * P}, max_block);
+  EXPECT_LE(error_against_reference(second, bank, y, 0, second.frames, seed), kTolerance);
+}
+
+// 131072 taps with whole-signal blocks: 16 partitions of 8192 through the
+// segment kernels; TAPSTREAM_FFT_PARTITION picks another partition and
+// TAPSTREAM_FFT_FUSED=0 restores the cuFFT passes (4 partitions of 32768).
+TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheEnvironmentChoosesThePartition) {
+  SKIP_WITHOUT_DEVICE();
+  const FilterBank bank = random_bank(2, 131072, true, 5);
+  {
+    FftConvolver convolver(bank, 131072, 1 << 20);
+    EXPECT_TRUE(convolver.segment_kernels()) << convolver.description();
+    EXPECT_EQ(convolver.partition_frames(), 8192u);
+    EXPECT_EQ(convolver.partitions(), 16u);
+    EXPECT_NE(convolver.description().find("sliding MAC"), std::string::npos);
+  }
+  {
+    ::setenv("TAPSTREAM_FFT_PARTITION", "16384", 1);
+    FftConvolver convolver(bank, 131072, 1 << 20);
+    ::unsetenv("TAPSTREAM_FFT_PARTITION");
+    EXPECT_TRUE(convolver.segment_kernels()) << convolver.description();
+    EXPECT_EQ(convolver.partition_frames(), 16384u);
+    EXPECT_EQ(convolver.partitions(), 8u);
+  }
+  {
+    ::setenv("TAPSTREAM_FFT_FUSED", "0", 1);
+    FftConvolver convolver(bank, 131072, 1 << 20);
+    ::unsetenv("TAPSTREAM_FFT_FUSED");
+    EXPECT_FALSE(convolver.segment_kernels()) << convolver.description();
+    EXPECT_EQ(convolver.partition_frames(), 32768u);
+  }
+  ::setenv("TAPSTREAM_FFT_PARTITION", "1000", 1);
+  EXPECT_THROW(FftConvolver(bank, 131072, 1 << 20), std::invalid_argument);
+  ::unsetenv("TAPSTREAM_FFT_PARTITION");
+}
+
 TEST(FftConvolver, RejectsBadArgumentsWithClearErrors) {
   SKIP_WITHOUT_DEVICE();
   const FilterBank bank = random_bank(2, 100, true, 1);
@@ -539,12 +690,14 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
     std::size_t taps, block, partition;
   };
   std::vector<TimingShape> shapes = {
-      {2048, 65536, 0},       {2048, 1 << 22, 0},       {2048, 1 << 22, 4096},
-      {16384, 65536, 0},      {16384, 65536, 8192},     {16384, 1 << 22, 0},
-      {16384, 1 << 22, 8192}, {131072, 65536, 0},       {131072, 65536, 32768},
-      {131072, 1 << 22, 0},   {131072, 1 << 22, 16384}, {131072, 1 << 22, 32768},
-      {2048, 1 << 22, 2048},  {2048, 1 << 22, 8192},    {16384, 1 << 22, 16384},
-      {4096, 1 << 22, 0},     {8192, 1 << 22, 0},       {1024, 1 << 22, 0},
+      {2048, 65536, 0},        {2048, 1 << 22, 0},       {2048, 1 << 22, 4096},
+      {16384, 65536, 0},       {16384, 65536, 8192},     {16384, 1 << 22, 0},
+      {16384, 1 << 22, 8192},  {131072, 65536, 0},       {131072, 65536, 32768},
+      {131072, 1 << 22, 0},    {131072, 1 << 22, 16384}, {131072, 1 << 22, 32768},
+      {2048, 1 << 22, 2048},   {2048, 1 << 22, 8192},    {16384, 1 << 22, 16384},
+      {4096, 1 << 22, 0},      {8192, 1 << 22, 0},       {1024, 1 << 22, 0},
+      {131072, 1 << 22, 4096}, {131072, 1 << 22, 8192},  {65536, 1 << 22, 0},
+      {65536, 1 << 22, 4096},  {65536, 1 << 22, 8192},   {65536, 1 << 22, 16384},
   };
   int passes = 5;
   if (const char* only = std::getenv("TAPSTREAM_FFT_TIMING_ONLY")) {
@@ -574,8 +727,9 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
       FftConvolver& convolver = *made;
       const double setup_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
-      // The fused kernel applies to one partition only: other shapes would repeat the old path.
-      if (path == Path::kFusedKernel && !convolver.fused_kernel()) continue;
+      // Where neither fused path applies, the shape would repeat the old path.
+      if (path == Path::kFusedKernel && !convolver.fused_kernel() && !convolver.segment_kernels())
+        continue;
       auto pass = [&] {
         for (std::size_t at = 0; at < frames; at += s.block) {
           convolver.process(in.get() + at, frames, out.get() + at, frames,
@@ -602,9 +756,10 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
       const double error = error_against_reference(x, bank, y, 0, frames, 99, 2e8);
       std::printf("%8zu %8zu %9zu %6zu %6s %10.3f %12.1f %9.2e %9.2f\n", s.taps, s.block,
                   convolver.partition_frames(), convolver.partitions(),
-                  convolver.fused_kernel() ? "kernel"
-                  : convolver.fused()      ? "cb"
-                                           : "sep",
+                  convolver.fused_kernel()      ? "kernel"
+                  : convolver.segment_kernels() ? "kernK"
+                  : convolver.fused()           ? "cb"
+                                                : "sep",
                   median, double(channels * frames) / (median * 1e3), error, setup_s);
       std::fflush(stdout);
       EXPECT_LE(error, kTolerance);
