@@ -3,8 +3,7 @@
 # calls (every small-call mode, the persistent kernel's life cycle, the
 # default engine's partitioned choice, the engine suite), compute-sanitizer on
 # the persistent kernel, then the streaming round trip of cuda_engine_bench in
-# each small-call mode (TAPSTREAM_CUDA_SMALL_CALLS=event, spin, persistent, the
-# last also with TAPSTREAM_CUDA_PERSISTENT_RESIDENT=0).
+# each small-call mode (TAPSTREAM_CUDA_SMALL_CALLS=event, spin, persistent).
 #
 # Build here (no GPU needed), bundle, then run on the device with
 # carry: [".device-bundle/NAME"]:
@@ -16,7 +15,7 @@
 #   strip $d/cuda_*   # keeps the bundle under the 64 MiB a call carries
 #   command: cd .device-bundle/NAME && bash run-small-calls-gpu.sh
 # About 35 s on an H100 (plus the machine's start); SKIP_ENGINE_SUITE=1 saves 13 s.
-# Results under $OUT (at most 9 files): env.txt, tests.txt, streaming-MODE.json, bench.txt.
+# Results under $OUT (at most 8 files): env.txt, tests.txt, streaming-MODE.json, bench.txt.
 set -uo pipefail
 cd "$(dirname "$0")"
 out=${OUT:-out}
@@ -42,25 +41,16 @@ run() {  # run NAME COMMAND...: logs to tests.txt, remembers a failure
   grep -E '^\[  (PASSED|FAILED) |FAILED  |ERROR SUMMARY|RACECHECK SUMMARY' "$out/tests.txt" | tail -3
 }
 run small_calls ./cuda_small_calls_test
-# persistent-device: the persistent kernel with its taps and history in device
-# memory (TAPSTREAM_CUDA_PERSISTENT_RESIDENT=0), as before they were resident.
-for mode in event spin persistent-device persistent; do
+for mode in event spin persistent; do
   echo "== streaming, small calls: $mode" | tee -a "$out/bench.txt"
-  resident=1
-  [ $mode = persistent-device ] && resident=0
-  TAPSTREAM_CUDA_SMALL_CALLS=${mode%-device} TAPSTREAM_CUDA_PERSISTENT_RESIDENT=$resident \
-    timeout 60 ./cuda_engine_bench --only streaming \
+  TAPSTREAM_CUDA_SMALL_CALLS=$mode timeout 60 ./cuda_engine_bench --only streaming \
     --commit "$commit" --json "$out/streaming-$mode.json" 2>&1 | tee -a "$out/bench.txt" |
     grep -E '^\s+\(' | cut -c1-80
 done
-for resident in 0 1; do
-  echo "== persistent kernel (resident $resident), traced (segments after block 0 saw the doorbell)" |
-    tee -a "$out/bench.txt"
-  TAPSTREAM_CUDA_SMALL_CALLS=persistent TAPSTREAM_CUDA_PERSISTENT_TRACE=1 \
-    TAPSTREAM_CUDA_PERSISTENT_RESIDENT=$resident timeout 60 \
-    ./cuda_engine_bench --only streaming --blocks 3000 2>&1 | grep -E '^\s+\((2, 256|2, 64)' |
-    sed -e 's/cuda (NVIDIA[^;]*small calls: //' | tee -a "$out/bench.txt"
-done
+echo "== persistent kernel, traced (segments after block 0 saw the doorbell)" | tee -a "$out/bench.txt"
+TAPSTREAM_CUDA_SMALL_CALLS=persistent TAPSTREAM_CUDA_PERSISTENT_TRACE=1 timeout 60 \
+  ./cuda_engine_bench --only streaming --blocks 3000 2>&1 | grep -E '^\s+\((2, 256|2, 64)' |
+  sed -e 's/cuda (NVIDIA[^;]*small calls: //' | tee -a "$out/bench.txt"
 run partitioned_default ./cuda_partitioned_test \
   --gtest_filter='*TheDefaultEngine*:*KernelOptionForcesIt*'
 run memcheck compute-sanitizer --tool memcheck --error-exitcode 3 ./cuda_small_calls_test \

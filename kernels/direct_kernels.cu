@@ -169,11 +169,9 @@ __device__ __forceinline__ void carry_range(const DirectArgs& a, int c, int begi
 // tuned_tile computes frame tile `tile` (T = P * 8 outputs) of channel c with
 // `shared` as its scratch; tuned_kernel runs one tile per block (and the carry),
 // persistent_tuned_kernel runs the same tiles call after call.
-// With `resident_taps` (the channel's taps_padded taps, kept in shared memory
-// by the persistent kernel) no chunk is staged from global memory.
 template <bool kConstant>
 __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, long long tile, int c,
-                                           float* shared, const float* resident_taps = nullptr) {
+                                           float* shared) {
   const int G = kThreads / P;
   const int T = P * kOutputsPerThread;
   const int W = T + K;  // window: w[i] = x(n0 - k0 - K + i)
@@ -227,11 +225,9 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
           if (q0 + u * P < W / 4) reinterpret_cast<float4*>(w)[q0 + u * P] = v[u];
       }
       if constexpr (!kConstant) {
-        if (resident_taps == nullptr) {
-          const float4* src = reinterpret_cast<const float4*>(a.global_taps + p.taps + k0);
-          for (int q = t; q < kc / 4; q += P)
-            reinterpret_cast<float4*>(staged_taps)[q] = __ldg(src + q);
-        }
+        const float4* src = reinterpret_cast<const float4*>(a.global_taps + p.taps + k0);
+        for (int q = t; q < kc / 4; q += P)
+          reinterpret_cast<float4*>(staged_taps)[q] = __ldg(src + q);
       }
     }
     __syncthreads();
@@ -260,8 +256,7 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
 #pragma unroll
           for (int u = 0; u < 8; ++u) h[u] = c_taps[a.constant_bank][tap_base + kk + u];
         } else {
-          const float4* th = reinterpret_cast<const float4*>(
-              (resident_taps != nullptr ? resident_taps + k0 : staged_taps) + kk);
+          const float4* th = reinterpret_cast<const float4*>(staged_taps + kk);
           const float4 t0 = th[0], t1 = th[1];
           h[0] = t0.x, h[1] = t0.y, h[2] = t0.z, h[3] = t0.w;
           h[4] = t1.x, h[5] = t1.y, h[6] = t1.z, h[7] = t1.w;
@@ -308,31 +303,12 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
     dst[1] = make_float4(total[4], total[5], total[6], total[7]);
   }
   __syncthreads();
-  const int S = kThreads / T;  // threads per output, when the tile is shorter than the block
-  if (S < 2) {
-    for (int o = threadIdx.x; o < T; o += kThreads) {
-      const long long f = n0 + o;
-      if (f >= a.frames) break;
-      float y = 0.0f;
-      for (int gg = 0; gg < G; ++gg) y += partial[gg * T + o];
-      store_y(a, c, f, y);
-    }
-    return;
-  }
-  // Two levels: S threads each add G / S partials of an output, then one adds
-  // their S sums: one thread adding all G (32 for 64-output tiles) waited on
-  // 32 shared-memory loads in series, by estimate a fifth of the 2.7 us a
-  // small call's block computes (H100 trace).
-  const int o = threadIdx.x % T, s = threadIdx.x / T, per = G / S;
-  float y = 0.0f;
-  for (int gg = s * per; gg < (s + 1) * per; ++gg) y += partial[gg * T + o];
-  __syncthreads();
-  partial[s * T + o] = y;
-  __syncthreads();
-  if (s == 0 && n0 + o < a.frames) {
-    float sum = 0.0f;
-    for (int ss = 0; ss < S; ++ss) sum += partial[ss * T + o];
-    store_y(a, c, n0 + o, sum);
+  for (int o = threadIdx.x; o < T; o += kThreads) {
+    const long long f = n0 + o;
+    if (f >= a.frames) break;
+    float y = 0.0f;
+    for (int gg = 0; gg < G; ++gg) y += partial[gg * T + o];
+    store_y(a, c, f, y);
   }
 }
 
@@ -571,34 +547,16 @@ __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned se
 // signal, off the call's critical path; the next call waits for it on the
 // device (counters[1]). Every call's history parity comes with its doorbell, so
 // serving a call twice (after a relaunch) rewrites the same values.
-//
-// `resident`: the block also keeps its channel's taps and history in shared
-// memory (PersistentShape::resident), so a call reads nothing from device
-// memory: the history is loaded from the device copy at the launch's first
-// call (or when a doorbell's parity is not the one kept), then the block
-// keeps [history | input] in two buffers that swap roles, each call's last
-// history_len samples becoming the next call's history. The device copy is
-// still carried (a relaunch or a launched call reads it).
 __global__ void __launch_bounds__(kThreads)
-    persistent_tuned_kernel(PersistentArgs p, int P, int K, bool resident) {
+    persistent_tuned_kernel(PersistentArgs p, int P, int K) {
   extern __shared__ float4 shared_storage[];
   __shared__ unsigned long long call_word;
-  const int max_frames = (p.direct.frames + 3) / 4 * 4;
-  const int L = p.direct.history_len, Lp = (L + 3) / 4 * 4;
-  float* base = reinterpret_cast<float*>(shared_storage);
-  float* signal[2] = {base, base + Lp + max_frames};  // resident: [history | input]
-  float* resident_taps = resident ? base + 2 * (Lp + max_frames) : nullptr;
-  float* scratch = resident ? resident_taps + p.direct.taps_padded : base + max_frames;
+  float* input = reinterpret_cast<float*>(shared_storage);
+  float* scratch = input + (p.direct.frames + 3) / 4 * 4;
   const int tile = int(blockIdx.x), c = int(blockIdx.y);
   const unsigned blocks = gridDim.x * gridDim.y;
   const int C = p.direct.channels;
-  if (resident) {
-    const float* taps_c = p.direct.global_taps + c * p.direct.taps_channel_stride;
-    for (int i = threadIdx.x; i < p.direct.taps_padded; i += kThreads)
-      resident_taps[i] = __ldg(taps_c + i);
-  }
   unsigned served = p.served, calls = 0;
-  int current = 0, kept_parity = -1;  // the device history the resident one equals
   for (;;) {
     if (threadIdx.x == 0) call_word = wait_for_call(p, served, calls * blocks, tile == 0 && c == 0);
     __syncthreads();
@@ -612,10 +570,6 @@ __global__ void __launch_bounds__(kThreads)
     const long long in_channel_stride = planar ? frames : 1, in_frame_stride = planar ? 1 : C;
     const bool traced = p.trace && tile == 0 && c == 0 && threadIdx.x == 0;
     if (traced) p.control->trace[0] = (unsigned long long)global_time_ns();
-    float* input = resident ? signal[current] + Lp : base;
-    const float* history_c = p.history[h] + c * p.direct.history_stride + p.direct.history_end;
-    if (resident && kept_parity != h)
-      for (int q = int(threadIdx.x) - L; q < 0; q += kThreads) input[q] = history_c[q];
     const float* in_c = p.direct.in.data + c * in_channel_stride;
     for (int f = threadIdx.x; f < frames; f += kThreads) {
       const float* x = in_c + f * in_frame_stride;
@@ -634,19 +588,13 @@ __global__ void __launch_bounds__(kThreads)
 
     DirectArgs a = p.direct;
     a.in = {input, 0, 1};
-    if (resident) {
-      a.history = input;  // sample j < 0 at input[j]
-      a.history_stride = 0;
-      a.history_end = 0;
-    } else {
-      a.history = p.history[h];
-    }
+    a.history = p.history[h];
     a.frames = frames;
     a.out_channel_stride = in_channel_stride;
     a.out_frame_stride = in_frame_stride;
     a.carry_to = nullptr;
     if ((long long)tile * P * kOutputsPerThread < frames)
-      tuned_tile<false>(a, P, K, tile, c, scratch, resident_taps);
+      tuned_tile<false>(a, P, K, tile, c, scratch);
 
     // One fence for the block, by thread 0 after the barrier (fences are
     // cumulative: it orders the stores the barrier made visible to thread 0);
@@ -664,20 +612,15 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    if (L > 0) {
-      const int span = (L + int(gridDim.x) - 1) / int(gridDim.x);
-      const int begin = min(L, tile * span), end = min(L, begin + span);
-      float* new_c = p.history[1 - h] + c * p.direct.history_stride + p.direct.history_end;
+    if (a.history_len > 0) {
+      const int span = (a.history_len + int(gridDim.x) - 1) / int(gridDim.x);
+      const int begin = min(a.history_len, tile * span), end = min(a.history_len, begin + span);
+      const float* old_c = p.history[h] + c * a.history_stride + a.history_end;
+      float* new_c = p.history[1 - h] + c * a.history_stride + a.history_end;
       for (int i = begin + int(threadIdx.x); i < end; i += kThreads) {
-        const int q = i - L;  // -L .. -1
+        const int q = i - a.history_len;  // -history_len .. -1
         const int j = frames + q;
-        new_c[q] = j >= 0 ? input[j] : history_c[j];
-      }
-      if (resident) {
-        float* next = signal[1 - current] + Lp;
-        for (int q = int(threadIdx.x) - L; q < 0; q += kThreads) next[q] = input[frames + q];
-        current = 1 - current;
-        kept_parity = 1 - h;
+        new_c[q] = j >= 0 ? input[j] : old_c[j];
       }
     }
     __syncthreads();
@@ -828,47 +771,28 @@ void launch_tuned(const DirectArgs& a, cudaStream_t stream) {
 }
 
 // The tuned kernel's shape for the persistent kernel: no constant taps, the
-// call's input staged ahead of the scratch; resident, two [history | input]
-// buffers and the taps instead of the input.
-std::size_t persistent_shared_bytes(const DirectArgs& a, int P, int K, bool resident) {
-  const std::size_t input = std::size_t((a.frames + 3) / 4 * 4);
-  const std::size_t history = std::size_t((a.history_len + 3) / 4 * 4);
-  const std::size_t floats =
-      resident ? 2 * (history + input) + std::size_t(a.taps_padded) : input;
-  return floats * sizeof(float) + tuned_shared_bytes(P, K, false);
+// call's input staged ahead of the scratch.
+std::size_t persistent_shared_bytes(const DirectArgs& a, int P, int K) {
+  return std::size_t((a.frames + 3) / 4 * 4) * sizeof(float) + tuned_shared_bytes(P, K, false);
 }
-
-// Shared memory a persistent block may have: under the 48 KiB that needs no
-// opt-in without the resident copies; with them, a size every GPU of compute
-// capability 8.0 or later grants a block (the kernel holds few blocks).
-constexpr std::size_t kPersistentSharedBytes = 47 * 1024;
-constexpr std::size_t kResidentSharedBytes = 96 * 1024;
 
 }  // namespace
 
-PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks,
-                                       bool resident_allowed) {
+PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks) {
   PersistentShape s;
   tuned_shape(args, &s.P, &s.K);
   const long long T = (long long)s.P * kOutputsPerThread;
   s.tiles = int((args.frames + T - 1) / T);
-  s.resident =
-      resident_allowed && persistent_shared_bytes(args, s.P, s.K, true) <= kResidentSharedBytes;
-  s.shared_bytes = persistent_shared_bytes(args, s.P, s.K, s.resident);
+  s.shared_bytes = persistent_shared_bytes(args, s.P, s.K);
   const long long blocks = (long long)s.tiles * args.channels;
-  const bool fits = s.resident || s.shared_bytes <= kPersistentSharedBytes;
-  s.blocks = blocks <= max_blocks && fits ? int(blocks) : 0;
+  s.blocks = blocks <= max_blocks && s.shared_bytes <= 47 * 1024 ? int(blocks) : 0;
   return s;
 }
 
 void launch_persistent_tuned(const PersistentArgs& args, const PersistentShape& shape,
                              cudaStream_t stream) {
-  if (shape.shared_bytes > kPersistentSharedBytes)
-    TAPSTREAM_CUDA_CHECK(cudaFuncSetAttribute(persistent_tuned_kernel,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              int(shape.shared_bytes)));
   persistent_tuned_kernel<<<dim3(unsigned(shape.tiles), unsigned(args.direct.channels)), kThreads,
-                            shape.shared_bytes, stream>>>(args, shape.P, shape.K, shape.resident);
+                            shape.shared_bytes, stream>>>(args, shape.P, shape.K);
   TAPSTREAM_CUDA_CHECK_LAUNCH("persistent_tuned_kernel");
 }
 

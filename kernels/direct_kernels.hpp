@@ -123,16 +123,11 @@ struct PersistentShape {
   int blocks = 0;  // 0: the kernel does not fit (too many blocks or shared memory)
   int tiles = 0, P = 0, K = 0;
   std::size_t shared_bytes = 0;
-  // Each block keeps its channel's taps and history in shared memory, so a
-  // call reads nothing from device memory (only its input, over the bus).
-  bool resident = false;
 };
 
 // The persistent kernel's grid for calls of up to args.frames frames: the
-// tuned kernel's tiles, at most max_blocks of them; resident where the taps
-// and history fit in shared memory and resident_allowed.
-PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks,
-                                       bool resident_allowed = true);
+// tuned kernel's tiles, at most max_blocks of them.
+PersistentShape persistent_tuned_shape(const DirectArgs& args, int max_blocks);
 void launch_persistent_tuned(const PersistentArgs& args, const PersistentShape& shape,
                              cudaStream_t stream);
 

@@ -40,7 +40,7 @@ class FftConvolver {
   // segments through three kernels (kernels/multi_partition_overlap_save.hpp:
   // shared-memory FFTs and a MAC sliding along the segments), and the partition
   // chosen for filters longer than 16384 taps is then the smallest of at least
-  // 8192 frames with K <= 16, when the blocks are at least that long. Partial
+  // 4096 frames with such a K, when the blocks are at least that long. Partial
   // segments and crossfades keep the cuFFT passes in both cases.
   // The environment's TAPSTREAM_FFT_PARTITION=N (a power of two in 64..32768)
   // replaces the automatic partition choice (not an explicit partition_frames),

@@ -154,9 +154,7 @@ void PersistentDirect::stop() {
 
 std::string PersistentDirect::description() const {
   std::ostringstream d;
-  d << "persistent kernel, " << shape_.blocks << " blocks x 256 threads"
-    << (shape_.resident ? ", taps and history resident in shared memory" : "")
-    << ", returns after "
+  d << "persistent kernel, " << shape_.blocks << " blocks x 256 threads, returns after "
     << std::chrono::duration_cast<std::chrono::milliseconds>(idle_timeout_).count()
     << " ms without a call";
   if (!traced_[0].empty()) {

@@ -642,9 +642,15 @@ TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheEnvironmentChoosesThePartit
   {
     FftConvolver convolver(bank, 131072, 1 << 20);
     EXPECT_TRUE(convolver.segment_kernels()) << convolver.description();
-    EXPECT_EQ(convolver.partition_frames(), 8192u);
-    EXPECT_EQ(convolver.partitions(), 16u);
+    EXPECT_EQ(convolver.partition_frames(), 4096u);
+    EXPECT_EQ(convolver.partitions(), 32u);
     EXPECT_NE(convolver.description().find("sliding MAC"), std::string::npos);
+  }
+  {
+    // 25 partitions of 4096 have no MAC kernel; 13 of 8192 do.
+    FftConvolver convolver(random_bank(2, 100000, true, 6), 100000, 1 << 20);
+    EXPECT_TRUE(convolver.segment_kernels()) << convolver.description();
+    EXPECT_EQ(convolver.partition_frames(), 8192u);
   }
   {
     ::setenv("TAPSTREAM_FFT_PARTITION", "16384", 1);
