@@ -7,7 +7,11 @@
 // - "step": one tail step's device time and enqueue time by partition size,
 //   partition count and channel count (the cost model's tail constants);
 // - "head": one head call's device and enqueue time by call size and channels.
-//   cuda_partitioned_bench [calls|steps|heads]...   (all three by default)
+// - "swap": a swap's cost on the thread that calls the engine, 8 ch x 65536 taps
+//   at 64-frame calls paced at the 48 kHz period: set_filters' own time and the
+//   next calls' times (the live pipeline installs a bank on its engine thread
+//   between periods, so both fall on the period's budget).
+//   cuda_partitioned_bench [calls|steps|heads|swaps]...   (the first three by default)
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +19,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dsp/filter_bank.hpp"
@@ -131,6 +136,51 @@ void heads() {
       }
 }
 
+void swaps() {
+  const std::size_t channels = 8, frames = 64, taps = 65536;
+  EngineOptions options;
+  options.max_block_frames = frames;
+  auto engine =
+      make_cuda_device_engine(FilterBank::shared(decaying_filter(taps), channels), options);
+  const FilterBank other = FilterBank::shared(decaying_filter(taps / 2), channels);
+  const FilterBank first = FilterBank::shared(decaying_filter(taps), channels);
+  auto in = engine->pinned_input().first(channels * frames);
+  auto out = engine->pinned_output().first(channels * frames);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = float(i % 17) / 17.0f - 0.5f;
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::microseconds(1333);
+  auto next = Clock::now();
+  const auto call = [&] {
+    std::this_thread::sleep_until(next);
+    next += period;
+    const auto t0 = Clock::now();
+    engine->process(in, out, frames, Layout::interleaved);
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  for (int i = 0; i < 2000; ++i) call();
+  std::vector<double> set, after[4], steady;
+  for (int swap = 0; swap < 40; ++swap) {
+    for (int i = 0; i < 200; ++i) steady.push_back(call());
+    const auto t0 = Clock::now();
+    engine->set_filters(swap % 2 ? first : other, true);
+    set.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    next = Clock::now();
+    for (auto& a : after) a.push_back(call());
+  }
+  const auto line = [](const char* what, const std::vector<double>& v) {
+    std::printf("{\"kind\": \"swap\", \"what\": \"%s\", \"p50_us\": %.1f, \"p90_us\": %.1f, "
+                "\"max_us\": %.1f}\n",
+                what, percentile(v, 0.5), percentile(v, 0.9), percentile(v, 1.0));
+  };
+  line("steady call", steady);
+  line("set_filters", set);
+  line("1st call after", after[0]);
+  line("2nd call after", after[1]);
+  line("3rd call after", after[2]);
+  line("4th call after", after[3]);
+  std::printf("{\"kind\": \"swap\", \"description\": \"%s\"}\n", engine->description().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,8 +194,10 @@ int main(int argc, char** argv) {
         steps();
       else if (p == "heads")
         heads();
+      else if (p == "swaps")
+        swaps();
       else {
-        std::fprintf(stderr, "cuda_partitioned_bench: unknown part '%s' (calls, steps, heads)\n",
+        std::fprintf(stderr, "cuda_partitioned_bench: unknown part '%s' (calls, steps, heads, swaps)\n",
                      p.c_str());
         return 2;
       }
