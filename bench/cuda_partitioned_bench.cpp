@@ -168,9 +168,10 @@ void swaps() {
     for (auto& a : after) a.push_back(call());
   }
   const auto line = [](const char* what, const std::vector<double>& v) {
-    std::printf("{\"kind\": \"swap\", \"what\": \"%s\", \"p50_us\": %.1f, \"p90_us\": %.1f, "
-                "\"max_us\": %.1f}\n",
-                what, percentile(v, 0.5), percentile(v, 0.9), percentile(v, 1.0));
+    std::printf(
+        "{\"kind\": \"swap\", \"what\": \"%s\", \"p50_us\": %.1f, \"p90_us\": %.1f, "
+        "\"max_us\": %.1f}\n",
+        what, percentile(v, 0.5), percentile(v, 0.9), percentile(v, 1.0));
   };
   line("steady call", steady);
   line("set_filters", set);
@@ -197,7 +198,8 @@ int main(int argc, char** argv) {
       else if (p == "swaps")
         swaps();
       else {
-        std::fprintf(stderr, "cuda_partitioned_bench: unknown part '%s' (calls, steps, heads, swaps)\n",
+        std::fprintf(stderr,
+                     "cuda_partitioned_bench: unknown part '%s' (calls, steps, heads, swaps)\n",
                      p.c_str());
         return 2;
       }

@@ -741,9 +741,8 @@ void launch_stream_tuned(const DirectArgs& a, cudaStream_t stream) {
     return std::max(1, n);
   }();
   const long long tiles_per_channel = (a.frames + kStreamTile - 1) / kStreamTile;
-  const long long grid = std::min<long long>(tiles_per_channel * a.channels,
-                                             (long long)blocks_per_multiprocessor *
-                                                 a.multiprocessors);
+  const long long grid = std::min<long long>(
+      tiles_per_channel * a.channels, (long long)blocks_per_multiprocessor * a.multiprocessors);
   stream_tuned_kernel<kConstant><<<unsigned(grid), kThreads, 0, stream>>>(a, tiles_per_channel);
   TAPSTREAM_CUDA_CHECK_LAUNCH("stream_tuned_kernel");
 }

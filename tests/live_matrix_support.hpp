@@ -116,7 +116,8 @@ inline void expect_delayed_equal(const LiveRun& run, const std::vector<float>& w
       reference += expected * expected;
       if (std::abs(got - expected) > worst) worst = std::abs(got - expected), worst_frame = f;
     }
-    const double error = reference > 0.0 ? std::sqrt(difference / reference) : std::sqrt(difference);
+    const double error =
+        reference > 0.0 ? std::sqrt(difference / reference) : std::sqrt(difference);
     EXPECT_LE(error, 1e-5) << what << ": output " << c << ", frames " << from_frame << ".."
                            << to_frame << "; largest difference " << worst << " at frame "
                            << worst_frame;
