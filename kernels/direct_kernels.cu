@@ -155,6 +155,48 @@ __device__ __forceinline__ void carry_range(const DirectArgs& a, int c, int begi
   }
 }
 
+// The register window of the tuned kernels: eight floats from shared memory
+// (two float4 loads; `p` 16-byte aligned).
+__device__ __forceinline__ void load_eight(const float* p, float v[8]) {
+  const float4* src = reinterpret_cast<const float4*>(p);
+  const float4 a = src[0], b = src[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// Eight taps h into eight outputs: with lo = w[base + K - kk - 8, +8) and
+// hi = w[base + K - kk, +8), output base + r with tap kk + u needs
+// w[base + K - kk + r - u]; then the window slides down by eight (hi = lo).
+__device__ __forceinline__ void accumulate_eight(const float h[8], const float lo[8], float hi[8],
+                                                 float acc[kOutputsPerThread]) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+#pragma unroll
+    for (int r = 0; r < kOutputsPerThread; ++r) {
+      const int idx = 8 + r - u;
+      acc[r] = fmaf(h[u], idx >= 8 ? hi[idx - 8] : lo[idx], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) hi[i] = lo[i];
+}
+
+// A thread's eight outputs from frame f0 of channel c: two float4 stores when
+// the output is planar, aligned, whole and not blended.
+__device__ __forceinline__ void store_eight(const DirectArgs& a, int c, long long f0,
+                                            const float y[kOutputsPerThread]) {
+  float* dst = a.out + c * a.out_channel_stride + f0 * a.out_frame_stride;
+  if (!a.blend && a.out_frame_stride == 1 && f0 + kOutputsPerThread <= a.frames &&
+      (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(y[0], y[1], y[2], y[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(y[4], y[5], y[6], y[7]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kOutputsPerThread; ++r)
+      if (f0 + r < a.frames) store_y(a, c, f0 + r, y[r]);
+  }
+}
+
 // tuned: the block's kThreads threads form G = kThreads / P groups of P threads.
 // All groups work on the same T = P * 8 consecutive outputs of one channel, each
 // on its own chunks of K taps (tap split, so that short blocks still spread over
@@ -237,60 +279,26 @@ __device__ __forceinline__ void tuned_tile(const DirectArgs& a, int P, int K, lo
       float lo[8], hi[8];
 #pragma unroll
       for (int r = 0; r < kOutputsPerThread; ++r) acc[r] = 0.0f;
-      {
-        const float4* src = reinterpret_cast<const float4*>(w + base + K);
-        const float4 h0 = src[0], h1 = src[1];
-        hi[0] = h0.x, hi[1] = h0.y, hi[2] = h0.z, hi[3] = h0.w;
-        hi[4] = h1.x, hi[5] = h1.y, hi[6] = h1.z, hi[7] = h1.w;
-      }
+      load_eight(w + base + K, hi);
       const long long tap_base = p.taps + k0;
       for (int kk = 0; kk < kc; kk += 8) {
-        // lo = w[base + K - kk - 8, +8), hi = w[base + K - kk, +8): output base + r
-        // with tap k0 + kk + u needs w[base + K - kk + r - u].
-        const float4* src = reinterpret_cast<const float4*>(w + base + K - kk - 8);
-        const float4 l0 = src[0], l1 = src[1];
-        lo[0] = l0.x, lo[1] = l0.y, lo[2] = l0.z, lo[3] = l0.w;
-        lo[4] = l1.x, lo[5] = l1.y, lo[6] = l1.z, lo[7] = l1.w;
+        load_eight(w + base + K - kk - 8, lo);
         float h[8];
         if constexpr (kConstant) {
 #pragma unroll
           for (int u = 0; u < 8; ++u) h[u] = c_taps[a.constant_bank][tap_base + kk + u];
         } else {
-          const float4* th = reinterpret_cast<const float4*>(staged_taps + kk);
-          const float4 t0 = th[0], t1 = th[1];
-          h[0] = t0.x, h[1] = t0.y, h[2] = t0.z, h[3] = t0.w;
-          h[4] = t1.x, h[5] = t1.y, h[6] = t1.z, h[7] = t1.w;
+          load_eight(staged_taps + kk, h);
         }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-#pragma unroll
-          for (int r = 0; r < kOutputsPerThread; ++r) {
-            const int idx = 8 + r - u;
-            acc[r] = fmaf(h[u], idx >= 8 ? hi[idx - 8] : lo[idx], acc[r]);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) hi[i] = lo[i];
+        accumulate_eight(h, lo, hi, acc);
       }
 #pragma unroll
       for (int r = 0; r < kOutputsPerThread; ++r) total[r] += acc[r];
     }
   }
 
-  if (G == 1) {
-    // One group: each thread stores its own 8 outputs, two float4 stores when
-    // the output is planar, aligned and not blended.
-    const long long f0 = n0 + t * kOutputsPerThread;
-    float* dst = a.out + c * a.out_channel_stride + f0 * a.out_frame_stride;
-    if (!a.blend && a.out_frame_stride == 1 && f0 + kOutputsPerThread <= a.frames &&
-        (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
-      reinterpret_cast<float4*>(dst)[0] = make_float4(total[0], total[1], total[2], total[3]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(total[4], total[5], total[6], total[7]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < kOutputsPerThread; ++r)
-        if (f0 + r < a.frames) store_y(a, c, f0 + r, total[r]);
-    }
+  if (G == 1) {  // one group: each thread stores its own 8 outputs
+    store_eight(a, c, n0 + t * kOutputsPerThread, total);
     return;
   }
 
@@ -405,42 +413,15 @@ __global__ void __launch_bounds__(kThreads)
     float acc[kOutputsPerThread], lo[8], hi[8];
 #pragma unroll
     for (int r = 0; r < kOutputsPerThread; ++r) acc[r] = 0.0f;
-    {
-      const float4* src = reinterpret_cast<const float4*>(w + base + K);
-      const float4 h0 = src[0], h1 = src[1];
-      hi[0] = h0.x, hi[1] = h0.y, hi[2] = h0.z, hi[3] = h0.w;
-      hi[4] = h1.x, hi[5] = h1.y, hi[6] = h1.z, hi[7] = h1.w;
-    }
+    load_eight(w + base + K, hi);
     for (int kk = 0; kk < K; kk += 8) {
-      const float4* src = reinterpret_cast<const float4*>(w + base + K - kk - 8);
-      const float4 l0 = src[0], l1 = src[1];
-      lo[0] = l0.x, lo[1] = l0.y, lo[2] = l0.z, lo[3] = l0.w;
-      lo[4] = l1.x, lo[5] = l1.y, lo[6] = l1.z, lo[7] = l1.w;
+      load_eight(w + base + K - kk - 8, lo);
       float h[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) h[u] = load_tap<kConstant>(a, tap_base + kk + u);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-#pragma unroll
-        for (int r = 0; r < kOutputsPerThread; ++r) {
-          const int idx = 8 + r - u;
-          acc[r] = fmaf(h[u], idx >= 8 ? hi[idx - 8] : lo[idx], acc[r]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) hi[i] = lo[i];
+      accumulate_eight(h, lo, hi, acc);
     }
-    const long long f0 = n0 + base;
-    float* dst = a.out + c * a.out_channel_stride + f0 * a.out_frame_stride;
-    if (!a.blend && a.out_frame_stride == 1 && f0 + kOutputsPerThread <= a.frames &&
-        (reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
-      reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < kOutputsPerThread; ++r)
-        if (f0 + r < a.frames) store_y(a, c, f0 + r, acc[r]);
-    }
+    store_eight(a, c, n0 + base, acc);
     __syncthreads();  // everyone is done with windows[b] before it is refilled
   }
 }
