@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/commands/capacity_search.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
 #include "dsp/engine.hpp"
@@ -188,33 +189,16 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
     cap.search.push_back(p);
     return p;
   };
-  // Double while it fits, then bisect to within ~6 %.
-  std::size_t lo = 0, hi = 0;
-  for (std::size_t c = 1; c <= most; c = std::min(most, c * 2)) {
-    if (try_count(c, args.probe_blocks).fits) {
-      lo = c;
-      if (c == most) break;
-    } else {
-      hi = c;
-      break;
-    }
-  }
-  if (hi == 0) cap.capped = lo == most;
-  while (hi != 0 && lo != 0 && hi - lo > std::max<std::size_t>(1, lo / 16)) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    if (try_count(mid, args.probe_blocks).fits)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  // Confirm over the full count; step down while the long run does not fit.
-  for (int attempt = 0; lo != 0 && attempt < 4; ++attempt) {
-    Probe p = try_count(lo, args.measure_blocks);
-    cap.best = p;
-    if (p.fits) break;
-    lo = lo * 7 / 8;
-    cap.best = Probe{};
-  }
+  std::optional<Probe> confirmed;
+  const CapacitySearch found = search_capacity(most, args.probe_blocks, args.measure_blocks,
+                                               [&](std::size_t channels, std::size_t blocks) {
+                                                 const Probe p = try_count(channels, blocks);
+                                                 if (p.fits && blocks == args.measure_blocks)
+                                                   confirmed = p;
+                                                 return p.fits;
+                                               });
+  cap.capped = found.capped;
+  if (found.channels != 0 && confirmed) cap.best = *confirmed;
   return cap;
 }
 
