@@ -633,9 +633,10 @@ TEST(FftConvolver, ResetForgetsTheHistoryOfSegmentKernelRuns) {
   EXPECT_LE(error_against_reference(second, bank, y, 0, second.frames, seed), kTolerance);
 }
 
-// 131072 taps with whole-signal blocks: 16 partitions of 8192 through the
-// segment kernels; TAPSTREAM_FFT_PARTITION picks another partition and
-// TAPSTREAM_FFT_FUSED=0 restores the cuFFT passes (4 partitions of 32768).
+// 131072 taps with whole-signal blocks: 32 partitions of 4096 through the
+// segment kernels (100000 taps: 13 of 8192, since 25 have no MAC kernel);
+// TAPSTREAM_FFT_PARTITION picks another partition and TAPSTREAM_FFT_FUSED=0
+// restores the cuFFT passes (4 partitions of 32768).
 TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheEnvironmentChoosesThePartition) {
   SKIP_WITHOUT_DEVICE();
   const FilterBank bank = random_bank(2, 131072, true, 5);
