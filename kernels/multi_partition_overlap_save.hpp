@@ -23,6 +23,9 @@
 // spectra), 2 read (H: 8 chunks x 16 x 8 ch x 8193 bins x 8 B = 67 MB) and 8
 // written (Y); inverse 8 read, 4 written: about 44 bytes (48 with the L2
 // misses), against about 124 for the cuFFT passes with 4 partitions of 32768.
+// Measured on an H100: 0.838 ms at that shape, 0.768 ms at P = 4096, K = 32
+// (the shorter transforms leave room for more blocks per SM; they, not the
+// bytes, bound these kernels), against 1.491 ms for the cuFFT passes.
 
 #include <cuda_runtime.h>
 
