@@ -132,6 +132,7 @@ struct FftConvolver::State {
   bool fused = false;
   bool fused_kernel = false;     // whole segments through fused_overlap_save (K == 1)
   bool segment_kernels = false;  // whole segments through multi_partition_overlap_save (K > 1)
+  int multiprocessors = 1;       // the device's, for the segment kernels' grid
   std::string fused_kernel_failure;
   std::string fused_failure;  // why the fused path is off, when it was asked for
   DeviceBuffer<FusedParams> fused_params;
@@ -349,6 +350,7 @@ struct FftConvolver::State {
     a.partition = partition;
     a.partitions = partitions;
     a.segments = segments;
+    a.multiprocessors = multiprocessors;
     launch_multi_partition_overlap_save(a, stream);
     launch_keep_last_segment(stage.get(), in, in_stride, channels, partition, segments, stream);
     segment += std::int64_t(segments);
@@ -434,6 +436,10 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
       multi_partition_overlap_save_supports(s.partition, s.partitions)) {
     try {
       prepare_multi_partition_overlap_save(s.partition);
+      int device = 0;
+      TAPSTREAM_CUDA_CHECK(cudaGetDevice(&device));
+      TAPSTREAM_CUDA_CHECK(
+          cudaDeviceGetAttribute(&s.multiprocessors, cudaDevAttrMultiProcessorCount, device));
       s.segment_kernels = true;
     } catch (const std::exception& error) {
       s.fused_kernel_failure = error.what();

@@ -20,9 +20,7 @@ __global__ void __launch_bounds__(T) fused_overlap_save_kernel(FusedOverlapSaveA
   constexpr int P = M;
   const std::size_t c = blockIdx.y;
   const std::size_t t = blockIdx.x;
-  const float* segment = a.in + c * a.in_stride + t * P;
-  const float* previous = t == 0 ? a.history + c * a.history_stride : segment - P;
-  load_window<P, T>(s, previous, segment);
+  load_window<P, T>(s, a.in + c * a.in_stride, a.history + c * a.history_stride, t);
   fft_in_shared<M, T>(s);
 
   const float2* h = a.filter + c * a.filter_channel_stride;

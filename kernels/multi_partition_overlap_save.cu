@@ -28,9 +28,7 @@ __global__ void __launch_bounds__(T) forward_spectrum_kernel(MultiPartitionArgs 
   constexpr int P = M;
   const std::size_t c = blockIdx.y;
   const std::size_t t = blockIdx.x;
-  const float* segment = a.in + c * a.in_stride + t * P;
-  const float* previous = t == 0 ? a.history + c * a.history_stride : segment - P;
-  load_window<P, T>(s, previous, segment);
+  load_window<P, T>(s, a.in + c * a.in_stride, a.history + c * a.history_stride, t);
   fft_in_shared<M, T>(s);
 
   float2* x = a.spectra + (t * a.channels + c) * (P + 1);
@@ -162,11 +160,8 @@ bool for_partitions(std::size_t partitions, Body&& body) {
 // segments, so that the warm-up (K - 1 spectra read again) adds at most a
 // quarter to the reads of X.
 std::size_t mac_chunk(const MultiPartitionArgs& a) {
-  int device = 0, sms = 0;
-  TAPSTREAM_CUDA_CHECK(cudaGetDevice(&device));
-  TAPSTREAM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const std::size_t threads_per_chunk = a.channels * (a.partition + 1);
-  const std::size_t wanted = std::size_t(sms) * 2048 * 2;
+  const std::size_t wanted = std::size_t(std::max(1, a.multiprocessors)) * 2048 * 2;
   const std::size_t chunks_for_threads = (wanted + threads_per_chunk - 1) / threads_per_chunk;
   const std::size_t chunks_for_warm_up =
       std::max<std::size_t>(1, a.segments / (4 * (a.partitions - 1)));

@@ -62,6 +62,7 @@ struct MultiPartitionArgs {
   std::size_t partition = 0;   // P
   std::size_t partitions = 0;  // K
   std::size_t segments = 0;
+  int multiprocessors = 1;  // the device's, to size the MAC's grid
 };
 
 // Whether the kernels are built for P (256..16384, powers of two) and K

@@ -190,11 +190,14 @@ __device__ __forceinline__ void fft_in_shared(float2* s) {
   }
 }
 
-// The window [previous (P samples) | segment (P samples)] into the padded
-// array s, as P complex even/odd pairs; ends with a barrier.
+// The window [segment t - 1 | segment t] of one channel into the padded array
+// s, as P complex even/odd pairs: segment t at in + t * P, the one before
+// segment 0 at history; ends with a barrier.
 template <int P, int T>
-__device__ __forceinline__ void load_window(float2* s, const float* previous,
-                                            const float* segment) {
+__device__ __forceinline__ void load_window(float2* s, const float* in, const float* history,
+                                            std::size_t t) {
+  const float* segment = in + t * P;
+  const float* previous = t == 0 ? history : segment - P;
   float* samples = reinterpret_cast<float*>(s);
 #pragma unroll
   for (int i = int(threadIdx.x); i < P; i += T) {

@@ -471,31 +471,44 @@ TEST(FftConvolver, FusedKernelMatchesFloat64ReferenceForEveryPartition) {
   }
 }
 
-// A crossfade call made of whole segments (and one starting inside a segment)
-// between runs of the fused kernel: the fade uses both filters, the runs
-// around it only the one in effect, and the history carries across.
+// A crossfade call between runs of whole segments, with filters of old_taps
+// then new_taps taps (the old shared when old_shared): with fade_whole the fade
+// is 4 whole segments from a boundary, otherwise it starts mid-segment. The
+// fade uses both filters, the runs around it only the one in effect, and the
+// history carries across. `check` asserts which path the convolver runs.
+void check_crossfade_between_runs(std::uint64_t seed, bool fade_whole, bool old_shared,
+                                  std::size_t channels, std::size_t partition, std::size_t old_taps,
+                                  std::size_t new_taps,
+                                  const std::function<void(const FftConvolver&)>& check) {
+  const std::size_t max_block = 8192;
+  const FilterBank old_bank = random_bank(channels, old_taps, old_shared, seed);
+  const FilterBank new_bank = random_bank(channels, new_taps, false, seed + 1);
+  std::vector<std::size_t> calls = fade_whole ? std::vector<std::size_t>{3000, 72, 4 * partition}
+                                              : std::vector<std::size_t>{5000, 3000};
+  const std::size_t swap_call = calls.size() - 1;
+  std::size_t swap_at = 0;
+  for (std::size_t k = 0; k < swap_call; ++k) swap_at += calls[k];
+  for (const std::size_t c :
+       {std::size_t(8192), std::size_t(5000), partition, std::size_t(3), std::size_t(8192)})
+    calls.push_back(c);
+  std::size_t frames = 0;
+  for (const auto c : calls) frames += c;
+  const Signal x = random_planar(channels, frames, seed + 2);
+  FftConvolver convolver(old_bank, new_taps, max_block, partition, false, true);
+  ASSERT_NO_FATAL_FAILURE(check(convolver));
+  const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
+    if (k == swap_call) convolver.set_filters(new_bank, true);
+  });
+  verify_swap(x, old_bank, new_bank, y, swap_at, calls[swap_call], true, seed);
+}
+
 TEST(FftConvolver, CrossfadeBetweenFusedRunsBlendsOldAndNewFilters) {
   SKIP_WITHOUT_DEVICE();
   for (const std::uint64_t seed : {41u, 42u}) {
-    const std::size_t channels = 5, partition = 1024, max_block = 8192;
-    const FilterBank old_bank = random_bank(channels, 700, seed == 41, seed);
-    const FilterBank new_bank = random_bank(channels, 1000, false, seed + 1);
-    // Seed 41: the fade is 4 whole segments from a boundary; 42: it starts mid-segment.
-    std::vector<std::size_t> calls = seed == 41 ? std::vector<std::size_t>{3000, 72, 4096}
-                                                : std::vector<std::size_t>{5000, 3000};
-    const std::size_t swap_call = calls.size() - 1;
-    std::size_t swap_at = 0;
-    for (std::size_t k = 0; k < swap_call; ++k) swap_at += calls[k];
-    for (const std::size_t c : {8192u, 5000u, 1024u, 3u, 8192u}) calls.push_back(c);
-    std::size_t frames = 0;
-    for (const auto c : calls) frames += c;
-    const Signal x = random_planar(channels, frames, seed + 2);
-    FftConvolver convolver(old_bank, 1000, max_block, partition, false, true);
-    ASSERT_TRUE(convolver.fused_kernel()) << convolver.description();
-    const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
-      if (k == swap_call) convolver.set_filters(new_bank, true);
-    });
-    verify_swap(x, old_bank, new_bank, y, swap_at, calls[swap_call], true, seed);
+    check_crossfade_between_runs(seed, seed == 41, seed == 41, 5, 1024, 700, 1000,
+                                 [](const FftConvolver& convolver) {
+                                   ASSERT_TRUE(convolver.fused_kernel()) << convolver.description();
+                                 });
   }
 }
 
@@ -593,26 +606,11 @@ TEST(FftConvolver, CrossfadeBetweenSegmentKernelRunsBlendsOldAndNewFilters) {
   check_swap(false, 2000, 512, testing::announce("swap", 7401), false, true);
   for (const std::uint64_t seed : {7410u, 7411u}) {
     testing::announce("crossfade between runs", seed);
-    const std::size_t channels = 4, partition = 512, max_block = 8192;
-    const FilterBank old_bank = random_bank(channels, 1300, seed == 7410, seed);
-    const FilterBank new_bank = random_bank(channels, 2000, false, seed + 1);
-    // 7410: the fade is 4 whole segments from a boundary; 7411: it starts mid-segment.
-    std::vector<std::size_t> calls = seed == 7410 ? std::vector<std::size_t>{3000, 72, 2048}
-                                                  : std::vector<std::size_t>{5000, 3000};
-    const std::size_t swap_call = calls.size() - 1;
-    std::size_t swap_at = 0;
-    for (std::size_t k = 0; k < swap_call; ++k) swap_at += calls[k];
-    for (const std::size_t c : {8192u, 5000u, 512u, 3u, 8192u}) calls.push_back(c);
-    std::size_t frames = 0;
-    for (const auto c : calls) frames += c;
-    const Signal x = random_planar(channels, frames, seed + 2);
-    FftConvolver convolver(old_bank, 2000, max_block, partition, false, true);
-    ASSERT_TRUE(convolver.segment_kernels()) << convolver.description();
-    ASSERT_EQ(convolver.partitions(), 4u);
-    const Signal y = run_stream(convolver, x, calls, max_block, [&](std::size_t k) {
-      if (k == swap_call) convolver.set_filters(new_bank, true);
-    });
-    verify_swap(x, old_bank, new_bank, y, swap_at, calls[swap_call], true, seed);
+    check_crossfade_between_runs(
+        seed, seed == 7410, seed == 7410, 4, 512, 1300, 2000, [](const FftConvolver& convolver) {
+          ASSERT_TRUE(convolver.segment_kernels()) << convolver.description();
+          ASSERT_EQ(convolver.partitions(), 4u);
+        });
   }
 }
 
