@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "daemon/control/http_request_policy.hpp"
 #include "daemon/gain_range.hpp"
 #include "daemon/matrix_config.hpp"
 #include "daemon/toml_reader.hpp"
@@ -205,9 +206,31 @@ void read_control(const Reader& reader, const toml::table& root, LiveConfig& con
   }
 }
 
+// [web] hosts = ["studio.local", "192.168.1.20"]: the names, besides the
+// loopback ones, that requests to the web server may carry (lower-cased).
+void read_web_hosts(const Reader& reader, const toml::node& hosts, LiveConfig& config) {
+  const toml::array* array = hosts.as_array();
+  if (array == nullptr) {
+    reader.fail("web.hosts", hosts,
+                std::string("expected an array of host names, got ") + type_name(hosts));
+  }
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& entry = *array->get(i);
+    const std::string key = "web.hosts[" + std::to_string(i) + "]";
+    if (!entry.is_string()) reader.fail(key, entry, "expected a host name");
+    std::string name = entry.as_string()->get();
+    for (char& c : name) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    if (const std::string problem = host_name_problem(name); !problem.empty()) {
+      reader.fail(key, entry, problem);
+    }
+    config.web_hosts.push_back(name);
+  }
+}
+
 void read_web(const Reader& reader, const toml::table& root, LiveConfig& config) {
   if (const toml::table* table = reader.table(root, "web")) {
-    reader.check_known(*table, "web", {"port", "address", "token", "root", "idle_timeout_s"});
+    reader.check_known(*table, "web",
+                       {"port", "address", "token", "root", "idle_timeout_s", "hosts"});
     if (auto port = reader.integer(*table, "web", "port", 0, 65535)) {
       config.web_port = static_cast<int>(*port);
     }
@@ -221,6 +244,7 @@ void read_web(const Reader& reader, const toml::table& root, LiveConfig& config)
     if (auto web_root = reader.string(*table, "web", "root", /*allow_empty=*/true)) {
       if (!web_root->empty()) config.web_root = reader.resolve(*web_root);
     }
+    if (const toml::node* hosts = table->get("hosts")) read_web_hosts(reader, *hosts, config);
     const bool loopback = config.web_address == "127.0.0.1" || config.web_address == "::1" ||
                           config.web_address == "localhost";
     if (config.web_port != 0 && !loopback && config.web_token.size() < 16) {

@@ -16,7 +16,8 @@
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0, spin_us = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
-//   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60
+//   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60,
+//             hosts = []   (names besides localhost, 127.0.0.1, [::1] that clients may use)
 //   [state]   file = ""
 //   [jack]    client_name = "tapstream", autoconnect = true,
 //             connect_inputs / connect_outputs = "none" | "pattern" | ["one per channel", ...]
@@ -112,6 +113,9 @@ struct LiveConfig {
   std::string web_token;                      // required from clients when not on loopback
   std::filesystem::path web_root;             // static files of the page; empty: the installed ones
   std::chrono::seconds web_idle_timeout{60};  // a silent client is pinged at half of it
+  // Host names requests may carry besides localhost, 127.0.0.1 and [::1]
+  // (lower case; a name, an IPv4 address or a bracketed IPv6 address).
+  std::vector<std::string> web_hosts;
   std::filesystem::path state_file;  // volume, mute, filters kept across restarts; empty: none
   JackConfig jack;                   // the client's name and connections under JACK
   spdlog::level::level_enum log_level = spdlog::level::info;

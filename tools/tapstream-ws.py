@@ -28,8 +28,10 @@ class WebSocket:
             path += "?token=" + urllib.parse.quote(token)
         self.sock = socket.create_connection((parts.hostname, parts.port or 80), timeout)
         key = base64.b64encode(os.urandom(16)).decode()
+        # The server answers only its own names (Host): an IPv6 address in brackets.
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         self.sock.sendall(
-            (f"GET {path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\n"
+            (f"GET {path} HTTP/1.1\r\nHost: {host}:{parts.port or 80}\r\n"
              "Upgrade: websocket\r\nConnection: Upgrade\r\n"
              f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
         head = b""

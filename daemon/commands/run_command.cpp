@@ -521,7 +521,7 @@ ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
     differs(!(next.jack == now.jack), "jack");
     differs(next.filter_files != now.filter_files && next.watch_filters, "filter.watch");
     differs(next.web_port != now.web_port || next.web_address != now.web_address ||
-                next.web_token != now.web_token,
+                next.web_token != now.web_token || next.web_hosts != now.web_hosts,
             "web");
     // As a reload: the filters and gain of `next`, re-reading only what changed.
     return swapper.reload(next, nullptr);
@@ -781,6 +781,7 @@ int run_daemon(RunArgs args) {
     web_options.address = config.web_address;
     web_options.port = config.web_port;
     web_options.token = config.web_token;
+    web_options.hosts = config.web_hosts;
     web_options.web_root = web_root(config);
     web_options.idle_timeout = config.web_idle_timeout;
     web = std::make_unique<WebsocketServer>(web_options, api);

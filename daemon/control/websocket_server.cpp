@@ -1,6 +1,7 @@
 #include "daemon/control/websocket_server.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,17 +10,18 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/range/iterator_range.hpp>
 #include <chrono>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "daemon/control/control_api.hpp"
+#include "daemon/control/http_request_policy.hpp"
 #include "daemon/control/meter_fanout.hpp"
+#include "daemon/control/page_file.hpp"
 
 namespace tapstream {
 
@@ -49,53 +51,24 @@ constexpr std::size_t max_queued_messages = 256;
 constexpr std::size_t max_queued_bytes = 16 << 20;
 constexpr auto http_timeout = std::chrono::seconds(30);
 
-std::string percent_decode(std::string_view text) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size()) {
-      out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
-      i += 2;
-    } else {
-      out.push_back(text[i] == '+' ? ' ' : text[i]);
-    }
-  }
-  return out;
+// Beast's string_view (Boost's in Boost 1.74) as the standard one.
+std::string_view std_view(beast::string_view text) {
+  return {text.data(), text.size()};
 }
 
-std::optional<std::string> query_value(std::string_view target, std::string_view name) {
-  const auto question = target.find('?');
-  if (question == std::string_view::npos) return std::nullopt;
-  std::string_view query = target.substr(question + 1);
+// The decoded value of `name` in a query string ("token=abc&x=1").
+std::optional<std::string> query_value(std::string_view query, std::string_view name) {
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
     const auto equals = pair.find('=');
-    if (pair.substr(0, equals) == name && equals != std::string_view::npos) {
-      try {
-        return percent_decode(pair.substr(equals + 1));
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
+    if (equals != std::string_view::npos && pair.substr(0, equals) == name) {
+      return percent_decoded(pair.substr(equals + 1));
     }
     if (amp == std::string_view::npos) break;
     query = query.substr(amp + 1);
   }
   return std::nullopt;
-}
-
-std::string_view path_of(std::string_view target) {
-  return target.substr(0, target.find('?'));
-}
-
-const char* content_type(const fs::path& file) {
-  const std::string extension = file.extension().string();
-  if (extension == ".html") return "text/html; charset=utf-8";
-  if (extension == ".js") return "text/javascript; charset=utf-8";
-  if (extension == ".css") return "text/css; charset=utf-8";
-  if (extension == ".svg") return "image/svg+xml";
-  if (extension == ".png") return "image/png";
-  if (extension == ".json") return "application/json";
-  return "application/octet-stream";
 }
 
 class WsSession;
@@ -107,10 +80,18 @@ struct WebsocketServer::Impl {
   // it is destroyed can count themselves out.
   WebsocketServerOptions options;
   ControlApi& api;
-  std::size_t clients = 0;  // websocket sessions; io thread only
+  std::size_t clients = 0;        // websocket sessions; io thread only
+  std::size_t http_sessions = 0;  // connections not (yet) upgraded; io thread only
+  // Connections held at most (websocket and HTTP): options.max_connections,
+  // or half the process's file descriptors if fewer, so that a flood of
+  // connections leaves the daemon its files, its log and its control socket.
+  std::size_t max_connections = 0;
+  bool at_connection_limit = false;  // logged once per flood
   std::atomic<int> bound_port{0};
+  std::optional<HttpRequestPolicy> policy;  // set by start(), once the port is known
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_pause{io};
 
   // The meter subscribers, by interval: one timer, one read and one event per
   // tick for all of them (a timer per client cost a wake-up, a timer re-arm
@@ -128,6 +109,7 @@ struct WebsocketServer::Impl {
   Impl(WebsocketServerOptions o, ControlApi& a) : options(std::move(o)), api(a) {}
 
   void accept();
+  void on_accept(beast::error_code error, tcp::socket socket);
   // Adds `session` to the subscribers at `interval`; a session that leaves a
   // group (closed, unsubscribed, another interval) is dropped at its next tick.
   void subscribe_meters(const std::shared_ptr<WsSession>& session,
@@ -259,29 +241,51 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(tcp::socket&& socket, WebsocketServer::Impl& server)
-      : stream_(std::move(socket)), server_(server) {}
+      : stream_(std::move(socket)), server_(server) {
+    ++server_.http_sessions;
+  }
+  ~HttpSession() { --server_.http_sessions; }
 
   void read() {
     parser_.emplace();
     parser_->header_limit(max_header_bytes);
     parser_->body_limit(max_header_bytes);
     stream_.expires_after(http_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code error, std::size_t) {
-                       if (!error) self->on_request(self->parser_->release());
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code error, std::size_t) {
+          if (!error) return self->on_request(self->parser_->release());
+          if (error.category() == http::make_error_code(http::error::bad_target).category() &&
+              error != http::error::end_of_stream && error != http::error::partial_message) {
+            self->on_malformed(error);
+          }
+        });
   }
 
  private:
   using Response = http::response<http::string_body>;
 
   void on_request(http::request<http::string_body> request) {
-    const std::string target(request.target());
+    HttpRequestNames names;
+    names.target = std_view(request.target());
+    names.version = request.version();
+    for (const auto& field : boost::make_iterator_range(request.equal_range(http::field::host))) {
+      names.hosts.push_back(std_view(field.value()));
+    }
+    for (const auto& field : boost::make_iterator_range(request.equal_range(http::field::origin))) {
+      names.origins.push_back(std_view(field.value()));
+    }
+    const HttpRequestVerdict verdict = server_.policy->check(names);
+    if (!verdict.allowed()) {
+      spdlog::warn("web: {} refused ({}): {}", printable(std_view(request.method_string()), 16),
+                   verdict.status, verdict.reason);
+      return reply(request, static_cast<http::status>(verdict.status), verdict.reason);
+    }
     if (websocket::is_upgrade(request)) {
-      if (path_of(target) != "/ws")
+      if (verdict.path != "/ws")
         return reply(request, http::status::not_found, "no websocket here; use /ws");
       if (!server_.options.token.empty()) {
-        std::string given = query_value(target, "token").value_or("");
+        std::string given = query_value(verdict.query, "token").value_or("");
         const auto authorization = request.find(http::field::authorization);
         if (authorization != request.end()) {
           const std::string value(authorization->value());
@@ -290,14 +294,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         if (!constant_time_equal(given, server_.options.token)) {
           spdlog::warn("websocket client refused: wrong or missing token");
           return reply(request, http::status::unauthorized, "token missing or wrong");
-        }
-      }
-      const auto origin = request.find(http::field::origin);
-      if (origin != request.end()) {
-        const std::string host(request[http::field::host]);
-        const std::string value(origin->value());
-        if (value != "http://" + host && value != "https://" + host) {
-          return reply(request, http::status::forbidden, "cross-site websocket refused");
         }
       }
       if (server_.clients >= server_.options.max_clients) {
@@ -309,41 +305,68 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (request.method() != http::verb::get && request.method() != http::verb::head) {
       return reply(request, http::status::method_not_allowed, "only GET");
     }
-    std::string path(path_of(target));
-    if (path == "/") path = "/index.html";
-    const bool safe = path.find("..") == std::string::npos &&
-                      path.find_first_not_of(
-                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") ==
-                          std::string::npos;
-    const fs::path file = server_.options.web_root / path.substr(1);
-    std::error_code error;
-    if (server_.options.web_root.empty() || !safe || !fs::is_regular_file(file, error)) {
-      return reply(request, http::status::not_found, "not found: " + path);
+    PageRefusal refusal;
+    PageFile file = open_page_file(server_.options.web_root, verdict.path, refusal);
+    if (!file.is_open()) {
+      const auto level = refusal.missing ? spdlog::level::info : spdlog::level::warn;
+      spdlog::log(level, "web: {} not served: {}", printable(verdict.path), refusal.why);
+      return reply(request, http::status::not_found, "not found: " + printable(verdict.path));
     }
-    std::ifstream stream(file, std::ios::binary);
-    std::ostringstream body;
-    body << stream.rdbuf();
-    auto response = std::make_shared<Response>(http::status::ok, request.version());
-    response->set(http::field::content_type, content_type(file));
-    response->set(http::field::cache_control, "no-cache");
-    response->set("X-Content-Type-Options", "nosniff");
-    response->keep_alive(request.keep_alive());
-    if (request.method() == http::verb::get) response->body() = body.str();
+    // Streamed from the descriptor that was checked, a buffer at a time.
+    if (request.method() == http::verb::head) {
+      auto response =
+          std::make_shared<http::response<http::empty_body>>(http::status::ok, request.version());
+      set_page_headers(*response, request, file);
+      response->content_length(file.size());
+      return write(response);
+    }
+    auto response =
+        std::make_shared<http::response<http::file_body>>(http::status::ok, request.version());
+    set_page_headers(*response, request, file);
+    beast::file_posix opened;
+    opened.native_handle(file.release());
+    beast::error_code error;
+    response->body().reset(std::move(opened), error);
+    if (error) {
+      spdlog::warn("web: {} not served: {}", printable(verdict.path), error.message());
+      return reply(request, http::status::internal_server_error, "cannot read the file");
+    }
     response->prepare_payload();
     write(response);
+  }
+
+  template <class Body>
+  static void set_page_headers(http::response<Body>& response,
+                               const http::request<http::string_body>& request,
+                               const PageFile& file) {
+    response.set(http::field::content_type, file.content_type());
+    response.set(http::field::cache_control, "no-cache");
+    response.set("X-Content-Type-Options", "nosniff");
+    response.keep_alive(request.keep_alive());
+  }
+
+  // Not HTTP as Beast reads it (a control character in a header, a header
+  // over 16 KiB, ...): said so, logged, and the connection closed.
+  void on_malformed(beast::error_code error) {
+    spdlog::warn("web: malformed request refused (400): {}", error.message());
+    http::request<http::string_body> request;
+    request.version(11);
+    reply(request, http::status::bad_request, "malformed request: " + error.message());
   }
 
   void reply(const http::request<http::string_body>& request, http::status status,
              const std::string& message) {
     auto response = std::make_shared<Response>(status, request.version());
     response->set(http::field::content_type, "text/plain; charset=utf-8");
+    response->set("X-Content-Type-Options", "nosniff");
     response->keep_alive(false);
     response->body() = message + "\n";
     response->prepare_payload();
     write(response);
   }
 
-  void write(const std::shared_ptr<Response>& response) {
+  template <class Body>
+  void write(const std::shared_ptr<http::response<Body>>& response) {
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](beast::error_code error, std::size_t) {
                         if (!error && response->keep_alive()) return self->read();
@@ -408,10 +431,38 @@ void WebsocketServer::Impl::tick(std::chrono::milliseconds interval) {
 
 void WebsocketServer::Impl::accept() {
   acceptor.async_accept(io, [this](beast::error_code error, tcp::socket socket) {
-    if (error == asio::error::operation_aborted) return;
-    if (!error) std::make_shared<HttpSession>(std::move(socket), *this)->read();
-    accept();
+    on_accept(error, std::move(socket));
   });
+}
+
+void WebsocketServer::Impl::on_accept(beast::error_code error, tcp::socket socket) {
+  if (error == asio::error::operation_aborted) return;
+  if (error == asio::error::no_descriptors || error == asio::error::no_buffer_space ||
+      error == asio::error::no_memory) {
+    // Accepting again at once would spin: the waiting connection stays
+    // ready until a descriptor frees up.
+    spdlog::warn("web: cannot accept a connection: {}; pausing 100 ms", error.message());
+    accept_pause.expires_after(std::chrono::milliseconds(100));
+    accept_pause.async_wait([this](beast::error_code wait_error) {
+      if (!wait_error) accept();
+    });
+    return;
+  }
+  if (!error) {
+    if (clients + http_sessions >= max_connections) {
+      if (!at_connection_limit) {
+        spdlog::warn("web: {} connections open, the most allowed; closing new ones until fewer",
+                     max_connections);
+      }
+      at_connection_limit = true;
+      beast::error_code ignored;
+      socket.close(ignored);
+    } else {
+      at_connection_limit = false;
+      std::make_shared<HttpSession>(std::move(socket), *this)->read();
+    }
+  }
+  accept();
 }
 
 WebsocketServer::WebsocketServer(WebsocketServerOptions options, ControlApi& api)
@@ -431,6 +482,27 @@ void WebsocketServer::start() {
     impl_->acceptor.bind(endpoint);
     impl_->acceptor.listen();
     impl_->bound_port = impl_->acceptor.local_endpoint().port();
+    // The address the server is bound to names it too (the URL the daemon
+    // prints); an IP address cannot be rebound to another machine.
+    std::vector<std::string> hosts = impl_->options.hosts;
+    const asio::ip::address bound = endpoint.address();
+    if (bound.is_unspecified()) {
+      if (hosts.empty()) {
+        spdlog::warn(
+            "web: listening on {} but [web] hosts is empty: only requests to localhost, 127.0.0.1 "
+            "and [::1] are answered; list the names clients use in [web] hosts",
+            impl_->options.address);
+      }
+    } else if (!bound.is_loopback()) {
+      hosts.push_back(bound.is_v6() ? "[" + bound.to_string() + "]" : bound.to_string());
+    }
+    impl_->policy.emplace(hosts, impl_->bound_port.load());
+    impl_->max_connections = impl_->options.max_connections;
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+      impl_->max_connections = std::min<std::size_t>(impl_->max_connections,
+                                                     static_cast<std::size_t>(files.rlim_cur / 2));
+    }
   } catch (const std::exception& e) {
     throw WebsocketServerError("web server on " + impl_->options.address + ":" +
                                std::to_string(impl_->options.port) + ": " + e.what());

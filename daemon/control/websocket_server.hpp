@@ -6,11 +6,15 @@
 //
 // Protection: bound to 127.0.0.1 unless configured otherwise, and then
 // (config.cpp insists) with a token that /ws requests must carry
-// (?token=... or "Authorization: Bearer ..."), compared in constant time; a
-// browser's cross-site request (an Origin that is not the page's own) is
-// refused; requests over 16 KiB of header, messages over
-// max_message_bytes, more than max_messages_per_second, a client whose
-// unsent replies pile up, or more than max_clients connections are cut off.
+// (?token=... or "Authorization: Bearer ..."), compared in constant time;
+// every request must name this server (Host and Origin: localhost,
+// 127.0.0.1, [::1] or [web] hosts, the server's port), which defeats DNS
+// rebinding and cross-site pages; only the page's own files are served,
+// streamed (http_request_policy.hpp, page_file.hpp); requests over 16 KiB of
+// header, messages over max_message_bytes, more than
+// max_messages_per_second, a client whose unsent replies pile up, more than
+// max_clients websocket clients or max_connections connections are cut off.
+// Every refusal is logged, with the client's names made printable.
 // None of that reaches the audio: the server runs on its own thread and only
 // calls ControlApi, which talks to the audio thread through atomics and the
 // filter mailbox.
@@ -25,6 +29,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tapstream {
 
@@ -35,7 +40,13 @@ struct WebsocketServerOptions {
   int port = 0;                    // 0: any free port (see port())
   std::string token;               // "" = none asked
   std::filesystem::path web_root;  // static files; "" = none served
-  std::size_t max_clients = 128;
+  // Host names besides localhost, 127.0.0.1 and [::1] that requests may
+  // carry ([web] hosts; http_request_policy.hpp).
+  std::vector<std::string> hosts;
+  std::size_t max_clients = 128;  // websocket clients
+  // Connections of any kind held at once (fewer if half the process's file
+  // descriptors are fewer); more are closed as they come.
+  std::size_t max_connections = 256;
   std::size_t max_message_bytes = 12 << 20;  // an 8 MiB upload in base64 fits
   double max_messages_per_second = 100;      // sustained; bursts of twice that pass
   // A client that sends nothing for half of this is pinged; one that has not
