@@ -393,7 +393,10 @@ TEST_F(HostileClient, AHostListedInWebHostsIsAcceptedAndNoOther) {
     const std::string pair =
         "Host: " + name + ":" + port + "\r\nOrigin: http://" + name + ":" + port + "\r\n";
     EXPECT_EQ(upgrade_status(port_, "/ws", pair), 101) << name;
-    EXPECT_EQ(status_of(http_exchange(port_, "GET / HTTP/1.1\r\n" + pair + "\r\n")), 200) << name;
+    EXPECT_EQ(
+        status_of(http_exchange(port_, "GET / HTTP/1.1\r\nConnection: close\r\n" + pair + "\r\n")),
+        200)
+        << name;
   }
   EXPECT_EQ(upgrade_status(port_, "/ws", "Host: studio.example.attacker.example:" + port + "\r\n"),
             403);
