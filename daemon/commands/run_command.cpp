@@ -786,7 +786,10 @@ int run_daemon(RunArgs args) {
     web_options.idle_timeout = config.web_idle_timeout;
     web = std::make_unique<WebsocketServer>(web_options, api);
     web->start();
-    std::printf("web: http://%s:%d/\n", config.web_address.c_str(), web->port());
+    // An IPv6 address goes in brackets, as a browser (and the Host check) wants it.
+    const bool v6 = config.web_address.find(':') != std::string::npos;
+    std::printf("web: http://%s%s%s:%d/\n", v6 ? "[" : "", config.web_address.c_str(),
+                v6 ? "]" : "", web->port());
     std::fflush(stdout);
   }
   std::unique_ptr<ControlServer> control;
