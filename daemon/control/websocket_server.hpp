@@ -26,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "daemon/control/request_size.hpp"
+
 namespace tapstream {
 
 class ControlApi;
@@ -36,8 +38,8 @@ struct WebsocketServerOptions {
   std::string token;               // "" = none asked
   std::filesystem::path web_root;  // static files; "" = none served
   std::size_t max_clients = 128;
-  std::size_t max_message_bytes = 12 << 20;  // an 8 MiB upload in base64 fits
-  double max_messages_per_second = 100;      // sustained; bursts of twice that pass
+  std::size_t max_message_bytes = max_control_request_bytes;  // the socket's bound too
+  double max_messages_per_second = 100;  // sustained; bursts of twice that pass
   // A client that sends nothing for half of this is pinged; one that has not
   // answered (a pong counts) by the whole of it is gone and is closed.
   std::chrono::seconds idle_timeout{60};
