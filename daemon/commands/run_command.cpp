@@ -43,6 +43,7 @@
 
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
+#include "daemon/config_keys.hpp"
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/file_watcher.hpp"
@@ -425,7 +426,7 @@ std::unique_ptr<FileWatcher> make_watcher(const std::vector<fs::path>& files, Sw
   auto watcher = std::make_unique<FileWatcher>(files, [&swapper](const fs::path& file) {
     std::string summary;
     if (swapper.reload(swapper.config(), &summary).empty()) {
-      spdlog::info("filter file {} changed on disk: {}", file.string(), summary);
+      spdlog::info("filter file {} written on disk: {}", file.string(), summary);
     }
   });
   watcher->start();
@@ -482,8 +483,20 @@ fs::path web_root(const LiveConfig& config) {
   return TAPSTREAM_WEB_SOURCE_ROOT;
 }
 
+// Throws what a start would throw for `config`'s filters: a file that does
+// not load, or filters longer than its [filter] max_taps.
+void check_startable(const LiveConfig& config) {
+  if (config.has_matrix()) {
+    const RoutingMatrix matrix = load_configured_matrix(config);
+    engine_max_taps(config, matrix.max_taps());
+  } else {
+    const FilterBank bank = load_configured_bank(config);
+    engine_max_taps(config, bank.max_taps());
+  }
+}
+
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
-ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
+ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices, const RunArgs& args,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
   Swapper& swapper = filters.any();
@@ -507,24 +520,27 @@ ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
     };
   }
   hooks.config = [&swapper] { return swapper.config(); };
-  hooks.apply_config = [&swapper](const LiveConfig& next,
-                                  std::vector<std::string>& restart_needed) {
-    const LiveConfig now = swapper.config();
-    const auto differs = [&](bool changed, const char* key) {
-      if (changed) restart_needed.emplace_back(key);
-    };
-    differs(next.sample_rate != now.sample_rate, "sample_rate");
-    differs(next.block_frames != now.block_frames, "block_frames");
-    differs(next.ring_margin_frames != now.ring_margin_frames, "ring_margin_frames");
-    differs(next.input.describe() != now.input.describe(), "input");
-    differs(next.output.describe() != now.output.describe(), "output");
-    differs(!(next.jack == now.jack), "jack");
-    differs(next.filter_files != now.filter_files && next.watch_filters, "filter.watch");
-    differs(next.web_port != now.web_port || next.web_address != now.web_address ||
-                next.web_token != now.web_token,
-            "web");
+  // The command line's --input, --output and --latency hold over the API's
+  // configuration as over the file's.
+  hooks.apply_config = [&swapper, &args](const LiveConfig& next,
+                                         std::vector<std::string>& restart_needed,
+                                         std::string& summary) {
+    LiveConfig effective = next;
+    apply_overrides(effective, args);
+    const LiveConfig running = swapper.config();
+    restart_needed = config_changes(running, effective).restart_needed();
     // As a reload: the filters and gain of `next`, re-reading only what changed.
-    return swapper.reload(next, nullptr);
+    return swapper.reload(with_reloaded_keys(running, effective), &summary);
+  };
+  hooks.check_start = [&args](const LiveConfig& next) {
+    LiveConfig effective = next;
+    apply_overrides(effective, args);
+    try {
+      check_startable(effective);
+      return std::string();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
   };
   hooks.devices = [&devices] {
     return std::make_pair(devices.input_name(), devices.output_name());
@@ -577,8 +593,15 @@ int run_daemon(RunArgs args) {
           parse_live_config(saved->config_text, fs::path(args.config).parent_path(),
                             "configuration in the state file");
       restored.config_file = config.config_file;
-      restored.state_file = config.state_file;
       apply_overrides(restored, args);
+      // The keys only the file changes come from the file: the API could not
+      // change them, so a difference means the file changed since.
+      const auto file_only = config_changes(config, restored).file_only;
+      if (!file_only.empty()) {
+        throw std::runtime_error(fmt::format("{} changed in {} since the API stored it",
+                                             join_keys(file_only), args.config));
+      }
+      check_startable(restored);
       config = restored;
       restored_config_text = saved->config_text;
       spdlog::info("configuration restored from the state file {}", config.state_file.string());
@@ -708,7 +731,8 @@ int run_daemon(RunArgs args) {
   // from now (a reload, or a `ctl load` of a matrix or path, changes them).
   const auto follow_filter_files = [&] {
     std::vector<fs::path> wanted;
-    if (config.watch_filters) wanted = swapper.watched_files();
+    // The swapper's: the API's apply_config changes [filter] watch too.
+    if (swapper.config().watch_filters) wanted = swapper.watched_files();
     if (wanted == watching) return;
     watcher.reset();
     watching = wanted;
@@ -729,18 +753,15 @@ int run_daemon(RunArgs args) {
           swapper.reject(args.config, std::string("the running configuration stays: ") + e.what()));
     }
     std::string restart_note;
-    if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
-        reloaded.input_channels() != config.input_channels() ||
-        reloaded.block_frames != config.block_frames ||
-        reloaded.ring_margin_frames != config.ring_margin_frames ||
-        reloaded.input.describe() != config.input.describe() ||
-        reloaded.output.describe() != config.output.describe() || !(reloaded.jack == config.jack)) {
-      restart_note =
-          " (rate, channels, block, margin, devices and [jack] change only at a restart)";
+    const LiveConfig running = swapper.config();
+    const auto restart_needed = config_changes(running, reloaded).restart_needed();
+    if (!restart_needed.empty()) {
+      restart_note = fmt::format(" ({} change{} only at a restart)", join_keys(restart_needed),
+                                 restart_needed.size() == 1 ? "s" : "");
       spdlog::warn("reload: {}", restart_note.substr(2, restart_note.size() - 3));
     }
     std::string summary;
-    const std::string error = swapper.reload(reloaded, &summary);
+    const std::string error = swapper.reload(with_reloaded_keys(running, reloaded), &summary);
     if (!error.empty()) throw std::runtime_error(error);
     config.filter_files = reloaded.filter_files;
     config.matrix_file = reloaded.matrix_file;
@@ -750,7 +771,7 @@ int run_daemon(RunArgs args) {
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
 
-  ControlApi api(pipeline, make_api_hooks(filters, devices, log_ring),
+  ControlApi api(pipeline, make_api_hooks(filters, devices, args, log_ring),
                  config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
                                            : config.state_file.parent_path() / "tapstream-uploads");
   if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);

@@ -212,6 +212,9 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
   std::vector<Source> wanted = sources_;
   std::vector<std::size_t> reloaded;
   for (std::size_t c = 0; c < channels; ++c) {
+    // A configuration that names another file for a channel replaces what a
+    // `ctl load` or an upload put there; one that names the same keeps it.
+    if (config.filter_file(c) != running.filter_file(c)) wanted[c].from_ctl = false;
     if (!wanted[c].from_ctl) wanted[c].file = config.filter_file(c);
     const Stamp stamp = stamp_of(wanted[c].file);
     if (gain_changed || wanted[c].file != sources_[c].file || !(stamp == sources_[c].stamp)) {
@@ -219,8 +222,20 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
       reloaded.push_back(c);
     }
   }
+  // Said in the summary: which channels keep a loaded filter over the configuration's.
+  std::string kept;
+  for (std::size_t c = 0; c < channels; ++c) {
+    if (!wanted[c].from_ctl) continue;
+    kept += fmt::format(
+        "{}channel {} keeps {} (loaded by ctl load or upload_filter; a "
+        "configuration naming another file for it replaces it)",
+        kept.empty() ? "; " : ", ", c, wanted[c].file.string());
+  }
   if (reloaded.empty()) {
-    if (summary) *summary = "no filter file changed; the filters stay";
+    if (summary) {
+      *summary =
+          "the filters stay: every channel's file has the size and time it had when loaded" + kept;
+    }
     std::scoped_lock both(current_mutex_);
     config_ = config;
     return {};
@@ -267,7 +282,7 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
   if (summary) {
     std::string list;
     for (const std::size_t c : reloaded) list += (list.empty() ? "" : ", ") + std::to_string(c);
-    *summary = fmt::format("reloaded channel{} {}", reloaded.size() == 1 ? "" : "s", list);
+    *summary = fmt::format("reloaded channel{} {}{}", reloaded.size() == 1 ? "" : "s", list, kept);
   }
   return {};
 }

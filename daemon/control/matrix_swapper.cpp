@@ -226,7 +226,11 @@ std::string MatrixSwapper::reload(const LiveConfig& config, std::string* summary
     }
   }
   if (changed.empty()) {
-    if (summary) *summary = "no matrix or coefficient file changed; the matrix stays";
+    if (summary) {
+      *summary =
+          "the matrix stays: its file and every coefficient file have the size and time they had "
+          "when loaded";
+    }
     std::scoped_lock both(current_mutex_);
     config_ = config;
     return {};
