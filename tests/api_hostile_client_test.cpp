@@ -94,16 +94,23 @@ class HostileClient : public ::testing::Test {
     if (daemon_) stop();
   }
 
-  // Starts the daemon; `control` is appended to its [control] table.
-  void start(const std::string& control = "") {
+  // The configuration: `control` is appended to its [control] table, `rest` at its end.
+  void write_config(const std::string& control = "", const std::string& rest = "",
+                    bool watch = false) {
     std::ofstream(dir_ / "live.toml")
         << "sample_rate = 48000\nblock_frames = 256\nchannels = 2\n"
         << "[input]\nfile = \"in.wav\"\nrealtime = true\n"
         << "[output]\nfile = \"out.wav\"\n"
-        << "[filter]\nfile = \"unit.txt\"\nmax_taps = 1024\nwatch = false\n"
-        << "[control]\nsocket = \"sock/control.sock\"\n"
+        << "[filter]\nfile = \"unit.txt\"\nmax_taps = 1024\nwatch = " << (watch ? "true" : "false")
+        << "\n[control]\nsocket = \"sock/control.sock\"\n"
         << control << "[state]\nfile = \"state.json\"\n"
-        << "[web]\nport = " << port_ << "\n";
+        << "[web]\nport = " << port_ << "\n"
+        << rest;
+  }
+
+  // Starts the daemon; `control` is appended to its [control] table.
+  void start(const std::string& control = "", bool watch = false) {
+    write_config(control, "", watch);
     daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
                                                                (dir_ / "live.toml").string()},
                                       dir_ / "daemon.out", dir_ / "daemon.err");
@@ -366,6 +373,42 @@ TEST_F(HostileClient, TheSocketTakesRequestsAsLargeAsTheWebsocketAndSaysWhenOneI
             std::string::npos)
       << reply.substr(0, 200);
   EXPECT_TRUE(socket_call({{"request", "get_state"}}).value("ok", false));
+}
+
+TEST_F(HostileClient, FilesChangedOnDiskAndReloadedAreNamedAsWaitingForARestart) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  write_config("", "[log]\nfile = \"tapstream.log\"\n");
+  {
+    // The state file moves too.
+    std::string text = read_text(dir_ / "live.toml");
+    text.replace(text.find("state.json"), 10, "state-2.json");
+    std::ofstream(dir_ / "live.toml") << text;
+  }
+  const json reloaded = json::parse(control_request(socket(), "reload"));
+  EXPECT_TRUE(reloaded.value("ok", false)) << reloaded.dump();
+  EXPECT_NE(reloaded.value("message", "").find("state.file and log.file change only at a restart"),
+            std::string::npos)
+      << reloaded.dump();
+}
+
+TEST_F(HostileClient, TheWatcherDoesNotSayAFileChangedAndNothingChanged) {
+  ASSERT_NO_FATAL_FAILURE(start("", /*watch=*/true));
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  api_ok(client, {{"request", "upload_filter"},
+                  {"channel", "all"},
+                  {"name", "up.txt"},
+                  {"data", "0.5\n0.5\n"}});
+  // The configuration's file, which no channel runs now, is rewritten.
+  std::ofstream(dir_ / "unit.txt") << "0.9\n";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (read_text(dir_ / "daemon.err").find("unit.txt written on disk") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string log = read_text(dir_ / "daemon.err");
+  EXPECT_EQ(log.find("no filter file changed"), std::string::npos) << log;
+  EXPECT_NE(log.find("channel 0 keeps"), std::string::npos) << log;
 }
 
 }  // namespace
