@@ -238,7 +238,14 @@ TEST_F(HostileClient, FilterFilesOutsideTheFolderAreRefusedUnreadAndNoFileTextIs
   EXPECT_NE(notes.find((dir_ / "notes.txt").string() + ":1"), std::string::npos) << notes;
   EXPECT_EQ(notes.find(secret), std::string::npos) << notes;
   EXPECT_EQ(notes.find("password"), std::string::npos) << notes;
+  // The owner's `ctl load` of a file that is no filter: refused, and neither
+  // its reply nor the log (which get_log hands to every API client) quotes it.
+  const std::string owner_load =
+      control_request(socket(), "load 0 " + (outside_ / "secret.txt").string());
+  EXPECT_NE(owner_load.find("secret.txt:1"), std::string::npos) << owner_load;
+  EXPECT_EQ(owner_load.find(secret), std::string::npos) << owner_load;
   const json log = api_ok(client, {{"request", "get_log"}, {"lines", 1000}});
+  EXPECT_NE(log.dump().find("secret.txt:1"), std::string::npos);
   EXPECT_EQ(log.dump().find(secret), std::string::npos);
   EXPECT_EQ(read_text(dir_ / "daemon.err").find(secret), std::string::npos);
 

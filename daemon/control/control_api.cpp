@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "daemon/config_keys.hpp"
+#include "daemon/control/file_text.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 
 namespace tapstream {
@@ -216,22 +217,6 @@ bool lies_inside(const fs::path& path, const fs::path& folder) {
   if (error) return false;
   const fs::path relative = file.lexically_relative(root);
   return !relative.empty() && relative != "." && *relative.begin() != "..";
-}
-
-// A message about a file that the API did not upload, without the file's
-// text: a loader quotes what it cannot read ("f.txt:3: cannot parse
-// 'root:*:...' as a number"); the file and the line number stay, the quoted
-// text (from a quote after a space to the last quote of its kind) goes.
-std::string without_file_text(const std::string& message) {
-  for (std::size_t i = 0; i < message.size(); ++i) {
-    const char c = message[i];
-    if ((c != '\'' && c != '"') || (i > 0 && message[i - 1] != ' ')) continue;
-    const auto close = message.rfind(c);
-    if (close == i) continue;
-    return message.substr(0, i) + "(text not shown: the API did not upload this file)" +
-           message.substr(close + 1);
-  }
-  return message;
 }
 
 std::string shortened(const std::string& text) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "daemon/control/file_text.hpp"
 #include "dsp/coefficient_file.hpp"
 
 namespace tapstream {
@@ -138,7 +139,7 @@ std::string FilterSwapper::install(const std::function<FilterBank()>& build,
   try {
     bank = std::make_shared<const FilterBank>(build());
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   return install_locked(std::move(bank), what);
 }
@@ -189,7 +190,7 @@ std::string FilterSwapper::load(const std::string& channel, const fs::path& file
     }
     bank = std::make_shared<const FilterBank>(std::move(loaded));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(std::move(bank), what);
   if (!error.empty()) return error;
@@ -270,7 +271,7 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
     bank = std::make_shared<const FilterBank>(
         FilterBank::per_channel(std::move(taps), std::move(sources)));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(std::move(bank), what);
   if (!error.empty()) return error;
