@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -380,6 +381,29 @@ TEST_F(HostileClient, TheSocketTakesRequestsAsLargeAsTheWebsocketAndSaysWhenOneI
             std::string::npos)
       << reply.substr(0, 200);
   EXPECT_TRUE(socket_call({{"request", "get_state"}}).value("ok", false));
+}
+
+TEST_F(HostileClient, OnlyTheOwnerReachesTheSocketWhoseLoadNamesAnyFile) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // The line between the two entrances: the socket is the owner's (0600 in a
+  // 0700 directory), so its text requests may name any file; the websocket's
+  // requests may not.
+  struct stat info {};
+  ASSERT_EQ(::stat(socket().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(socket().parent_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  const json loaded =
+      json::parse(control_request(socket(), "load all " + (outside_ / "valid.txt").string()));
+  EXPECT_TRUE(loaded.value("ok", false)) << loaded.dump();
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  EXPECT_NE(
+      refusal(api_call(client,
+                       {{"request", "patch_config"},
+                        {"patch", {{"filter", {{"file", (outside_ / "valid.txt").string()}}}}}}))
+          .find("filter.file"),
+      std::string::npos);
 }
 
 TEST_F(HostileClient, FilesChangedOnDiskAndReloadedAreNamedAsWaitingForARestart) {
