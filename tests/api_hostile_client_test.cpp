@@ -406,6 +406,30 @@ TEST_F(HostileClient, OnlyTheOwnerReachesTheSocketWhoseLoadNamesAnyFile) {
       std::string::npos);
 }
 
+TEST_F(HostileClient, AStoredConfigurationThatDoesNotStartGivesWayToTheFile) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  {
+    WebsocketClient client(port_, "/ws");
+    ASSERT_TRUE(client.open());
+    // A restart key the API may set, whose value only the start can check:
+    // the CUDA engine (absent from a CPU-only build, or without a GPU).
+    const json stored = api_ok(
+        client, {{"request", "patch_config"}, {"patch", {{"engine", {{"backend", "cuda"}}}}}});
+    EXPECT_EQ(stored["restart_needed"], json::array({"engine.backend"}));
+  }
+  stop();
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::string backend = api_ok(client, {{"request", "get_info"}})["backend"];
+  if (backend != "cuda") {
+    EXPECT_NE(read_text(dir_ / "daemon.err").find("the state file's configuration does not start"),
+              std::string::npos)
+        << read_text(dir_ / "daemon.err");
+    EXPECT_EQ(api_ok(client, {{"request", "get_config"}})["text"], read_text(dir_ / "live.toml"));
+  }
+}
+
 TEST_F(HostileClient, FilesChangedOnDiskAndReloadedAreNamedAsWaitingForARestart) {
   ASSERT_NO_FATAL_FAILURE(start());
   write_config("", "[log]\nfile = \"tapstream.log\"\n");

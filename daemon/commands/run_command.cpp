@@ -587,6 +587,16 @@ int run_daemon(RunArgs args) {
     }
   }
   std::string restored_config_text;
+  // What the file says: the start falls back to it when the configuration
+  // the API stored does not start (a rate the device refuses, an engine the
+  // machine lacks), so that no stored configuration keeps the daemon down.
+  const LiveConfig file_config = config;
+  const auto fall_back = [&](const std::exception& e) {
+    spdlog::warn("the state file's configuration does not start ({}); starting from {}", e.what(),
+                 args.config);
+    config = file_config;
+    restored_config_text.clear();
+  };
   if (saved && !saved->config_text.empty()) {
     try {
       LiveConfig restored =
@@ -621,7 +631,13 @@ int run_daemon(RunArgs args) {
   std::unique_ptr<PortAudioLibrary> early_library;
   if ((!config.input.is_file() || !config.output.is_file()) && device_retry == nullptr) {
     early_library = std::make_unique<PortAudioLibrary>(config.jack.client_name);
-    plan_devices(config);
+    try {
+      plan_devices(config);
+    } catch (const std::exception& e) {
+      if (restored_config_text.empty()) throw;
+      fall_back(e);
+      plan_devices(config);
+    }
   }
   fs::path continued_output;
   if (const char* committed = std::getenv(continued_output_variable)) {
@@ -641,33 +657,44 @@ int run_daemon(RunArgs args) {
     spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
   }
 
-  EngineOptions engine_options = config.engine;
-  engine_options.max_block_frames = config.block_frames;
-  // Same-period mode runs the CPU engine inside the callback (its non-uniform
-  // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
-  engine_options.realtime_calls = config.latency == LatencyMode::zero;
-  LivePipelineOptions pipeline_options;
-  pipeline_options.sample_rate = config.sample_rate;
-  pipeline_options.block_frames = config.block_frames;
-  pipeline_options.margin_frames = config.ring_margin_frames;
-  pipeline_options.latency = config.latency;
-  pipeline_options.engine_spin = config.engine_spin;
   std::unique_ptr<LivePipeline> live;
   Filters filters;
-  if (config.has_matrix()) {
-    RoutingMatrix matrix = load_configured_matrix(config);
-    engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
-    auto engine = make_matrix_engine(config.backend, matrix, engine_options);
-    spdlog::info("engine: {}", engine->description());
-    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-    filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
-  } else {
-    const FilterBank bank = load_configured_bank(config);
-    engine_options.max_taps = engine_max_taps(config, bank.max_taps());
-    auto engine = make_engine(config.backend, bank, engine_options);
-    spdlog::info("engine: {}", engine->description());
-    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-    filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
+  const auto build_pipeline = [&] {
+    EngineOptions engine_options = config.engine;
+    engine_options.max_block_frames = config.block_frames;
+    // Same-period mode runs the CPU engine inside the callback (its non-uniform
+    // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
+    engine_options.realtime_calls = config.latency == LatencyMode::zero;
+    LivePipelineOptions pipeline_options;
+    pipeline_options.sample_rate = config.sample_rate;
+    pipeline_options.block_frames = config.block_frames;
+    pipeline_options.margin_frames = config.ring_margin_frames;
+    pipeline_options.latency = config.latency;
+    pipeline_options.engine_spin = config.engine_spin;
+    if (config.has_matrix()) {
+      RoutingMatrix matrix = load_configured_matrix(config);
+      engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
+      auto engine = make_matrix_engine(config.backend, matrix, engine_options);
+      spdlog::info("engine: {}", engine->description());
+      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+      filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
+    } else {
+      const FilterBank bank = load_configured_bank(config);
+      engine_options.max_taps = engine_max_taps(config, bank.max_taps());
+      auto engine = make_engine(config.backend, bank, engine_options);
+      spdlog::info("engine: {}", engine->description());
+      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+      filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
+    }
+  };
+  try {
+    build_pipeline();
+  } catch (const std::exception& e) {
+    if (restored_config_text.empty()) throw;
+    filters = Filters{};
+    live.reset();
+    fall_back(e);
+    build_pipeline();
   }
   LivePipeline& pipeline = *live;
   Swapper& swapper = filters.any();
