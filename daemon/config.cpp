@@ -188,21 +188,34 @@ void read_control(const Reader& reader, const toml::table& root, LiveConfig& con
   config.control_socket = default_control_socket();
   const toml::table* table = reader.table(root, "control");
   if (table == nullptr) return;
-  reader.check_known(*table, "control", {"socket"});
+  reader.check_known(*table, "control",
+                     {"socket", "max_gain_db", "max_upload_files", "max_upload_mib"});
   if (auto socket = reader.string(*table, "control", "socket", /*allow_empty=*/true)) {
     if (socket->empty()) {
       config.control_socket.clear();
-      return;
+    } else {
+      config.control_socket = reader.resolve(*socket);
+      if (config.control_socket.string().size() > max_socket_path) {
+        reader.fail("control.socket", *table->get("socket"),
+                    "path longer than " + std::to_string(max_socket_path) +
+                        " bytes, too long for a Unix socket");
+      }
+      if (!config.control_socket.has_filename()) {
+        reader.fail("control.socket", *table->get("socket"),
+                    "names a directory, not a socket file");
+      }
     }
-    config.control_socket = reader.resolve(*socket);
-    if (config.control_socket.string().size() > max_socket_path) {
-      reader.fail("control.socket", *table->get("socket"),
-                  "path longer than " + std::to_string(max_socket_path) +
-                      " bytes, too long for a Unix socket");
-    }
-    if (!config.control_socket.has_filename()) {
-      reader.fail("control.socket", *table->get("socket"), "names a directory, not a socket file");
-    }
+  }
+  // The API's ceiling for volume and gains: 0 dB unless raised here, never
+  // beyond the output stage's own +20 dB.
+  if (auto gain = reader.number(*table, "control", "max_gain_db", 0.0, 20.0)) {
+    config.api_max_gain_db = *gain;
+  }
+  if (auto files = reader.integer(*table, "control", "max_upload_files", 1, 1024)) {
+    config.api_max_upload_files = static_cast<std::size_t>(*files);
+  }
+  if (auto mib = reader.integer(*table, "control", "max_upload_mib", 1, 4096)) {
+    config.api_max_upload_bytes = static_cast<std::size_t>(*mib) << 20;
   }
 }
 

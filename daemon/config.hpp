@@ -15,7 +15,8 @@
 //             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0, spin_us = 0
-//   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket)
+//   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket),
+//             max_gain_db = 0.0, max_upload_files = 16, max_upload_mib = 64
 //   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60,
 //             hosts = []   (names besides localhost, 127.0.0.1, [::1] that clients may use)
 //   [state]   file = ""
@@ -107,6 +108,14 @@ struct LiveConfig {
   std::chrono::microseconds engine_spin{0};
 
   std::filesystem::path control_socket;  // empty: no control socket
+  // What the control API (websocket, and JSON requests on the socket) may
+  // do; only the configuration file sets these (daemon/config_keys.hpp):
+  // the highest volume or gain it may set...
+  double api_max_gain_db = 0.0;
+  // ...and how many filters it may keep uploaded, in files and bytes (the
+  // oldest one not in use makes room for a new one).
+  std::size_t api_max_upload_files = 16;
+  std::size_t api_max_upload_bytes = std::size_t{64} << 20;
   // The websocket API and browser page (daemon/control/websocket_server.hpp).
   int web_port = 0;  // 0: off
   std::string web_address = "127.0.0.1";

@@ -281,25 +281,29 @@ TEST_F(ControlSocketTest, MalformedRequestsGetAnErrorAndTheServerKeepsServing) {
 TEST_F(ControlSocketTest, AnOversizedRequestGetsAnErrorAndOnlyThatConnectionIsClosed) {
   ControlServer server(socket_, handlers_);
   server.start();
+  // The websocket's bound (12 MiB): an apply_config of any real configuration fits.
+  constexpr std::size_t limit = ControlServer::max_request_bytes;
+  static_assert(limit == max_control_request_bytes);
+  const std::string said = "longer than " + std::to_string(limit) + " bytes";
   RawClient idle(socket_);  // another client stays connected throughout
   {
     RawClient client(socket_);
-    client.send(std::string(5000, 'a'));  // no newline at all
+    client.send(std::string(limit + 1, 'a'));  // no newline at all
     const std::string reply = client.read_all();
     EXPECT_TRUE(is_error(reply)) << reply.substr(0, 200);
-    EXPECT_NE(reply.find("longer than 4096 bytes"), std::string::npos);
+    EXPECT_NE(reply.find(said), std::string::npos) << reply.substr(0, 200);
   }
   {
     RawClient client(socket_);
-    client.send("load 0 /" + std::string(6000, 'x') + "\nstatus\n");
+    client.send("load 0 /" + std::string(limit, 'x') + "\nstatus\n");
     const std::string reply = client.read_all();
-    EXPECT_NE(reply.find("longer than 4096 bytes"), std::string::npos);
+    EXPECT_NE(reply.find(said), std::string::npos) << reply.substr(0, 200);
     EXPECT_EQ(reply.find("\"ok\":true"), std::string::npos) << "answered after an oversized line";
   }
   {
     // Just under the limit is an ordinary (here: unknown) request.
     RawClient client(socket_);
-    client.send(std::string(4000, 'b') + "\n");
+    client.send(std::string(limit - 100, 'b') + "\n");
     EXPECT_NE(client.read_line().find("unknown request"), std::string::npos);
   }
   idle.send("status\n");

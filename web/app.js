@@ -92,7 +92,7 @@ function buildStrips(channels, volume) {
     strip.dataset.channel = master ? 'master' : String(c);
     strip.innerHTML = `<strong>${master ? 'master' : 'ch ' + c}</strong>
       ${master ? '' : '<button class="clip" title="clipped samples; click to clear">clip</button><canvas width="24" height="140"></canvas>'}
-      <input type="range" min="-60" max="10" step="0.5" aria-label="volume ${strip.dataset.channel}">
+      <input type="range" min="-60" max="${info.max_gain_db ?? 0}" step="0.5" aria-label="volume ${strip.dataset.channel}">
       <span class="db"></span>
       <button class="mute">mute</button>`;
     container.append(strip);

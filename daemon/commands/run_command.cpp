@@ -43,6 +43,7 @@
 
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
+#include "daemon/config_keys.hpp"
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/file_watcher.hpp"
@@ -425,7 +426,7 @@ std::unique_ptr<FileWatcher> make_watcher(const std::vector<fs::path>& files, Sw
   auto watcher = std::make_unique<FileWatcher>(files, [&swapper](const fs::path& file) {
     std::string summary;
     if (swapper.reload(swapper.config(), &summary).empty()) {
-      spdlog::info("filter file {} changed on disk: {}", file.string(), summary);
+      spdlog::info("filter file {} written on disk: {}", file.string(), summary);
     }
   });
   watcher->start();
@@ -482,8 +483,20 @@ fs::path web_root(const LiveConfig& config) {
   return TAPSTREAM_WEB_SOURCE_ROOT;
 }
 
+// Throws what a start would throw for `config`'s filters: a file that does
+// not load, or filters longer than its [filter] max_taps.
+void check_startable(const LiveConfig& config) {
+  if (config.has_matrix()) {
+    const RoutingMatrix matrix = load_configured_matrix(config);
+    engine_max_taps(config, matrix.max_taps());
+  } else {
+    const FilterBank bank = load_configured_bank(config);
+    engine_max_taps(config, bank.max_taps());
+  }
+}
+
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
-ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
+ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices, const RunArgs& args,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
   Swapper& swapper = filters.any();
@@ -507,24 +520,27 @@ ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices,
     };
   }
   hooks.config = [&swapper] { return swapper.config(); };
-  hooks.apply_config = [&swapper](const LiveConfig& next,
-                                  std::vector<std::string>& restart_needed) {
-    const LiveConfig now = swapper.config();
-    const auto differs = [&](bool changed, const char* key) {
-      if (changed) restart_needed.emplace_back(key);
-    };
-    differs(next.sample_rate != now.sample_rate, "sample_rate");
-    differs(next.block_frames != now.block_frames, "block_frames");
-    differs(next.ring_margin_frames != now.ring_margin_frames, "ring_margin_frames");
-    differs(next.input.describe() != now.input.describe(), "input");
-    differs(next.output.describe() != now.output.describe(), "output");
-    differs(!(next.jack == now.jack), "jack");
-    differs(next.filter_files != now.filter_files && next.watch_filters, "filter.watch");
-    differs(next.web_port != now.web_port || next.web_address != now.web_address ||
-                next.web_token != now.web_token || next.web_hosts != now.web_hosts,
-            "web");
+  // The command line's --input, --output and --latency hold over the API's
+  // configuration as over the file's.
+  hooks.apply_config = [&swapper, &args](const LiveConfig& next,
+                                         std::vector<std::string>& restart_needed,
+                                         std::string& summary) {
+    LiveConfig effective = next;
+    apply_overrides(effective, args);
+    const LiveConfig running = swapper.config();
+    restart_needed = config_changes(running, effective).restart_needed();
     // As a reload: the filters and gain of `next`, re-reading only what changed.
-    return swapper.reload(next, nullptr);
+    return swapper.reload(with_reloaded_keys(running, effective), &summary);
+  };
+  hooks.check_start = [&args](const LiveConfig& next) {
+    LiveConfig effective = next;
+    apply_overrides(effective, args);
+    try {
+      check_startable(effective);
+      return std::string();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
   };
   hooks.devices = [&devices] {
     return std::make_pair(devices.input_name(), devices.output_name());
@@ -571,14 +587,31 @@ int run_daemon(RunArgs args) {
     }
   }
   std::string restored_config_text;
+  // What the file says: the start falls back to it when the configuration
+  // the API stored does not start (a rate the device refuses, an engine the
+  // machine lacks), so that no stored configuration keeps the daemon down.
+  const LiveConfig file_config = config;
+  const auto fall_back = [&](const std::exception& e) {
+    spdlog::warn("the state file's configuration does not start ({}); starting from {}", e.what(),
+                 args.config);
+    config = file_config;
+    restored_config_text.clear();
+  };
   if (saved && !saved->config_text.empty()) {
     try {
       LiveConfig restored =
           parse_live_config(saved->config_text, fs::path(args.config).parent_path(),
                             "configuration in the state file");
       restored.config_file = config.config_file;
-      restored.state_file = config.state_file;
       apply_overrides(restored, args);
+      // The keys only the file changes come from the file: the API could not
+      // change them, so a difference means the file changed since.
+      const auto file_only = config_changes(config, restored).file_only;
+      if (!file_only.empty()) {
+        throw std::runtime_error(fmt::format("{} changed in {} since the API stored it",
+                                             join_keys(file_only), args.config));
+      }
+      check_startable(restored);
       config = restored;
       restored_config_text = saved->config_text;
       spdlog::info("configuration restored from the state file {}", config.state_file.string());
@@ -598,7 +631,13 @@ int run_daemon(RunArgs args) {
   std::unique_ptr<PortAudioLibrary> early_library;
   if ((!config.input.is_file() || !config.output.is_file()) && device_retry == nullptr) {
     early_library = std::make_unique<PortAudioLibrary>(config.jack.client_name);
-    plan_devices(config);
+    try {
+      plan_devices(config);
+    } catch (const std::exception& e) {
+      if (restored_config_text.empty()) throw;
+      fall_back(e);
+      plan_devices(config);
+    }
   }
   fs::path continued_output;
   if (const char* committed = std::getenv(continued_output_variable)) {
@@ -618,33 +657,44 @@ int run_daemon(RunArgs args) {
     spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
   }
 
-  EngineOptions engine_options = config.engine;
-  engine_options.max_block_frames = config.block_frames;
-  // Same-period mode runs the CPU engine inside the callback (its non-uniform
-  // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
-  engine_options.realtime_calls = config.latency == LatencyMode::zero;
-  LivePipelineOptions pipeline_options;
-  pipeline_options.sample_rate = config.sample_rate;
-  pipeline_options.block_frames = config.block_frames;
-  pipeline_options.margin_frames = config.ring_margin_frames;
-  pipeline_options.latency = config.latency;
-  pipeline_options.engine_spin = config.engine_spin;
   std::unique_ptr<LivePipeline> live;
   Filters filters;
-  if (config.has_matrix()) {
-    RoutingMatrix matrix = load_configured_matrix(config);
-    engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
-    auto engine = make_matrix_engine(config.backend, matrix, engine_options);
-    spdlog::info("engine: {}", engine->description());
-    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-    filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
-  } else {
-    const FilterBank bank = load_configured_bank(config);
-    engine_options.max_taps = engine_max_taps(config, bank.max_taps());
-    auto engine = make_engine(config.backend, bank, engine_options);
-    spdlog::info("engine: {}", engine->description());
-    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-    filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
+  const auto build_pipeline = [&] {
+    EngineOptions engine_options = config.engine;
+    engine_options.max_block_frames = config.block_frames;
+    // Same-period mode runs the CPU engine inside the callback (its non-uniform
+    // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
+    engine_options.realtime_calls = config.latency == LatencyMode::zero;
+    LivePipelineOptions pipeline_options;
+    pipeline_options.sample_rate = config.sample_rate;
+    pipeline_options.block_frames = config.block_frames;
+    pipeline_options.margin_frames = config.ring_margin_frames;
+    pipeline_options.latency = config.latency;
+    pipeline_options.engine_spin = config.engine_spin;
+    if (config.has_matrix()) {
+      RoutingMatrix matrix = load_configured_matrix(config);
+      engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
+      auto engine = make_matrix_engine(config.backend, matrix, engine_options);
+      spdlog::info("engine: {}", engine->description());
+      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+      filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
+    } else {
+      const FilterBank bank = load_configured_bank(config);
+      engine_options.max_taps = engine_max_taps(config, bank.max_taps());
+      auto engine = make_engine(config.backend, bank, engine_options);
+      spdlog::info("engine: {}", engine->description());
+      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+      filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
+    }
+  };
+  try {
+    build_pipeline();
+  } catch (const std::exception& e) {
+    if (restored_config_text.empty()) throw;
+    filters = Filters{};
+    live.reset();
+    fall_back(e);
+    build_pipeline();
   }
   LivePipeline& pipeline = *live;
   Swapper& swapper = filters.any();
@@ -708,7 +758,8 @@ int run_daemon(RunArgs args) {
   // from now (a reload, or a `ctl load` of a matrix or path, changes them).
   const auto follow_filter_files = [&] {
     std::vector<fs::path> wanted;
-    if (config.watch_filters) wanted = swapper.watched_files();
+    // The swapper's: the API's apply_config changes [filter] watch too.
+    if (swapper.config().watch_filters) wanted = swapper.watched_files();
     if (wanted == watching) return;
     watcher.reset();
     watching = wanted;
@@ -729,18 +780,15 @@ int run_daemon(RunArgs args) {
           swapper.reject(args.config, std::string("the running configuration stays: ") + e.what()));
     }
     std::string restart_note;
-    if (reloaded.sample_rate != config.sample_rate || reloaded.channels != config.channels ||
-        reloaded.input_channels() != config.input_channels() ||
-        reloaded.block_frames != config.block_frames ||
-        reloaded.ring_margin_frames != config.ring_margin_frames ||
-        reloaded.input.describe() != config.input.describe() ||
-        reloaded.output.describe() != config.output.describe() || !(reloaded.jack == config.jack)) {
-      restart_note =
-          " (rate, channels, block, margin, devices and [jack] change only at a restart)";
+    const LiveConfig running = swapper.config();
+    const auto restart_needed = config_changes(running, reloaded).restart_needed();
+    if (!restart_needed.empty()) {
+      restart_note = fmt::format(" ({} change{} only at a restart)", join_keys(restart_needed),
+                                 restart_needed.size() == 1 ? "s" : "");
       spdlog::warn("reload: {}", restart_note.substr(2, restart_note.size() - 3));
     }
     std::string summary;
-    const std::string error = swapper.reload(reloaded, &summary);
+    const std::string error = swapper.reload(with_reloaded_keys(running, reloaded), &summary);
     if (!error.empty()) throw std::runtime_error(error);
     config.filter_files = reloaded.filter_files;
     config.matrix_file = reloaded.matrix_file;
@@ -750,7 +798,7 @@ int run_daemon(RunArgs args) {
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
 
-  ControlApi api(pipeline, make_api_hooks(filters, devices, log_ring),
+  ControlApi api(pipeline, make_api_hooks(filters, devices, args, log_ring),
                  config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
                                            : config.state_file.parent_path() / "tapstream-uploads");
   if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);

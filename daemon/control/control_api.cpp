@@ -1,6 +1,7 @@
 #include "daemon/control/control_api.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "daemon/config_keys.hpp"
+#include "daemon/control/file_text.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 
 namespace tapstream {
@@ -204,6 +207,22 @@ std::string key_of(const std::string& message) {
   return key.find_first_of(" '\"[") == std::string::npos ? key : std::string();
 }
 
+// True when `path` lies inside `folder`, both with their symlinks resolved
+// (a file that does not exist yet is resolved as far as it exists).
+bool lies_inside(const fs::path& path, const fs::path& folder) {
+  std::error_code error;
+  const fs::path file = fs::weakly_canonical(path, error);
+  if (error) return false;
+  const fs::path root = fs::weakly_canonical(folder, error);
+  if (error) return false;
+  const fs::path relative = file.lexically_relative(root);
+  return !relative.empty() && relative != "." && *relative.begin() != "..";
+}
+
+std::string shortened(const std::string& text) {
+  return text.size() <= 200 ? text : text.substr(0, 197) + "...";
+}
+
 std::string read_text(const fs::path& file) {
   std::ifstream stream(file, std::ios::binary);
   std::ostringstream text;
@@ -219,6 +238,7 @@ struct ControlApi::Impl {
   fs::path upload_dir;
 
   mutable std::mutex mutex;
+  std::mutex upload_mutex;                  // one upload at a time (room is made for it)
   std::vector<std::string> config_history;  // texts applied through the API, newest last
   std::string stop_reason;
   std::uint64_t last_blocks = 0;
@@ -278,6 +298,7 @@ struct ControlApi::Impl {
             {"latency_frames", pipeline.latency_frames()},
             {"latency_ms", pipeline.latency_ms()},
             {"max_taps", pipeline.engine_max_taps()},
+            {"max_gain_db", config.api_max_gain_db},
             {"realtime", pipeline.realtime_granted()},
             {"ramp_ms",
              1000.0 * double(pipeline.output_stage().ramp_frames()) / pipeline.sample_rate()}};
@@ -373,9 +394,11 @@ struct ControlApi::Impl {
       fail(ApiErrorType::invalid_value, fmt::format("the uploaded file has {} bytes, more than {}",
                                                     data.size(), max_upload_bytes));
     }
+    std::lock_guard lock(upload_mutex);
     std::error_code error;
     fs::create_directories(upload_dir, error);
     const fs::path file = upload_dir / name;
+    make_room(file, data.size());
     write_file_atomically(file, data);
     const std::string refused = hooks.load_filter(channel, file);
     if (!refused.empty()) {
@@ -384,6 +407,70 @@ struct ControlApi::Impl {
     }
     if (hooks.state_changed) hooks.state_changed();
     return {{"file", file.string()}, {"swaps", pipeline.stats().swaps}, {"filters", filters()}};
+  }
+
+  // An upload is in use while a channel runs it or the running configuration names it.
+  bool upload_in_use(const fs::path& file) const {
+    const LiveConfig config = hooks.config();
+    if (std::find(config.filter_files.begin(), config.filter_files.end(), file) !=
+        config.filter_files.end()) {
+      return true;
+    }
+    const auto bank = hooks.filters();
+    for (std::size_t c = 0; bank && c < bank->channels(); ++c) {
+      const std::string source = bank->source(c);
+      if (source == file.string() || source.rfind(file.string() + " ", 0) == 0) return true;
+    }
+    return false;
+  }
+
+  // Keeps the uploads within [control] max_upload_files and max_upload_mib
+  // with `file` of `bytes` added: the oldest uploads not in use are removed;
+  // refuses when those in use leave no room.
+  void make_room(const fs::path& file, std::size_t bytes) {
+    const LiveConfig config = hooks.config();
+    struct Kept {
+      fs::path file;
+      std::uintmax_t bytes;
+      fs::file_time_type written;
+    };
+    std::vector<Kept> kept;
+    std::size_t count = 1;
+    std::uintmax_t total = bytes;
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(upload_dir, error)) {
+      std::error_code entry_error;
+      if (!entry.is_regular_file(entry_error) || entry.path() == file) continue;
+      if (entry.path().extension() == ".part") continue;
+      const Kept one{entry.path(), entry.file_size(entry_error),
+                     entry.last_write_time(entry_error)};
+      kept.push_back(one);
+      ++count;
+      total += one.bytes;
+    }
+    std::sort(kept.begin(), kept.end(),
+              [](const Kept& a, const Kept& b) { return a.written < b.written; });
+    const auto fits = [&] {
+      return count <= config.api_max_upload_files && total <= config.api_max_upload_bytes;
+    };
+    for (const Kept& old : kept) {
+      if (fits()) return;
+      if (upload_in_use(old.file)) continue;
+      if (fs::remove(old.file, error)) {
+        --count;
+        total -= old.bytes;
+        spdlog::info("upload {} removed to make room for {} (the oldest not in use)",
+                     old.file.string(), file.filename().string());
+      }
+    }
+    if (fits()) return;
+    fail(ApiErrorType::rejected,
+         fmt::format("no room for {} ({} bytes): with it the uploads would be {} files of {} "
+                     "bytes, more than [control] max_upload_files = {} or max_upload_mib = {} "
+                     "allow, and the others are in use (running, or named by the running "
+                     "configuration)",
+                     file.filename().string(), bytes, count, total, config.api_max_upload_files,
+                     config.api_max_upload_bytes >> 20));
   }
 
   static void write_file_atomically(const fs::path& file, const std::string& data) {
@@ -407,22 +494,113 @@ struct ControlApi::Impl {
               (errors.size() > 1 ? fmt::format(" (and {} more)", errors.size() - 1) : ""));
     }
     std::vector<std::string> restart_needed;
-    const std::string refused = hooks.apply_config(*parsed, restart_needed);
-    if (!refused.empty()) fail(ApiErrorType::rejected, refused);
+    std::string summary;
+    const std::string refused = hooks.apply_config(*parsed, restart_needed, summary);
+    if (!refused.empty()) fail(ApiErrorType::rejected, shown(refused));
     if (remember) {
       std::lock_guard lock(mutex);
       config_history.push_back(text);
       if (config_history.size() > 32) config_history.erase(config_history.begin());
     }
     if (hooks.state_changed) hooks.state_changed();
-    return {{"restart_needed", restart_needed}, {"filters", filters()}};
+    return {{"restart_needed", restart_needed}, {"filters", filters()}, {"summary", summary}};
+  }
+
+  // A message about files: as it is when it names an upload, else without
+  // the text of the file it quotes.
+  std::string shown(const std::string& message) const {
+    return message.rfind(upload_dir.string(), 0) == 0 ? message : without_file_text(message);
+  }
+
+  // What `text` is compared with for the keys only the file changes: the
+  // configuration the API holds (its last, or the file's), as written.
+  LiveConfig reference_config(const fs::path& base) const {
+    try {
+      LiveConfig reference = parse_live_config(current_config_text(), base, "config");
+      reference.config_file = hooks.config().config_file;
+      return reference;
+    } catch (const std::exception&) {
+      return hooks.config();
+    }
+  }
+
+  // The files `text` names in [filter], before any is read: one that the
+  // reference does not name already must be an upload (a filter, not a
+  // matrix) or lie inside the configuration file's folder.
+  void check_named_files(const std::string& text, const fs::path& base, const LiveConfig& reference,
+                         std::vector<std::string>& errors) const {
+    toml::table root;
+    try {
+      root = toml::parse(text);
+    } catch (const std::exception&) {
+      return;  // parse_live_config says why
+    }
+    const toml::table* filter = root["filter"].as_table();
+    if (filter == nullptr) return;
+    const auto check = [&](const std::string& key, const toml::node* node, bool matrix) {
+      if (node == nullptr || !node->is_string()) return;
+      const std::string& value = node->as_string()->get();
+      fs::path path(value);
+      if (path.is_relative()) path = base / path;
+      path = path.lexically_normal();
+      const auto& named = reference.filter_files;
+      if (matrix ? path == reference.matrix_file
+                 : std::find(named.begin(), named.end(), path) != named.end()) {
+        return;
+      }
+      const bool uploaded = lies_inside(path, upload_dir);
+      if (matrix ? lies_inside(path, base) && !uploaded : uploaded || lies_inside(path, base)) {
+        return;
+      }
+      errors.push_back(fmt::format(
+          "{} = \"{}\": the API may name only {} inside {} (the configuration file's folder, "
+          "symlinks resolved); other files are named in the configuration file on disk",
+          key, shortened(value), matrix ? "a matrix file" : "a filter it uploaded or a file",
+          base.string()));
+    };
+    check("filter.file", filter->get("file"), false);
+    check("filter.matrix", filter->get("matrix"), true);
+    if (const toml::array* files = filter->get_as<toml::array>("files")) {
+      for (std::size_t i = 0; i < files->size(); ++i) {
+        check(fmt::format("filter.files[{}]", i), files->get(i), false);
+      }
+    }
+  }
+
+  // What the API may not do with a configuration that parses: change a key
+  // only the file changes, raise a gain above [control] max_gain_db, or
+  // store one that the next start would refuse.
+  void check_parsed(const LiveConfig& config, const LiveConfig& reference,
+                    std::vector<std::string>& errors) const {
+    const ConfigChanges changes = config_changes(reference, config);
+    if (!changes.file_only.empty()) {
+      errors.push_back(fmt::format(
+          "{}: only the configuration file on disk changes {} (then restart tapstream); the "
+          "API may not",
+          join_keys(changes.file_only), changes.file_only.size() == 1 ? "it" : "them"));
+    }
+    const double limit = hooks.config().api_max_gain_db;
+    if (config.gain_db > limit && config.gain_db != reference.gain_db) {
+      errors.push_back(fmt::format(
+          "filter.gain_db = {}: above the API's limit of {} dB ([control] max_gain_db in the "
+          "configuration file raises it)",
+          config.gain_db, limit));
+    }
+    if (errors.empty() && hooks.check_start) {
+      const std::string refused = hooks.check_start(config);
+      if (!refused.empty()) errors.push_back(shown(refused));
+    }
   }
 
   std::vector<std::string> validate(const std::string& text,
                                     std::optional<LiveConfig>* parsed) const {
     std::vector<std::string> errors;
-    std::string current = text;
     const fs::path base = base_dir();
+    const LiveConfig reference = reference_config(base);
+    // Before anything is read: a file outside the folder is not even opened.
+    check_named_files(text, base, reference, errors);
+    if (!errors.empty()) return errors;
+    std::string current = text;
     const std::string prefix = "config: ";
     for (int round = 0; round < 64; ++round) {
       try {
@@ -433,10 +611,16 @@ struct ControlApi::Impl {
               fmt::format("channels = {}: the running stream has {} (restart to change)",
                           config.channels, pipeline.channels()));
         }
+        if (errors.empty()) check_parsed(config, reference, errors);
         if (errors.empty() && parsed != nullptr) *parsed = std::move(config);
         return errors;
       } catch (const ConfigError& e) {
         std::string message = e.what();
+        // "config: ..." is about the text itself; anything else about a file it names.
+        if (message.rfind("config:", 0) != 0) {
+          errors.push_back(shown(message));
+          return errors;
+        }
         if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
         errors.push_back(message);
         // Take the culprit out and look for the next problem.
@@ -483,7 +667,15 @@ struct ControlApi::Impl {
     if (verb == "set_volume" || verb == "set_mute") {
       const auto channel = channel_field(request, stage.channels(), "master");
       if (verb == "set_volume") {
-        stage.set_volume_db(channel, number_field(request, "db"));
+        const double db = number_field(request, "db");
+        const double limit = hooks.config().api_max_gain_db;
+        if (db > limit) {
+          fail(ApiErrorType::invalid_value,
+               fmt::format("db = {}: above the API's limit of {} dB ([control] max_gain_db in the "
+                           "configuration file raises it)",
+                           db, limit));
+        }
+        stage.set_volume_db(channel, db);
       } else {
         const json& muted = field(request, "muted");
         if (!muted.is_boolean()) fail(ApiErrorType::bad_request, "'muted' must be true or false");

@@ -70,12 +70,18 @@ struct ApiHooks {
   // returns "" or the reason it was refused.
   std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
       load_filter;
-  // The running configuration, and its replacement (filters and gain are
-  // reloaded; returns "" or the reason; keys that need a restart are named
-  // in `restart_needed`).
+  // The running configuration, and its replacement (its reload keys are
+  // taken, daemon/config_keys.hpp; returns "" or the reason; the keys whose
+  // change waits for a restart are named in `restart_needed`, what the
+  // filters did in `summary`).
   std::function<LiveConfig()> config;
-  std::function<std::string(const LiveConfig&, std::vector<std::string>& restart_needed)>
+  std::function<std::string(const LiveConfig&, std::vector<std::string>& restart_needed,
+                            std::string& summary)>
       apply_config;
+  // What the next start would refuse in a configuration ("" when nothing):
+  // its filters are loaded and checked as a start checks them, so that the
+  // API never stores a configuration that makes the next start fail.
+  std::function<std::string(const LiveConfig&)> check_start;
   // Device names as opened ("" where a file is used).
   std::function<std::pair<std::string, std::string>()> devices;
   // Recent log lines, oldest first.
@@ -91,6 +97,14 @@ struct ApiSession {
   bool can_subscribe = true;
 };
 
+// What the API may change (docs/api.md, "What the API may change"): volume,
+// mute and gains up to [control] max_gain_db (0 dB unless the configuration
+// file raises it); filters it uploaded (at most [control] max_upload_files
+// and max_upload_mib kept, the oldest one not in use removed to make room)
+// or files inside the configuration file's folder (symlinks resolved); the
+// configuration's reload and restart keys. The file-only keys (where audio
+// comes from and goes to, what listens, which files the daemon writes) are
+// refused by name. No reply quotes a file that the API did not upload.
 class ControlApi {
  public:
   static constexpr std::size_t max_upload_bytes = 8 << 20;

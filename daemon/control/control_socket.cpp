@@ -67,6 +67,11 @@ std::string error_reply(std::string_view message) {
   return json_line(Json{{"ok", false}, {"error", message}});
 }
 
+std::string oversized_reply() {
+  return error_reply("request longer than " + std::to_string(max_control_request_bytes) +
+                     " bytes (the websocket's bound too); the connection is closed");
+}
+
 std::string_view trim(std::string_view text) {
   const auto first = text.find_first_not_of(" \t\r");
   if (first == std::string_view::npos) return {};
@@ -135,6 +140,7 @@ void remove_stale_socket(const fs::path& path) {
 struct Client {
   Fd fd;
   std::string input;
+  std::size_t scanned = 0;  // bytes of `input` known to hold no newline
   std::string output;
   bool closing = false;  // close once `output` is sent
   Clock::time_point last_active = Clock::now();
@@ -419,7 +425,7 @@ std::string ControlServer::handle_request(std::string_view line) const {
 void ControlServer::serve() {
   std::vector<Client> clients;
   std::vector<pollfd> fds;
-  char buffer[4096];
+  std::vector<char> buffer(64 * 1024);  // an upload of megabytes comes in few reads
 
   const auto queue_reply = [](Client& client, const std::string& reply) {
     client.output += reply;
@@ -433,26 +439,27 @@ void ControlServer::serve() {
   // Answers every complete line in client.input; an oversized one ends the connection.
   const auto answer_lines = [&](Client& client, bool at_eof) {
     while (!client.closing) {
-      const auto newline = client.input.find('\n');
+      const auto newline = client.input.find('\n', client.scanned);
       if (newline == std::string::npos) {
+        client.scanned = client.input.size();
         if (client.input.size() > max_request_bytes) {
-          queue_reply(client, error_reply("request longer than " +
-                                          std::to_string(max_request_bytes) + " bytes"));
+          queue_reply(client, oversized_reply());
           client.closing = true;
         } else if (at_eof && !trim(client.input).empty()) {
           queue_reply(client, handle_request(client.input));
           client.input.clear();
+          client.scanned = 0;
         }
         return;
       }
       if (newline > max_request_bytes) {
-        queue_reply(client, error_reply("request longer than " + std::to_string(max_request_bytes) +
-                                        " bytes"));
+        queue_reply(client, oversized_reply());
         client.closing = true;
         return;
       }
       const std::string line = client.input.substr(0, newline);
       client.input.erase(0, newline + 1);
+      client.scanned = 0;
       queue_reply(client, handle_request(line));
     }
   };
@@ -483,9 +490,9 @@ void ControlServer::serve() {
       if (revents == 0 || client.fd.get() < 0) continue;
       client.last_active = Clock::now();
       if (revents & (POLLIN | POLLHUP | POLLERR)) {
-        const ssize_t got = ::recv(client.fd.get(), buffer, sizeof buffer, 0);
+        const ssize_t got = ::recv(client.fd.get(), buffer.data(), buffer.size(), 0);
         if (got > 0) {
-          client.input.append(buffer, static_cast<std::size_t>(got));
+          client.input.append(buffer.data(), static_cast<std::size_t>(got));
           answer_lines(client, false);
         } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
           answer_lines(client, true);

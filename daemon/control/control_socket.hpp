@@ -20,9 +20,16 @@
 //   {"command":"load","input":0,"output":1,"file":"/abs/f.txt"}   (load path)
 //   {"command":"load","matrix":"/abs/m.toml"}                   (load matrix)
 //
-// Anything else (unknown or malformed requests, lines over 4 KiB) gets
+// Anything else (unknown or malformed requests, lines longer than
+// max_control_request_bytes, the websocket's bound) gets
 // {"ok":false,"error":"..."}; a client cannot crash the server or touch the
 // audio path: the server only calls the handlers below, on its own thread.
+//
+// Who may do what: only the owner reaches the socket, so the text requests
+// (load, reload, stop) may name any file, as the owner could in the
+// configuration file. A JSON request of the shared model ({"request": ...})
+// gets exactly what the websocket gets (daemon/control/control_api.hpp): one
+// model, one set of rules.
 //
 // Threads: the server runs one thread of its own (poll() over the listening
 // socket, the clients and a stop pipe); the handlers run on that thread.
@@ -39,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/control/request_size.hpp"
 #include "daemon/control/stop_pipe.hpp"
 #include "dsp/latency_stats.hpp"
 
@@ -117,7 +125,7 @@ struct ControlHandlers {
 
 class ControlServer {
  public:
-  static constexpr std::size_t max_request_bytes = 4096;
+  static constexpr std::size_t max_request_bytes = max_control_request_bytes;
   static constexpr std::size_t max_clients = 16;
 
   ControlServer(std::filesystem::path socket_path, ControlHandlers handlers);

@@ -9,6 +9,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "daemon/control/file_text.hpp"
 #include "dsp/coefficient_file.hpp"
 
 namespace tapstream {
@@ -138,7 +139,7 @@ std::string FilterSwapper::install(const std::function<FilterBank()>& build,
   try {
     bank = std::make_shared<const FilterBank>(build());
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   return install_locked(std::move(bank), what);
 }
@@ -189,7 +190,7 @@ std::string FilterSwapper::load(const std::string& channel, const fs::path& file
     }
     bank = std::make_shared<const FilterBank>(std::move(loaded));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(std::move(bank), what);
   if (!error.empty()) return error;
@@ -212,6 +213,9 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
   std::vector<Source> wanted = sources_;
   std::vector<std::size_t> reloaded;
   for (std::size_t c = 0; c < channels; ++c) {
+    // A configuration that names another file for a channel replaces what a
+    // `ctl load` or an upload put there; one that names the same keeps it.
+    if (config.filter_file(c) != running.filter_file(c)) wanted[c].from_ctl = false;
     if (!wanted[c].from_ctl) wanted[c].file = config.filter_file(c);
     const Stamp stamp = stamp_of(wanted[c].file);
     if (gain_changed || wanted[c].file != sources_[c].file || !(stamp == sources_[c].stamp)) {
@@ -219,8 +223,20 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
       reloaded.push_back(c);
     }
   }
+  // Said in the summary: which channels keep a loaded filter over the configuration's.
+  std::string kept;
+  for (std::size_t c = 0; c < channels; ++c) {
+    if (!wanted[c].from_ctl) continue;
+    kept += fmt::format(
+        "{}channel {} keeps {} (loaded by ctl load or upload_filter; a "
+        "configuration naming another file for it replaces it)",
+        kept.empty() ? "; " : ", ", c, wanted[c].file.string());
+  }
   if (reloaded.empty()) {
-    if (summary) *summary = "no filter file changed; the filters stay";
+    if (summary) {
+      *summary =
+          "the filters stay: every channel's file has the size and time it had when loaded" + kept;
+    }
     std::scoped_lock both(current_mutex_);
     config_ = config;
     return {};
@@ -255,7 +271,7 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
     bank = std::make_shared<const FilterBank>(
         FilterBank::per_channel(std::move(taps), std::move(sources)));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(std::move(bank), what);
   if (!error.empty()) return error;
@@ -267,7 +283,7 @@ std::string FilterSwapper::reload(const LiveConfig& config, std::string* summary
   if (summary) {
     std::string list;
     for (const std::size_t c : reloaded) list += (list.empty() ? "" : ", ") + std::to_string(c);
-    *summary = fmt::format("reloaded channel{} {}", reloaded.size() == 1 ? "" : "s", list);
+    *summary = fmt::format("reloaded channel{} {}{}", reloaded.size() == 1 ? "" : "s", list, kept);
   }
   return {};
 }

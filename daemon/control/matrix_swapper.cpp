@@ -6,6 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "daemon/control/file_text.hpp"
 #include "daemon/matrix_config.hpp"
 #include "dsp/matrix_engine.hpp"
 
@@ -129,7 +130,7 @@ std::string MatrixSwapper::install_locked(std::shared_ptr<const RoutingMatrix> n
     }
     check_matrix_swap(*running, *next, max_taps);
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   const std::uint64_t sequence = pipeline_.matrix_mailbox().post(next);
   if (!pipeline_.matrix_mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
@@ -172,7 +173,7 @@ std::string MatrixSwapper::load_path(std::size_t input, std::size_t output, cons
     next = std::make_shared<const RoutingMatrix>(RoutingMatrix::make(
         running->inputs(), running->outputs(), std::move(paths), file_max_taps));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(next, what);
   if (!error.empty()) return error;
@@ -191,7 +192,7 @@ std::string MatrixSwapper::load_matrix(const fs::path& file) {
   try {
     next = std::make_shared<const RoutingMatrix>(read_live_matrix(config(), file));
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   Stamps stamps = stamps_of(file, *next);
   std::string error = install_locked(next, what);
@@ -226,7 +227,11 @@ std::string MatrixSwapper::reload(const LiveConfig& config, std::string* summary
     }
   }
   if (changed.empty()) {
-    if (summary) *summary = "no matrix or coefficient file changed; the matrix stays";
+    if (summary) {
+      *summary =
+          "the matrix stays: its file and every coefficient file have the size and time they had "
+          "when loaded";
+    }
     std::scoped_lock both(current_mutex_);
     config_ = config;
     return {};
@@ -240,7 +245,7 @@ std::string MatrixSwapper::reload(const LiveConfig& config, std::string* summary
     next = std::make_shared<const RoutingMatrix>(build(config, file, overrides));
     stamps = stamps_of(file, *next);
   } catch (const std::exception& e) {
-    return reject(what, e.what());
+    return reject(what, without_file_text(e.what()));
   }
   std::string error = install_locked(next, what);
   if (!error.empty()) return error;

@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/control/request_size.hpp"
+
 namespace tapstream {
 
 class ControlApi;
@@ -47,8 +49,8 @@ struct WebsocketServerOptions {
   // Connections of any kind held at once (fewer if half the process's file
   // descriptors are fewer); more are closed as they come.
   std::size_t max_connections = 256;
-  std::size_t max_message_bytes = 12 << 20;  // an 8 MiB upload in base64 fits
-  double max_messages_per_second = 100;      // sustained; bursts of twice that pass
+  std::size_t max_message_bytes = max_control_request_bytes;  // the socket's bound too
+  double max_messages_per_second = 100;  // sustained; bursts of twice that pass
   // A client that sends nothing for half of this is pinged; one that has not
   // answered (a pong counts) by the whole of it is gone and is closed.
   std::chrono::seconds idle_timeout{60};

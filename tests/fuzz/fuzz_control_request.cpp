@@ -44,7 +44,9 @@ struct Daemon {
       return std::filesystem::exists(file) ? std::string() : file.string() + ": no such file";
     };
     hooks.config = [] { return LiveConfig{}; };
-    hooks.apply_config = [](const LiveConfig&, std::vector<std::string>&) { return std::string(); };
+    hooks.apply_config = [](const LiveConfig&, std::vector<std::string>&, std::string&) {
+      return std::string();
+    };
     hooks.devices = [] { return std::pair<std::string, std::string>("in", "out"); };
     hooks.log = [](std::size_t) { return std::vector<std::string>{"a line"}; };
     hooks.state_changed = [] {};

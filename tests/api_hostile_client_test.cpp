@@ -1,0 +1,470 @@
+// A hostile client of the control API, through the websocket and the Unix
+// socket, against a running `tapstream run`: every key that names a file, a
+// device or a listener is refused by name and nothing of the request is
+// applied; a filter file outside the configuration's folder (spelled or
+// through a symlink) is never read; the text of a file the API did not
+// upload is never echoed, in a reply or the log; gains stop at 0 dB unless
+// the configuration file raises [control] max_gain_db; uploads are bounded;
+// a configuration the next start would refuse is not stored; a 6 KB
+// apply_config passes on the socket and an oversized request gets a clear
+// error. What the owner may do on the socket (`load` of any file) still works.
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/control/control_socket.hpp"
+#include "daemon/control/request_size.hpp"
+#include "tests/process_support.hpp"
+#include "tests/web_api_support.hpp"
+#include "tests/websocket_client.hpp"
+
+namespace tapstream {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::api_call;
+using testing::api_ok;
+using testing::Child;
+using testing::free_port;
+using testing::read_text;
+using testing::TempDir;
+using testing::WebsocketClient;
+
+constexpr int rate = 48000;
+constexpr const char* secret = "SECRET-MARKER-7f3a";
+
+void write_silent_wav(const fs::path& file, double seconds) {
+  const auto frames = static_cast<std::uint32_t>(seconds * rate);
+  const std::uint32_t bytes = frames * 2 * 2;
+  std::ofstream out(file, std::ios::binary);
+  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  out.write("RIFF", 4);
+  u32(36 + bytes);
+  out.write("WAVEfmt ", 8);
+  u32(16);
+  u16(1);
+  u16(2);
+  u32(rate);
+  u32(rate * 4);
+  u16(4);
+  u16(16);
+  out.write("data", 4);
+  u32(bytes);
+  const std::vector<char> zeros(bytes, 0);
+  out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+}
+
+// The error of a request that must be refused: "type: message".
+std::string refusal(const json& reply) {
+  EXPECT_FALSE(reply.value("ok", true)) << reply.dump();
+  if (!reply.contains("error")) return "";
+  return reply["error"].value("type", "") + ": " + reply["error"].value("message", "");
+}
+
+class HostileClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_silent_wav(dir_ / "in.wav", 120);
+    std::ofstream(dir_ / "unit.txt") << "1.0\n";
+    std::ofstream(dir_ / "other.txt") << "0.5\n";
+    std::ofstream(dir_ / "three.txt") << "0.5\n0.25\n0.125\n";
+    // A file in the folder that is not a filter, holding something private.
+    std::ofstream(dir_ / "notes.txt") << "password = " << secret << "\n";
+    std::ofstream(outside_ / "secret.txt") << "root:" << secret << ":20228:0:99999:7:::\n";
+    std::ofstream(outside_ / "valid.txt") << "0.25\n";
+    fs::create_symlink(outside_ / "secret.txt", dir_ / "escape.txt");
+    port_ = free_port();
+  }
+
+  void TearDown() override {
+    if (daemon_) stop();
+  }
+
+  // The configuration: `control` is appended to its [control] table, `rest` at its end.
+  void write_config(const std::string& control = "", const std::string& rest = "",
+                    bool watch = false) {
+    std::ofstream(dir_ / "live.toml")
+        << "sample_rate = 48000\nblock_frames = 256\nchannels = 2\n"
+        << "[input]\nfile = \"in.wav\"\nrealtime = true\n"
+        << "[output]\nfile = \"out.wav\"\n"
+        << "[filter]\nfile = \"unit.txt\"\nmax_taps = 1024\nwatch = " << (watch ? "true" : "false")
+        << "\n[control]\nsocket = \"sock/control.sock\"\n"
+        << control << "[state]\nfile = \"state.json\"\n"
+        << "[web]\nport = " << port_ << "\n"
+        << rest;
+  }
+
+  // Starts the daemon; `control` is appended to its [control] table.
+  void start(const std::string& control = "", bool watch = false) {
+    write_config(control, "", watch);
+    daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
+                                                               (dir_ / "live.toml").string()},
+                                      dir_ / "daemon.out", dir_ / "daemon.err");
+    ASSERT_TRUE(daemon_->started());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // The web server starts first, then the control socket.
+    while (read_text(dir_ / "daemon.out").find("web: http") == std::string::npos ||
+           !fs::exists(socket())) {
+      ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void stop() {
+    daemon_->signal(SIGTERM);
+    EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
+        << read_text(dir_ / "daemon.err");
+    daemon_.reset();
+  }
+
+  json socket_call(const json& request) {
+    return json::parse(control_request(socket(), request.dump()));
+  }
+  fs::path socket() const { return dir_ / "sock/control.sock"; }
+
+  std::size_t uploads() const {
+    std::size_t count = 0;
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(dir_ / "tapstream-uploads", error)) {
+      count += entry.is_regular_file() ? 1 : 0;
+    }
+    return count;
+  }
+
+  TempDir dir_{"tapstream-hostile"};
+  TempDir outside_{"tapstream-outside"};
+  int port_ = 0;
+  std::unique_ptr<Child> daemon_;
+};
+
+TEST_F(HostileClient, KeysNamingFilesDevicesOrListenersAreRefusedByNameAndNothingApplies) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::string before = api_ok(client, {{"request", "get_config"}})["text"];
+
+  const std::vector<std::pair<json, std::string>> patches = {
+      {{{"output", {{"file", (outside_ / "overwritten.wav").string()}}}}, "output.file"},
+      {{{"input", {{"file", nullptr}, {"realtime", nullptr}, {"device", "hw:0"}}}}, "input.device"},
+      {{{"input", {{"realtime", false}}}}, "input.realtime"},
+      {{{"web", {{"root", "/"}}}}, "web.root"},
+      {{{"web", {{"address", "0.0.0.0"}, {"token", "0123456789abcdef-chosen"}}}}, "web.address"},
+      {{{"web", {{"port", port_ + 1}}}}, "web.port"},
+      {{{"web", {{"token", "0123456789abcdef-chosen"}}}}, "web.token"},
+      {{{"state", {{"file", (outside_ / "state.json").string()}}}}, "state.file"},
+      {{{"log", {{"file", (outside_ / "tapstream.log").string()}}}}, "log.file"},
+      {{{"control", {{"socket", (outside_ / "c.sock").string()}}}}, "control.socket"},
+      {{{"control", {{"max_gain_db", 20}}}}, "control.max_gain_db"},
+      {{{"control", {{"max_upload_files", 1000}}}}, "control.max_upload_files"},
+      {{{"jack", {{"connect_outputs", "evil:.*"}}}}, "jack.connect_outputs"},
+  };
+  for (const auto& [patch, key] : patches) {
+    // With a change that alone would pass: nothing of the request applies.
+    json request = {{"request", "patch_config"}, {"patch", patch}};
+    request["patch"]["filter"] = {{"gain_db", -6}};
+    const std::string error = refusal(api_call(client, request));
+    EXPECT_EQ(error.rfind("rejected: ", 0), 0u) << error;
+    EXPECT_NE(error.find(key), std::string::npos) << key << " not named in: " << error;
+    EXPECT_NE(error.find("configuration file on disk"), std::string::npos) << error;
+    // The same on the socket: one model, one set of rules.
+    const std::string over_socket = refusal(socket_call(request));
+    EXPECT_NE(over_socket.find(key), std::string::npos) << over_socket;
+  }
+  EXPECT_EQ(api_ok(client, {{"request", "get_config"}})["text"], before);
+  EXPECT_EQ(api_ok(client, {{"request", "get_info"}})["output"].get<std::string>(),
+            "file " + (dir_ / "out.wav").string());
+  const json filters = api_ok(client, {{"request", "list_filters"}})["filters"];
+  EXPECT_EQ(filters[0]["source"], (dir_ / "unit.txt").string());
+  EXPECT_FALSE(fs::exists(outside_ / "overwritten.wav"));
+  EXPECT_FALSE(fs::exists(outside_ / "tapstream.log"));
+
+  // A whole text that moves the output is refused the same way; validate says so too.
+  std::string moved = before;
+  moved.replace(moved.find("out.wav"), 7, "elsewhere.wav");
+  EXPECT_NE(
+      refusal(api_call(client, {{"request", "apply_config"}, {"text", moved}})).find("output.file"),
+      std::string::npos);
+  const json check = api_ok(client, {{"request", "validate_config"}, {"text", moved}});
+  EXPECT_FALSE(check["valid"].get<bool>());
+  EXPECT_NE(check["errors"].dump().find("output.file"), std::string::npos);
+  EXPECT_EQ(refusal(api_call(client, {{"request", "undo_config"}})),
+            "invalid_value: nothing to undo");
+}
+
+TEST_F(HostileClient, FilterFilesOutsideTheFolderAreRefusedUnreadAndNoFileTextIsEchoed) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const auto patch_file = [&](const std::string& file) {
+    return api_call(client,
+                    {{"request", "patch_config"}, {"patch", {{"filter", {{"file", file}}}}}});
+  };
+  for (const std::string& file :
+       {std::string("/etc/passwd"), (outside_ / "secret.txt").string(),
+        std::string("../") + outside_.path().filename().string() + "/secret.txt",
+        std::string("escape.txt")}) {
+    const std::string error = refusal(patch_file(file));
+    EXPECT_NE(error.find("filter.file"), std::string::npos) << error;
+    EXPECT_NE(error.find("configuration file's folder"), std::string::npos) << error;
+    EXPECT_EQ(error.find(secret), std::string::npos) << error;
+    EXPECT_EQ(error.find("root:"), std::string::npos) << error;
+  }
+  // files = [...] and matrix are held to the same folder.
+  EXPECT_NE(
+      refusal(api_call(client, {{"request", "patch_config"},
+                                {"patch",
+                                 {{"filter",
+                                   {{"file", nullptr}, {"files", {"unit.txt", "/etc/passwd"}}}}}}}))
+          .find("filter.files[1]"),
+      std::string::npos);
+
+  // A file inside the folder that is no filter: named with its line, never quoted.
+  const std::string notes = refusal(patch_file("notes.txt"));
+  EXPECT_NE(notes.find((dir_ / "notes.txt").string() + ":1"), std::string::npos) << notes;
+  EXPECT_EQ(notes.find(secret), std::string::npos) << notes;
+  EXPECT_EQ(notes.find("password"), std::string::npos) << notes;
+  // The owner's `ctl load` of a file that is no filter: refused, and neither
+  // its reply nor the log (which get_log hands to every API client) quotes it.
+  const std::string owner_load =
+      control_request(socket(), "load 0 " + (outside_ / "secret.txt").string());
+  EXPECT_NE(owner_load.find("secret.txt:1"), std::string::npos) << owner_load;
+  EXPECT_EQ(owner_load.find(secret), std::string::npos) << owner_load;
+  const json log = api_ok(client, {{"request", "get_log"}, {"lines", 1000}});
+  EXPECT_NE(log.dump().find("secret.txt:1"), std::string::npos);
+  EXPECT_EQ(log.dump().find(secret), std::string::npos);
+  EXPECT_EQ(read_text(dir_ / "daemon.err").find(secret), std::string::npos);
+
+  // What the owner does on the socket stays: `load` names any file.
+  const json loaded =
+      json::parse(control_request(socket(), "load 0 " + (outside_ / "valid.txt").string()));
+  EXPECT_TRUE(loaded.value("ok", false)) << loaded.dump();
+}
+
+TEST_F(HostileClient, AnAppliedConfigurationsFiltersRunEvenOverAnUploadAndRestartNeededIsExact) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  api_ok(client, {{"request", "upload_filter"},
+                  {"channel", "all"},
+                  {"name", "up.txt"},
+                  {"data", "0.5\n0.5\n"}});
+  // Another file in the configuration: it runs, not the upload.
+  const json applied = api_ok(
+      client, {{"request", "patch_config"}, {"patch", {{"filter", {{"file", "other.txt"}}}}}});
+  EXPECT_EQ(applied["restart_needed"], json::array());
+  for (const json& filter : applied["filters"]) {
+    EXPECT_EQ(filter["source"], (dir_ / "other.txt").string()) << applied.dump();
+  }
+  // A restart key is said, and only it.
+  const json slower =
+      api_ok(client, {{"request", "patch_config"}, {"patch", {{"block_frames", 512}}}});
+  EXPECT_EQ(slower["restart_needed"], json::array({"block_frames"}));
+  // An upload over a configured file, then the same configuration again: the
+  // reply says that the upload stays, and why.
+  api_ok(
+      client,
+      {{"request", "upload_filter"}, {"channel", 1}, {"name", "up.txt"}, {"data", "0.5\n0.5\n"}});
+  const json same =
+      api_ok(client, {{"request", "patch_config"}, {"patch", {{"filter", {{"gain_db", -1}}}}}});
+  EXPECT_NE(same["summary"].get<std::string>().find("channel 1 keeps"), std::string::npos)
+      << same.dump();
+
+  // A configuration the next start would refuse (filters longer than its
+  // max_taps) is not stored.
+  const std::string refused = refusal(
+      api_call(client, {{"request", "patch_config"},
+                        {"patch", {{"filter", {{"file", "three.txt"}, {"max_taps", 2}}}}}}));
+  EXPECT_NE(refused.find("max_taps"), std::string::npos) << refused;
+}
+
+TEST_F(HostileClient, GainsStopAtZeroDecibelsUnlessTheFileRaisesTheLimit) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  {
+    WebsocketClient client(port_, "/ws");
+    ASSERT_TRUE(client.open());
+    api_ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", 0}});
+    for (const json& channel : {json("master"), json(0)}) {
+      const std::string error =
+          refusal(api_call(client, {{"request", "set_volume"}, {"channel", channel}, {"db", 20}}));
+      EXPECT_NE(error.find("max_gain_db"), std::string::npos) << error;
+    }
+    EXPECT_EQ(api_ok(client, {{"request", "get_volume"}})["master"]["db"], 0.0);
+    const std::string gain = refusal(
+        api_call(client, {{"request", "patch_config"}, {"patch", {{"filter", {{"gain_db", 6}}}}}}));
+    EXPECT_NE(gain.find("filter.gain_db"), std::string::npos) << gain;
+  }
+  stop();
+  ASSERT_NO_FATAL_FAILURE(start("max_gain_db = 6\n"));
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  api_ok(client, {{"request", "set_volume"}, {"channel", 0}, {"db", 6}});
+  EXPECT_FALSE(
+      api_call(client, {{"request", "set_volume"}, {"channel", 0}, {"db", 6.5}}).value("ok", true));
+  api_ok(client, {{"request", "patch_config"}, {"patch", {{"filter", {{"gain_db", 6}}}}}});
+}
+
+TEST_F(HostileClient, UploadFloodsKeepTheNewestWithinTheBoundsAndRefuseWhenAllAreInUse) {
+  ASSERT_NO_FATAL_FAILURE(start("max_upload_files = 2\nmax_upload_mib = 1\n"));
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  for (int i = 0; i < 6; ++i) {
+    api_ok(client, {{"request", "upload_filter"},
+                    {"channel", "all"},
+                    {"name", "flood-" + std::to_string(i) + ".txt"},
+                    {"data", "0.5\n"}});
+    EXPECT_LE(uploads(), 2u);
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "tapstream-uploads" / "flood-5.txt"));
+  // Two uploads in use, one a channel (flood-5 and left.txt): a third finds no room.
+  api_ok(client,
+         {{"request", "upload_filter"}, {"channel", 0}, {"name", "left.txt"}, {"data", "0.5\n"}});
+  const std::string full = refusal(api_call(
+      client,
+      {{"request", "upload_filter"}, {"channel", 0}, {"name", "third.txt"}, {"data", "0.5\n"}}));
+  EXPECT_NE(full.find("no room"), std::string::npos) << full;
+  EXPECT_NE(full.find("max_upload_files = 2"), std::string::npos) << full;
+  // Bytes count too: 1.5 MiB does not fit in 1 MiB.
+  const std::string big = refusal(api_call(client, {{"request", "upload_filter"},
+                                                    {"channel", 0},
+                                                    {"name", "big.txt"},
+                                                    {"data", std::string(3 << 19, '\n')}}));
+  EXPECT_NE(big.find("no room"), std::string::npos) << big;
+  EXPECT_EQ(uploads(), 2u);
+}
+
+TEST_F(HostileClient, TheSocketTakesRequestsAsLargeAsTheWebsocketAndSaysWhenOneIsLarger) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  std::string text = socket_call({{"request", "get_config"}})["result"]["text"];
+  // As large as the shipped config/live-default.toml and more: comments.
+  while (text.size() < 6000) text += "# a comment line that makes the request larger\n";
+  const json applied = socket_call({{"request", "apply_config"}, {"text", text}});
+  EXPECT_TRUE(applied.value("ok", false)) << applied.dump();
+
+  // Larger than the bound: a clear error, and the server goes on.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strcpy(address.sun_path, socket().c_str());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const std::string chunk(1 << 16, 'x');
+  std::size_t sent = 0;
+  while (sent <= max_control_request_bytes) {
+    const ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server closed after its reply
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string reply;
+  char buffer[4096];
+  ssize_t got = 0;
+  while (reply.find('\n') == std::string::npos &&
+         (got = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
+    reply.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  EXPECT_NE(reply.find("request longer than " + std::to_string(max_control_request_bytes)),
+            std::string::npos)
+      << reply.substr(0, 200);
+  EXPECT_TRUE(socket_call({{"request", "get_state"}}).value("ok", false));
+}
+
+TEST_F(HostileClient, OnlyTheOwnerReachesTheSocketWhoseLoadNamesAnyFile) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  // The line between the two entrances: the socket is the owner's (0600 in a
+  // 0700 directory), so its text requests may name any file; the websocket's
+  // requests may not.
+  struct stat info {};
+  ASSERT_EQ(::stat(socket().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(socket().parent_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  const json loaded =
+      json::parse(control_request(socket(), "load all " + (outside_ / "valid.txt").string()));
+  EXPECT_TRUE(loaded.value("ok", false)) << loaded.dump();
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  EXPECT_NE(
+      refusal(api_call(client,
+                       {{"request", "patch_config"},
+                        {"patch", {{"filter", {{"file", (outside_ / "valid.txt").string()}}}}}}))
+          .find("filter.file"),
+      std::string::npos);
+}
+
+TEST_F(HostileClient, AStoredConfigurationThatDoesNotStartGivesWayToTheFile) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  {
+    WebsocketClient client(port_, "/ws");
+    ASSERT_TRUE(client.open());
+    // A restart key the API may set, whose value only the start can check:
+    // the CUDA engine (absent from a CPU-only build, or without a GPU).
+    const json stored = api_ok(
+        client, {{"request", "patch_config"}, {"patch", {{"engine", {{"backend", "cuda"}}}}}});
+    EXPECT_EQ(stored["restart_needed"], json::array({"engine.backend"}));
+  }
+  stop();
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::string backend = api_ok(client, {{"request", "get_info"}})["backend"];
+  if (backend != "cuda") {
+    EXPECT_NE(read_text(dir_ / "daemon.err").find("the state file's configuration does not start"),
+              std::string::npos)
+        << read_text(dir_ / "daemon.err");
+    EXPECT_EQ(api_ok(client, {{"request", "get_config"}})["text"], read_text(dir_ / "live.toml"));
+  }
+}
+
+TEST_F(HostileClient, FilesChangedOnDiskAndReloadedAreNamedAsWaitingForARestart) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  write_config("", "[log]\nfile = \"tapstream.log\"\n");
+  {
+    // The state file moves too.
+    std::string text = read_text(dir_ / "live.toml");
+    text.replace(text.find("state.json"), 10, "state-2.json");
+    std::ofstream(dir_ / "live.toml") << text;
+  }
+  const json reloaded = json::parse(control_request(socket(), "reload"));
+  EXPECT_TRUE(reloaded.value("ok", false)) << reloaded.dump();
+  EXPECT_NE(reloaded.value("message", "").find("state.file and log.file change only at a restart"),
+            std::string::npos)
+      << reloaded.dump();
+}
+
+TEST_F(HostileClient, TheWatcherDoesNotSayAFileChangedAndNothingChanged) {
+  ASSERT_NO_FATAL_FAILURE(start("", /*watch=*/true));
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  api_ok(client, {{"request", "upload_filter"},
+                  {"channel", "all"},
+                  {"name", "up.txt"},
+                  {"data", "0.5\n0.5\n"}});
+  // The configuration's file, which no channel runs now, is rewritten.
+  std::ofstream(dir_ / "unit.txt") << "0.9\n";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (read_text(dir_ / "daemon.err").find("unit.txt written on disk") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string log = read_text(dir_ / "daemon.err");
+  EXPECT_EQ(log.find("no filter file changed"), std::string::npos) << log;
+  EXPECT_NE(log.find("channel 0 keeps"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace tapstream
