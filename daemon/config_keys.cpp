@@ -67,6 +67,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"web.address", file_only, [](C a, C b) { return a.web_address == b.web_address; }},
       {"web.token", file_only, [](C a, C b) { return a.web_token == b.web_token; }},
       {"web.root", file_only, [](C a, C b) { return a.web_root == b.web_root; }},
+      {"web.hosts", file_only, [](C a, C b) { return a.web_hosts == b.web_hosts; }},
       {"web.idle_timeout_s", file_only,
        [](C a, C b) { return a.web_idle_timeout == b.web_idle_timeout; }},
       {"state.file", file_only, [](C a, C b) { return a.state_file == b.state_file; }},

@@ -62,8 +62,9 @@ TEST(ConfigKeys, EveryKeyOfTheShippedConfigurationHasAnEffect) {
 TEST(ConfigKeys, FileAndDeviceKeysAreFileOnlyAndProcessingKeysAreNot) {
   for (const char* name :
        {"input.device", "input.file", "output.device", "output.file", "web.port", "web.address",
-        "web.token", "web.root", "state.file", "log.file", "control.socket", "control.max_gain_db",
-        "control.max_upload_files", "control.max_upload_mib", "jack.connect_outputs"}) {
+        "web.token", "web.root", "web.hosts", "state.file", "log.file", "control.socket",
+        "control.max_gain_db", "control.max_upload_files", "control.max_upload_mib",
+        "jack.connect_outputs"}) {
     ASSERT_NE(find_key(name), nullptr) << name;
     EXPECT_EQ(find_key(name)->effect, KeyEffect::file_only) << name;
   }
