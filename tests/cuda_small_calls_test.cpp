@@ -46,6 +46,9 @@ std::vector<double> reference(const Signals& in, const FilterBank& bank, std::si
   return reference_convolution(in[c], bank.taps(c));
 }
 
+// The engine option's enum, named apart from the fixture below.
+using SmallCallsMode = ::tapstream::CudaSmallCalls;
+
 class CudaSmallCalls : public testing::CudaDeviceTest {};
 
 struct Case {
@@ -54,8 +57,13 @@ struct Case {
 
 TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLayouts) {
   const std::uint64_t seed = announce("small calls", 20261123);
-  for (const CudaSmallCalls mode :
-       {CudaSmallCalls::persistent, CudaSmallCalls::spin, CudaSmallCalls::event}) {
+  struct Mode {
+    const char* name;
+    SmallCallsMode value;
+  };
+  for (const Mode mode :
+       {Mode{"persistent", SmallCallsMode::persistent}, Mode{"spin", SmallCallsMode::spin},
+        Mode{"event", SmallCallsMode::event}}) {
     for (const Case& k : {Case{2, 2048, 256}, Case{1, 600, 512}, Case{3, 100, 64}, Case{2, 1, 256},
                           Case{8, 1000, 128}}) {
       const FilterBank bank = bank_for(k.channels, k.taps, seed + k.taps);
@@ -63,7 +71,7 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
       const Signals in = random_signals(k.channels, frames, seed + 1);
       EngineOptions options;
       options.max_block_frames = k.max_block;
-      options.cuda.small_calls = mode;
+      options.cuda.small_calls = mode.value;
       auto engine = make_cuda_engine(bank, options);
       Signals out(k.channels, std::vector<float>(frames));
       std::size_t start = 0, call = 0;
@@ -73,15 +81,15 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
         start += n;
       }
       const std::string description = engine->description();
-      std::printf("%s, %zu ch x %zu taps, calls of 1..%zu: %s\n", mode, k.channels, k.taps,
+      std::printf("%s, %zu ch x %zu taps, calls of 1..%zu: %s\n", mode.name, k.channels, k.taps,
                   k.max_block, description.c_str());
-      if (std::string(mode) == "persistent") {
+      if (mode.value == SmallCallsMode::persistent) {
         EXPECT_NE(description.find("small calls: persistent kernel,"), std::string::npos)
             << description;
       }
       for (std::size_t c = 0; c < k.channels; ++c)
         EXPECT_LE(relative_error(out[c], reference(in, bank, c)), kTolerance)
-            << mode << ", " << k.channels << " ch x " << k.taps << " taps, channel " << c;
+            << mode.name << ", " << k.channels << " ch x " << k.taps << " taps, channel " << c;
     }
   }
 }
@@ -98,7 +106,7 @@ TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) 
     const Signals in = random_signals(channels, frames, seed + 1);
     EngineOptions options;
     options.max_block_frames = block;
-    options.cuda.small_calls = CudaSmallCalls::persistent;
+    options.cuda.small_calls = SmallCallsMode::persistent;
     options.cuda.persistent_answer = std::chrono::microseconds(answer_us);
     auto engine = make_cuda_engine(bank, options);
     Signals out(channels, std::vector<float>(frames));
@@ -107,7 +115,7 @@ TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) 
       run_block(*engine, in, out, start, n, call++ % 2 ? Layout::planar : Layout::interleaved);
       start += n;
     }
-    std::printf("answer timeout %s us: %s\n", answer_us, engine->description().c_str());
+    std::printf("answer timeout %lld us: %s\n", answer_us, engine->description().c_str());
     for (std::size_t c = 0; c < channels; ++c)
       EXPECT_LE(relative_error(out[c], reference(in, bank, c)), kTolerance)
           << "answer timeout " << answer_us << " us, channel " << c;
@@ -139,7 +147,7 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
   const Signals in = random_signals(channels, frames, seed + 2);
   EngineOptions options;
   options.max_block_frames = block;
-  options.cuda.small_calls = CudaSmallCalls::persistent;
+  options.cuda.small_calls = SmallCallsMode::persistent;
   options.cuda.persistent_idle = std::chrono::milliseconds(2);
   auto engine = make_cuda_device_engine(first, options);
   Signals out(channels, std::vector<float>(frames));
@@ -208,7 +216,7 @@ TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePro
   for (int i = 0; i < 5; ++i) {
     EngineOptions options;
     options.max_block_frames = 64;
-    options.cuda.small_calls = CudaSmallCalls::persistent;
+    options.cuda.small_calls = SmallCallsMode::persistent;
     options.cuda.persistent_idle = std::chrono::milliseconds(5000);
     auto engine = make_cuda_device_engine(bank, options);
     run_block(*engine, in, out, 0, 64, Layout::interleaved);
