@@ -15,7 +15,7 @@
 # the other order), tests (suites and sanitizer on the build after), or all.
 # A device command may run 10 minutes: figures and tests fit one call each.
 # Results in $OUT: before-after.txt (the figures), tests.txt, sanitizer.txt,
-# raw.tar.gz (each bench's log and JSON; the device returns at most 8 files).
+# raw-WHAT.tar.gz (each bench's log and JSON; the device returns at most 8 files).
 set -uo pipefail
 before=$1 after=$2 what=${3:-all}
 quick=${4:-}
@@ -67,7 +67,7 @@ case $what in
     ;;
 esac
 [ "$what" = tests ] || [ "$what" = all ] || {
-  tar -czf "$out/raw.tar.gz" -C "$out" raw && rm -rf "$raw"
+  tar -czf "$out/raw-$what.tar.gz" -C "$out" raw && rm -rf "$raw"
   exit $status
 }
 
@@ -76,7 +76,7 @@ export LD_LIBRARY_PATH=$PWD/$after/lib:/usr/local/cuda/lib64
 for t in "$after"/cuda_*_test; do
   echo "== $(basename "$t")" | tee -a "$out/tests.txt"
   (cd "$after" && timeout 300 "./$(basename "$t")" 2>&1) | grep -v '^\[ seed' >>"$out/tests.txt" || status=1
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|FAILED  ' "$out/tests.txt" | tail -3
+  grep -E "PASSED|FAILED" "$out/tests.txt" | tail -1
 done
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : >"$out/sanitizer.txt"
@@ -84,5 +84,5 @@ for t in cuda_small_calls_test cuda_matrix_engine_test; do
   (cd "$after" && timeout 300 "$sanitizer" --tool memcheck --error-exitcode 3 "./$t" \
     --gtest_filter='-*Probe*' 2>&1) | grep -E 'ERROR SUMMARY|PASSED|FAILED' | tee -a "$out/sanitizer.txt" || status=1
 done
-tar -czf "$out/raw.tar.gz" -C "$out" raw && rm -rf "$raw"
+tar -czf "$out/raw-$what.tar.gz" -C "$out" raw && rm -rf "$raw"
 exit $status
