@@ -18,6 +18,8 @@
 // usage: cuda_engine_bench [--json FILE] [--quick] [--blocks N] [--commit SHA] [--taps 32,256,...]
 //                          [--skip direct:naive,... [--skip-reason TEXT]] [--shared]
 //                          [--only ceilings,offline,streaming,overlap,timeline]
+//                          [--engine-option KEY=VALUE ...]  (the [engine] tuning keys,
+//                          dsp/engine_tuning.hpp: e.g. fft_fused=false, cuda_zero_copy_samples=0)
 
 #include <cupti.h>
 
@@ -44,6 +46,7 @@
 
 #include "bench/device_ceilings.hpp"
 #include "dsp/engine.hpp"
+#include "dsp/engine_tuning.hpp"
 #include "dsp/filter_bank.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
@@ -251,6 +254,8 @@ bool shared_filter = false;
 
 // Variant labels left out by --skip, and why (printed and recorded).
 std::vector<std::string> skip_variants;
+// Every engine this bench makes starts from these (--engine-option).
+EngineOptions base_options;
 std::string skip_reason = "excluded by --skip";
 
 std::vector<Json> offline(const Ceilings& ceil, const std::vector<std::size_t>& tap_counts,
@@ -309,7 +314,7 @@ std::vector<Json> offline(const Ceilings& ceil, const std::vector<std::size_t>& 
       }
       if (skipped.empty()) {
         try {
-          EngineOptions options;
+          EngineOptions options = base_options;
           options.algorithm = v.algorithm;
           options.kernel = v.kernel;
           std::size_t chunk = frames;
@@ -403,7 +408,7 @@ std::vector<Json> streaming(std::size_t blocks) {
       char config[64];
       std::snprintf(config, sizeof config, "(%zu, %zu, %zu)", cfg.channels, cfg.frames, cfg.taps);
       try {
-        EngineOptions options;
+        EngineOptions options = base_options;
         options.max_block_frames = cfg.frames;
         std::unique_ptr<CudaEngine> engine = make_cuda_device_engine(bank, options);
         const std::size_t n = cfg.channels * cfg.frames;
@@ -567,7 +572,7 @@ Json streaming_timeline() {
     try {
       std::mt19937 rng(seed + 3);
       const FilterBank bank = random_bank(cfg.channels, cfg.taps, rng);
-      EngineOptions options;
+      EngineOptions options = base_options;
       options.max_block_frames = cfg.frames;
       std::unique_ptr<CudaEngine> engine = make_cuda_device_engine(bank, options);
       const std::size_t n = cfg.channels * cfg.frames;
@@ -633,7 +638,7 @@ Json overlap() {
   json.num("channels", double(channels)).num("frames", double(frames)).num("taps", double(taps));
   std::mt19937 rng(seed + 2);
   const FilterBank bank = random_bank(channels, taps, rng);
-  EngineOptions options;
+  EngineOptions options = base_options;
   options.max_block_frames = frames;
   std::unique_ptr<CudaEngine> engine = make_cuda_device_engine(bank, options);
   const std::size_t n = channels * frames;
@@ -783,7 +788,14 @@ int main(int argc, char** argv) {
       skip_reason = value();
     else if (arg == "--shared")
       shared_filter = true;
-    else if (arg == "--taps") {
+    else if (arg == "--engine-option") {
+      try {
+        set_engine_tuning(base_options, value());
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "cuda_engine_bench: --engine-option %s\n", e.what());
+        return 2;
+      }
+    } else if (arg == "--taps") {
       tap_counts.clear();
       std::stringstream list(value());
       for (std::string item; std::getline(list, item, ',');) tap_counts.push_back(std::stoul(item));

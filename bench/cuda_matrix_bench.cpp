@@ -114,21 +114,24 @@ using Factory = std::unique_ptr<MatrixEngine> (*)(const RoutingMatrix&, const En
 // over every core, where the native matrix engine runs on the caller's.
 std::unique_ptr<MatrixEngine> make_cuda_tiled(const RoutingMatrix& m,
                                               const EngineOptions& options) {
-  return make_cuda_matrix_engine(m, options, CudaMatrixMac::tiled);
+  EngineOptions tiled = options;
+  tiled.cuda.matrix_kernel = CudaMatrixKernel::tiled;
+  return make_cuda_matrix_engine(m, tiled);
 }
 
 std::unique_ptr<MatrixEngine> make_cuda_cublas(const RoutingMatrix& m,
                                                const EngineOptions& options) {
-  return make_cuda_matrix_engine(m, options, CudaMatrixMac::cublas);
+  EngineOptions cublas = options;
+  cublas.cuda.matrix_kernel = CudaMatrixKernel::cublas;
+  return make_cuda_matrix_engine(m, cublas);
 }
 
-// The engine reads TAPSTREAM_MATRIX_GRAPHS when it is made.
 std::unique_ptr<MatrixEngine> make_cuda_tiled_without_graphs(const RoutingMatrix& m,
                                                              const EngineOptions& options) {
-  setenv("TAPSTREAM_MATRIX_GRAPHS", "off", 1);
-  auto engine = make_cuda_matrix_engine(m, options, CudaMatrixMac::tiled);
-  unsetenv("TAPSTREAM_MATRIX_GRAPHS");
-  return engine;
+  EngineOptions tiled = options;
+  tiled.cuda.matrix_kernel = CudaMatrixKernel::tiled;
+  tiled.cuda.matrix_graphs = false;
+  return make_cuda_matrix_engine(m, tiled);
 }
 
 std::unique_ptr<MatrixEngine> make_cpu_per_path(const RoutingMatrix& m,

@@ -34,7 +34,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | tee "$out/en
 {
   timeout 120 ./cuda_partitioned_test
   timeout 100 ./cuda_engine_test
-  TAPSTREAM_CUDA_PARTITIONED=0 timeout 100 ./cuda_engine_test
   timeout 60 ./cuda_fft_convolver_test
 } 2>&1 | grep -v '^\[ seed\|^cuda (' | tee "$out/tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|Failure|error'
 

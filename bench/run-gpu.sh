@@ -72,18 +72,19 @@ if [ "$peers_only" = 0 ]; then
       parts+=("$out/engine-offline-$taps.json")
     done
     # The FFT path without the fused kernels (separate cuFFT passes), for comparison.
-    TAPSTREAM_FFT_FUSED=0 run_bench --only ceilings,offline --taps 2048,16384,131072 --json "$out/engine-offline-unfused.json" \
+    run_bench --only ceilings,offline --taps 2048,16384,131072 --engine-option fft_fused=false \
+      --json "$out/engine-offline-unfused.json" \
       --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned \
-      --skip-reason "not run with TAPSTREAM_FFT_FUSED=0 (direct form does not use it)"
+      --skip-reason "not run with fft_fused=false (direct form does not use it)"
     echo "cuda_engine_bench offline FFT unfused: exit status $?"
     parts+=("fft_unfused=$out/engine-offline-unfused.json")
     # The multi-partition kernels' candidate partitions at 131072 taps (the
-    # automatic choice is one of them): TAPSTREAM_FFT_PARTITION, FFT path only.
+    # automatic choice is one of them): fft_partition, FFT path only.
     [ ${#quick[@]} -gt 0 ] || for partition in 4096 8192 16384; do
-      TAPSTREAM_FFT_PARTITION=$partition run_bench --only offline --taps 131072 \
+      run_bench --only offline --taps 131072 --engine-option "fft_partition=$partition" \
         --json "$out/engine-offline-partition-$partition.json" \
         --skip direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned,auto \
-        --skip-reason "not run with TAPSTREAM_FFT_PARTITION (the FFT path's partition only)"
+        --skip-reason "not run with fft_partition (the FFT path's partition only)"
       echo "cuda_engine_bench offline 131072 taps, partition $partition: exit status $?"
       parts+=("partition_$partition=$out/engine-offline-partition-$partition.json")
     done
@@ -97,8 +98,9 @@ if [ "$peers_only" = 0 ]; then
     echo "cuda_engine_bench streaming/overlap/timeline: exit status $?"
     parts+=("$out/engine-stream.json")
     # The same blocks with the engine's zero-copy path off (always copy in, filter, copy out).
-    echo "== streaming again with TAPSTREAM_CUDA_ZERO_COPY_SAMPLES=0 (copy path)" | tee -a "$out/engine.log"
-    TAPSTREAM_CUDA_ZERO_COPY_SAMPLES=0 run_bench --only streaming --json "$out/engine-stream-copy.json" "${quick[@]}"
+    echo "== streaming again with cuda_zero_copy_samples=0 (copy path)" | tee -a "$out/engine.log"
+    run_bench --only streaming --engine-option cuda_zero_copy_samples=0 \
+      --json "$out/engine-stream-copy.json" "${quick[@]}"
     echo "cuda_engine_bench streaming (copy path): exit status $?"
     parts+=("copy_path=$out/engine-stream-copy.json")
     python3 - "$out/engine.json" "${parts[@]}" <<'PY'

@@ -2,7 +2,7 @@
 # Issue 8 item 4 on the device: the multi-partition overlap-save kernels'
 # tests, compute-sanitizer memcheck on them, and the offline benchmark
 # (8 ch x 2^22 frames, whole signal in one call) at 16384, 65536 and 131072
-# taps for each candidate partition, the cuFFT passes (TAPSTREAM_FFT_FUSED=0)
+# taps for each candidate partition, the cuFFT passes (fft_fused=false)
 # alongside. Runs from a bundle built on the development machine:
 #   d=.device-bundle/offline8; mkdir -p $d
 #   cp build/tests/cuda_fft_convolver_test build/tests/cuda_engine_test \
@@ -40,13 +40,13 @@ echo "commit $TAPSTREAM_COMMIT"
 skip=direct:naive,direct:constant,direct:shared_tile,direct:cached_tile,direct:tuned,auto
 
 bench() {  # TAPS PARTITION (auto / old / a power of two)
-  local env=()
+  local option=()
   case $2 in
     auto) ;;
-    old) env=(TAPSTREAM_FFT_FUSED=0) ;;
-    *) env=(TAPSTREAM_FFT_PARTITION=$2) ;;
+    old) option=(--engine-option fft_fused=false) ;;
+    *) option=(--engine-option "fft_partition=$2") ;;
   esac
-  env "${env[@]}" timeout 60 "$b/cuda_engine_bench" --only offline --taps "$1" \
+  timeout 60 "$b/cuda_engine_bench" --only offline --taps "$1" "${option[@]}" \
     --json "$out/offline-$1-$2.json" --skip "$skip" --skip-reason "FFT path only" \
     >"$out/offline-$1-$2.log" 2>&1
   local status=$?

@@ -3,7 +3,7 @@
 # calls (every small-call mode, the persistent kernel's life cycle, the
 # default engine's partitioned choice, the engine suite), compute-sanitizer on
 # the persistent kernel, then the streaming round trip of cuda_engine_bench in
-# each small-call mode (TAPSTREAM_CUDA_SMALL_CALLS=event, spin, persistent).
+# each small-call mode (--engine-option cuda_small_calls=event, spin, persistent).
 #
 # Build here (no GPU needed), bundle, then run on the device with
 # carry: [".device-bundle/NAME"]:
@@ -43,13 +43,13 @@ run() {  # run NAME COMMAND...: logs to tests.txt, remembers a failure
 run small_calls ./cuda_small_calls_test
 for mode in event spin persistent; do
   echo "== streaming, small calls: $mode" | tee -a "$out/bench.txt"
-  TAPSTREAM_CUDA_SMALL_CALLS=$mode timeout 60 ./cuda_engine_bench --only streaming \
+  timeout 60 ./cuda_engine_bench --only streaming --engine-option cuda_small_calls=$mode \
     --commit "$commit" --json "$out/streaming-$mode.json" 2>&1 | tee -a "$out/bench.txt" |
     grep -E '^\s+\(' | cut -c1-80
 done
 echo "== persistent kernel, traced (segments after block 0 saw the doorbell)" | tee -a "$out/bench.txt"
-TAPSTREAM_CUDA_SMALL_CALLS=persistent TAPSTREAM_CUDA_PERSISTENT_TRACE=1 timeout 60 \
-  ./cuda_engine_bench --only streaming --blocks 3000 2>&1 | grep -E '^\s+\((2, 256|2, 64)' |
+timeout 60 ./cuda_engine_bench --only streaming --blocks 3000 \
+  --engine-option cuda_small_calls=persistent --engine-option cuda_persistent_trace=true 2>&1 | grep -E '^\s+\((2, 256|2, 64)' |
   sed -e 's/cuda (NVIDIA[^;]*small calls: //' | tee -a "$out/bench.txt"
 run partitioned_default ./cuda_partitioned_test \
   --gtest_filter='*TheDefaultEngine*:*KernelOptionForcesIt*'

@@ -16,6 +16,7 @@
 #include "daemon/gain_range.hpp"
 #include "daemon/matrix_config.hpp"
 #include "daemon/toml_reader.hpp"
+#include "dsp/engine_tuning.hpp"
 
 namespace tapstream {
 namespace {
@@ -159,8 +160,10 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
 void read_engine(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "engine");
   if (table == nullptr) return;
-  reader.check_known(*table, "engine",
-                     {"backend", "algorithm", "streams", "kernel", "device", "spin_us"});
+  std::vector<std::string_view> known = {"backend", "algorithm", "streams",
+                                         "kernel",  "device",    "spin_us"};
+  for (const auto& key : engine_tuning_keys()) known.push_back(key.name);
+  reader.check_known(*table, "engine", known);
   // Not parse_backend(): that would link the engines into everything that reads a config.
   const std::string backend =
       reader.one_of(*table, "engine", "backend", {"auto", "cpu", "cuda"}, "auto");
@@ -181,6 +184,18 @@ void read_engine(const Reader& reader, const toml::table& root, LiveConfig& conf
   }
   if (auto spin = reader.integer(*table, "engine", "spin_us", 0, 1'000'000)) {
     config.engine_spin = std::chrono::microseconds(*spin);
+  }
+  for (const auto& [key, value] : *table) {
+    if (!is_engine_tuning_key(key.str())) continue;
+    // The tuning table parses text: a TOML string as its words, anything
+    // else as TOML writes it (true, 200).
+    const std::string text =
+        value.is_string() ? value.as_string()->get() : toml_reading::render(value);
+    try {
+      set_engine_tuning(config.engine, key.str(), text);
+    } catch (const std::invalid_argument& e) {
+      reader.fail(std::string("engine.") + e.what());
+    }
   }
 }
 

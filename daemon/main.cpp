@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
+#include "daemon/fftw_environment.hpp"
 
 int main(int argc, char** argv) {
   using namespace tapstream;
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   for (const auto& command : commands) {
     if (!command.app->parsed()) continue;
     try {
+      fftw::set_planner_options(fftw_planner_from_environment());
       return command.run();
     } catch (const UsageError& e) {
       spdlog::error("{}: {} (see tapstream {} --help)", command.app->get_name(), e.what(),

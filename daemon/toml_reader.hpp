@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/config.hpp"
 
@@ -21,7 +22,7 @@ namespace toml_reading {
 
 namespace fs = std::filesystem;
 
-inline std::string join(std::initializer_list<std::string_view> words) {
+inline std::string join(const std::vector<std::string_view>& words) {
   std::string out;
   for (auto word : words) {
     if (!out.empty()) out += ", ";
@@ -79,6 +80,10 @@ class Reader {
 
   void check_known(const toml::table& table, std::string_view table_name,
                    std::initializer_list<std::string_view> known) const {
+    check_known(table, table_name, std::vector<std::string_view>(known));
+  }
+  void check_known(const toml::table& table, std::string_view table_name,
+                   const std::vector<std::string_view>& known) const {
     for (const auto& [key, value] : table) {
       bool found = false;
       for (auto name : known) found = found || key.str() == name;

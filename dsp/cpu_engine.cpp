@@ -29,8 +29,8 @@
 // kParallelNs) hands its channels out over a WorkerPool (dsp/cpu_worker_pool.hpp)
 // of min(channels, cores) threads, the caller included, each channel to whichever
 // thread claims it first; each thread has its own scratch and a channel's state
-// is touched by one thread per call. TAPSTREAM_CPU_THREADS=N caps the thread
-// count (1: single-threaded). Small calls (live audio) stay on the caller.
+// is touched by one thread per call. EngineOptions::cpu.threads caps the
+// thread count (1: single-threaded). Small calls (live audio) stay on the caller.
 
 #include "dsp/cpu_engine.hpp"
 
@@ -102,11 +102,8 @@ double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
 // than it saves (a futex wake-up and join cost several microseconds).
 constexpr double kParallelNs = 30000.0;
 
-std::size_t thread_limit() {
-  if (const char* v = std::getenv("TAPSTREAM_CPU_THREADS"); v && *v) {
-    const long n = std::strtol(v, nullptr, 10);
-    if (n >= 1) return std::size_t(n);
-  }
+std::size_t thread_limit(const CpuEngineOptions& options) {
+  if (options.threads >= 1) return options.threads;
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
@@ -257,7 +254,7 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool 
   stage_out_ = AlignedFloats(channels_ * max_block_);
 
   // Threads only where a full block is worth splitting.
-  std::size_t threads = single_thread ? 1 : std::min(channels_, thread_limit());
+  std::size_t threads = single_thread ? 1 : std::min(channels_, thread_limit(options.cpu));
   if (ns_per_sample_ * double(max_block_ * channels_) < kParallelNs) threads = 1;
   scratch_.resize(threads);
   for (Scratch& sc : scratch_) {

@@ -17,6 +17,7 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,6 +38,62 @@ enum class Layout {
 // Which algorithm an engine uses; automatic chooses by a cost model.
 enum class Algorithm { automatic, direct, fft };
 
+// The CPU engines' tuning (dsp/cpu_engine, dsp/cpu_nonuniform_engine).
+struct CpuEngineOptions {
+  // Threads one call may spread its channels over; 0 = every hardware thread.
+  std::size_t threads = 0;
+};
+
+// How the CUDA engine's small calls (zero-copy, direct form) reach the device
+// and are waited for; automatic is the measured best (persistent).
+enum class CudaSmallCalls {
+  automatic,
+  persistent,  // a kernel launched once serves every call (kernels/persistent_direct)
+  spin,        // a launch per call, the host polls its event
+  event,       // a launch per call, cudaEventSynchronize
+};
+
+// The routing matrix's spectral multiply-accumulate on the GPU; automatic is
+// the measured best (tiled).
+enum class CudaMatrixKernel { automatic, tiled, cublas };
+
+// The CUDA engines' tuning. The defaults are the measured best; the other
+// values exist so that a benchmark can time the alternatives in one run and a
+// test can reach every path. Checked where the engine is built.
+struct CudaEngineOptions {
+  CudaSmallCalls small_calls = CudaSmallCalls::automatic;
+  // The persistent kernel returns after this long without a call, so that a
+  // device-wide synchronisation elsewhere in the process never waits longer.
+  std::chrono::milliseconds persistent_idle{200};
+  // How long a call waits for the persistent kernel's answer before a fresh
+  // launch serves it: far above a call's few microseconds, short enough that
+  // a live period survives the one time it happens.
+  std::chrono::microseconds persistent_answer{50'000};
+  // Record the persistent kernel's per-call times (bench/run-small-calls-gpu.sh).
+  bool persistent_trace = false;
+  // The persistent kernel's staging loads: 2 plain, 0 ld.cv, 1 ld.relaxed.sys.
+  int persistent_loads = 2;
+  // Whether the cost model may choose the non-uniformly partitioned path.
+  bool partitioned = true;
+  // Calls of at most this many samples (channels x frames) skip the copies:
+  // the kernel reads and writes the pinned staging through mapped memory. Past
+  // about a thousand samples its reads over the bus cost more than the two
+  // copies save (docs/performance.md, "zero-copy").
+  std::size_t zero_copy_samples = 1024;
+  // Whether short filters over long planar blocks may use the cp.async
+  // streaming tile kernel.
+  bool stream_tiles = true;
+  // The FFT path's partition in frames (a power of two in 64..32768); 0 = by
+  // the cost model.
+  std::size_t fft_partition = 0;
+  // Whether the FFT path may run whole segments through its shared-memory
+  // kernels (fused overlap-save, multi-partition) instead of cuFFT passes.
+  bool fft_fused = true;
+  CudaMatrixKernel matrix_kernel = CudaMatrixKernel::automatic;
+  // Whether a routing matrix's block runs as one CUDA graph.
+  bool matrix_graphs = true;
+};
+
 struct EngineOptions {
   std::size_t max_block_frames = 8192;
   // Longest filter the engine must be able to take in a later set_filters();
@@ -52,6 +109,8 @@ struct EngineOptions {
   // mode): the CPU engine then always takes its non-uniform form, which offers
   // RealtimeEngine (head in the call, tails and swaps on its own threads).
   bool realtime_calls = false;
+  CpuEngineOptions cpu;
+  CudaEngineOptions cuda;
 };
 
 class Engine {

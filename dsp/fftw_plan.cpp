@@ -40,20 +40,10 @@ std::mutex& planner_mutex() {
   return m;
 }
 
-std::filesystem::path wisdom_path() {
-  if (const char* p = std::getenv("TAPSTREAM_FFTW_WISDOM"); p && *p) return p;
-  if (const char* p = std::getenv("XDG_CACHE_HOME"); p && *p) {
-    return std::filesystem::path(p) / "tapstream" / "fftwf-wisdom";
-  }
-  if (const char* p = std::getenv("HOME"); p && *p) {
-    return std::filesystem::path(p) / ".cache" / "tapstream" / "fftwf-wisdom";
-  }
-  return {};
-}
-
-bool measuring() {
-  const char* p = std::getenv("TAPSTREAM_FFTW_PLANNER");
-  return !(p && std::string(p) == "estimate");
+// Guarded by planner_mutex().
+PlannerOptions& current_options() {
+  static PlannerOptions options;
+  return options;
 }
 
 // A cache never stops a run: a wisdom file that cannot be read or parsed
@@ -68,13 +58,12 @@ void warn_once_about_wisdom(const std::filesystem::path& path, const std::string
                problem);
 }
 
-// Loads the wisdom file once per process (caller holds the planner mutex).
-void load_wisdom_once() {
-  static bool loaded = false;
-  if (loaded) return;
-  loaded = true;
-  const auto path = wisdom_path();
-  if (path.empty()) return;
+// Loads the wisdom file once per process and file (caller holds the planner
+// mutex).
+void load_wisdom_once(const std::filesystem::path& path) {
+  static std::filesystem::path loaded;
+  if (path.empty() || path == loaded) return;
+  loaded = path;
   std::FILE* file = std::fopen(path.c_str(), "r");
   if (file == nullptr) {
     if (errno != ENOENT) warn_once_about_wisdom(path, std::strerror(errno));
@@ -91,8 +80,7 @@ void load_wisdom_once() {
 
 // Writes the wisdom beside its final name, then renames, so a reader never sees
 // half a file. Failure to save is not an error: the next run measures again.
-void save_wisdom() {
-  const auto path = wisdom_path();
+void save_wisdom(const std::filesystem::path& path) {
   if (path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
@@ -110,6 +98,16 @@ void save_wisdom() {
 
 }  // namespace
 
+void set_planner_options(PlannerOptions options) {
+  const std::lock_guard lock(planner_mutex());
+  current_options() = std::move(options);
+}
+
+PlannerOptions planner_options() {
+  const std::lock_guard lock(planner_mutex());
+  return current_options();
+}
+
 RealFftPair::RealFftPair(std::size_t n) : n_(n) {
   if (n < 16 || (n & (n - 1)) != 0) {
     throw std::invalid_argument("FFT size " + std::to_string(n) + " is not a power of two >= 16");
@@ -118,9 +116,10 @@ RealFftPair::RealFftPair(std::size_t n) : n_(n) {
   AlignedFloats time(n), spectrum(2 * padded_bins(n));
   auto* complex = reinterpret_cast<fftwf_complex*>(spectrum.data());
   const int size = static_cast<int>(n);
-  const unsigned flags = (measuring() ? FFTW_MEASURE : FFTW_ESTIMATE);
   const std::lock_guard lock(planner_mutex());
-  load_wisdom_once();
+  const PlannerOptions options = current_options();
+  const unsigned flags = options.measure ? FFTW_MEASURE : FFTW_ESTIMATE;
+  load_wisdom_once(options.wisdom_file);
   // Wisdom only: if it knows both plans, no measuring (and no saving) happens.
   fftwf_plan f = fftwf_plan_dft_r2c_1d(size, time.data(), complex, FFTW_WISDOM_ONLY | flags);
   fftwf_plan i = fftwf_plan_dft_c2r_1d(size, complex, time.data(), FFTW_WISDOM_ONLY | flags);
@@ -139,7 +138,7 @@ RealFftPair::RealFftPair(std::size_t n) : n_(n) {
   }
   forward_ = f;
   inverse_ = i;
-  if (learned && measuring()) save_wisdom();
+  if (learned && options.measure) save_wisdom(options.wisdom_file);
 }
 
 RealFftPair::~RealFftPair() {

@@ -5,18 +5,31 @@
 // Plans are made once per size per process with FFTW_MEASURE, cached, and
 // shared by every engine (executing a plan on new arrays is thread safe; the
 // planner is not, so planning is serialised by a mutex). Measured plans are
-// kept as FFTW wisdom in a file (TAPSTREAM_FFTW_WISDOM, else
-// $XDG_CACHE_HOME/tapstream/fftwf-wisdom, else ~/.cache/tapstream/fftwf-wisdom)
+// kept as FFTW wisdom in a file (PlannerOptions::wisdom_file)
 // so that only the first run on a machine pays for measuring (0.05 to 4 s per
-// size, capped at 5 s per plan by FFTW's planner time limit).
-// TAPSTREAM_FFTW_PLANNER=estimate skips measuring altogether.
+// size, capped at 5 s per plan by FFTW's planner time limit). Where the
+// wisdom file is, and whether plans are measured at all, is PlannerOptions:
+// process-wide, as FFTW's planner and wisdom are, set by the program's entry.
 
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <new>
 
 namespace tapstream::fftw {
+
+// How this process makes its plans. Set it before the first plan; a change
+// applies to sizes planned afterwards (plans already made are kept).
+struct PlannerOptions {
+  // FFTW_MEASURE (the fastest plans, paid for once per machine thanks to the
+  // wisdom file); false: FFTW_ESTIMATE, no start-up cost (tests).
+  bool measure = true;
+  // Where measured plans are kept across runs; empty: nowhere.
+  std::filesystem::path wisdom_file;
+};
+void set_planner_options(PlannerOptions options);
+PlannerOptions planner_options();
 
 // Frees memory from std::aligned_alloc.
 struct Free {

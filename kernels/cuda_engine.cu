@@ -26,6 +26,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dsp/engine_tuning.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
@@ -51,15 +52,6 @@ std::size_t round_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m * m;
 }
 
-// Calls of at most this many samples (channels x frames) skip the copies: the
-// kernel reads the pinned input and writes the pinned output directly through
-// mapped memory (one launch, then one event wait). Measured on an H100 (p50 per
-// block, engine pinned staging, interleaved; zero-copy vs copy-kernel-copy):
-// 2 ch x 64 frames 14.4 vs 24.5 us, 2 x 256 15.8 vs 24.7 us, 8 x 256 33.7 vs
-// 22.4 us, 32 x 1024 599 vs 39 us: past ~1000 samples the kernel's reads over
-// the bus cost more than the two copies save.
-// TAPSTREAM_CUDA_ZERO_COPY_SAMPLES overrides it (for measurements).
-constexpr std::size_t kDefaultZeroCopySamples = 1024;
 // EngineOptions::kernel naming the non-uniformly partitioned path (forced,
 // whatever the cost model says).
 constexpr const char* kPartitionedKernel = "partitioned";
@@ -91,9 +83,8 @@ constexpr double kFftLaunches = 4.0;
 // form stays short). On: its exactness suites and compute-sanitizer passed on
 // the H100/H200 and it measured 17 us p50 at 8 ch x 64 frames x 65536 taps
 // against 118 us for the direct form the cost model chose before (see
-// docs/performance.md, "Issue 8"). TAPSTREAM_CUDA_PARTITIONED=0 turns it off,
-// =1 on.
-constexpr bool kPartitionedByDefault = true;
+// docs/performance.md, "Issue 8"). EngineOptions::cuda.partitioned = false
+// turns it off.
 constexpr std::size_t kMaxPartitionedBlock = 1024;
 // The models above count work and assume the device full; with few channels
 // and short calls the direct and uniform FFT paths are latency-bound instead:
@@ -107,18 +98,14 @@ constexpr double kDirectSerialUsPerTap = 1.8e-3;
 constexpr double kFftSerialUsPerPartition = 0.3;
 
 // How a small call (zero-copy, direct form) reaches the device and is waited
-// for. TAPSTREAM_CUDA_SMALL_CALLS=persistent|spin|event picks one (for
-// measurements); persistent is the default: the fastest of the three at every
+// for. EngineOptions::cuda.small_calls picks one (for measurements);
+// persistent is the default: the fastest of the three at every
 // small shape measured (H100, docs/performance.md "Small calls under the
 // launch floor": 2 ch x 256 frames x 2048 taps 13.1 / 19.1 us p50 / p99
 // against 16.8 / 28.5 for a launch). Calls the persistent kernel cannot take
 // (a swap's crossfade, too much work for its few blocks) fall back to a
 // launch with a spin wait.
-enum class SmallCalls {
-  persistent,  // a kernel launched once serves every call (kernels/persistent_direct)
-  spin,        // a launch per call, the host polls its event
-  event,       // a launch per call, cudaEventSynchronize
-};
+using SmallCalls = CudaSmallCalls;
 constexpr SmallCalls kDefaultSmallCalls = SmallCalls::persistent;
 // The persistent kernel holds this many blocks (one SM each at most) while
 // the stream runs, and takes a call only when each block's share of the
@@ -126,33 +113,6 @@ constexpr SmallCalls kDefaultSmallCalls = SmallCalls::persistent;
 // larger work is faster spread over a whole grid by a launch.
 constexpr int kPersistentMaxBlocks = 16;
 constexpr long long kPersistentMaxMacsPerBlock = 1 << 18;
-// The persistent kernel returns after this long without a call
-// (TAPSTREAM_CUDA_PERSISTENT_IDLE_MS overrides it), so that a device-wide
-// synchronisation elsewhere in the process never waits longer.
-constexpr std::chrono::milliseconds kPersistentIdle{200};
-
-SmallCalls small_calls_from_environment() {
-  const char* env = std::getenv("TAPSTREAM_CUDA_SMALL_CALLS");
-  if (env == nullptr || *env == '\0') return kDefaultSmallCalls;
-  const std::string v(env);
-  if (v == "persistent") return SmallCalls::persistent;
-  if (v == "spin") return SmallCalls::spin;
-  if (v == "event") return SmallCalls::event;
-  throw std::invalid_argument("TAPSTREAM_CUDA_SMALL_CALLS='" + v +
-                              "': expected persistent, spin or event");
-}
-
-std::chrono::milliseconds persistent_idle_from_environment() {
-  const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS");
-  if (env == nullptr) return kPersistentIdle;
-  return std::chrono::milliseconds(std::max(1LL, std::strtoll(env, nullptr, 10)));
-}
-
-bool partitioned_by_cost_model() {
-  const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED");
-  if (env == nullptr) return kPartitionedByDefault;
-  return std::string(env) != "0";
-}
 
 double direct_cost_us(std::size_t C, std::size_t F, std::size_t M, bool global) {
   return double(C) * double(F) * double(M) / kDirectMacsPerUs *
@@ -202,7 +162,8 @@ class CudaEngineImpl final : public CudaEngine {
         max_taps_(options.max_taps ? options.max_taps : bank.max_taps()),
         device_(options.device),
         force_partitioned_(options.kernel == kPartitionedKernel),
-        kernel_(cuda::parse_direct_kernel(force_partitioned_ ? "auto" : options.kernel)) {
+        kernel_(cuda::parse_direct_kernel(force_partitioned_ ? "auto" : options.kernel)),
+        tuning_(options.cuda) {
     if (max_block_frames_ == 0) throw std::invalid_argument("max_block_frames must be at least 1");
     if (options.streams < 1 || options.streams > 16)
       throw std::invalid_argument("streams must be 1..16, got " + std::to_string(options.streams));
@@ -212,10 +173,8 @@ class CudaEngineImpl final : public CudaEngine {
                                   " taps");
     if (max_taps_ > (std::size_t(1) << 30) || max_block_frames_ > (std::size_t(1) << 30))
       throw std::invalid_argument("max_taps and max_block_frames must be below 2^30");
-    if (const char* env = std::getenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES"))
-      zero_copy_samples_ = std::strtoull(env, nullptr, 10);
-    small_calls_ = small_calls_from_environment();
-    persistent_idle_ = persistent_idle_from_environment();
+    check_cuda_options(tuning_);
+    if (tuning_.small_calls != SmallCalls::automatic) small_calls_ = tuning_.small_calls;
 
     int count = 0;
     TAPSTREAM_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -291,7 +250,7 @@ class CudaEngineImpl final : public CudaEngine {
     const bool in_staged = in.data() == pinned_in_.get();
     const bool out_staged = out.data() == pinned_out_.get();
 
-    if (n <= zero_copy_samples_) {
+    if (n <= tuning_.zero_copy_samples) {
       if (!in_staged) std::memcpy(pinned_in_.get(), in.data(), n * sizeof(float));
       if (start_persistent()) {
         note_enqueued(call_start);
@@ -453,7 +412,7 @@ class CudaEngineImpl final : public CudaEngine {
         d << " (" << channels_ << " ch x " << max_taps_ << " taps exceed a constant bank of "
           << cuda::kConstantBankFloats << " floats)";
     }
-    d << ", " << streams_.size() << " streams, zero-copy up to " << zero_copy_samples_
+    d << ", " << streams_.size() << " streams, zero-copy up to " << tuning_.zero_copy_samples
       << " samples per call (" << small_calls_description() << ")";
     if (!choice_note_.empty()) d << "; " << choice_note_;
     return d.str();
@@ -492,7 +451,8 @@ class CudaEngineImpl final : public CudaEngine {
       return;
     }
     if (requested == Algorithm::fft) {
-      fft_ = std::make_unique<cuda::FftConvolver>(bank, M, F);
+      fft_ = std::make_unique<cuda::FftConvolver>(bank, M, F, tuning_.fft_partition,
+                                                  /*fused_callbacks=*/false, tuning_.fft_fused);
       algorithm_ = Algorithm::fft;
       return;
     }
@@ -503,7 +463,8 @@ class CudaEngineImpl final : public CudaEngine {
       return;
     }
     try {
-      auto fft = std::make_unique<cuda::FftConvolver>(bank, M, F);
+      auto fft = std::make_unique<cuda::FftConvolver>(bank, M, F, tuning_.fft_partition,
+                                                      /*fused_callbacks=*/false, tuning_.fft_fused);
       const double fft_us = fft_cost_us(C, F, M, *fft);
       const double direct_us = direct_cost_us(C, F, M, !fits_constant);
       std::ostringstream note;
@@ -512,7 +473,7 @@ class CudaEngineImpl final : public CudaEngine {
            << "-frame block";
       // Streaming with long filters and short calls: the non-uniform plan,
       // when it has a tail at all and its per-call share of the work is the least.
-      if (F <= kMaxPartitionedBlock && partitioned_by_cost_model()) {
+      if (F <= kMaxPartitionedBlock && tuning_.partitioned) {
         PartitionPlan plan = cuda::plan_gpu_partitions(C, F, M);
         const double partitioned_us =
             plan.cost_ns_per_frame(cuda::GpuPartitionCosts(C)) * double(F) / 1000.0;
@@ -583,7 +544,10 @@ class CudaEngineImpl final : public CudaEngine {
         (long long)shape.P * 8 * (long long)banks_[active_].taps_padded;
     if (shape.blocks == 0 || macs_per_block > kPersistentMaxMacsPerBlock) return false;
     if (!persistent_)
-      persistent_ = std::make_unique<cuda::PersistentDirect>(stream_priority_, persistent_idle_);
+      persistent_ = std::make_unique<cuda::PersistentDirect>(
+          stream_priority_, tuning_.persistent_idle,
+          cuda::PersistentDirect::Diagnostics{tuning_.persistent_answer, tuning_.persistent_trace,
+                                              tuning_.persistent_loads});
     persistent_->start(a, shape, history_[0].get(), history_[1].get(), chain_);
     return true;
   }
@@ -617,6 +581,8 @@ class CudaEngineImpl final : public CudaEngine {
         return "small calls: a launch each, spin wait";
       case SmallCalls::event:
         return "small calls: a launch each, event wait";
+      case SmallCalls::automatic:
+        break;  // resolved in the constructor
     }
     return "?";
   }
@@ -697,6 +663,7 @@ class CudaEngineImpl final : public CudaEngine {
     a.global_taps = tb.global.get();
     a.constant_bank = tb.in_constant ? bank : -1;
     a.multiprocessors = multiprocessors_;
+    a.stream_tiles = tuning_.stream_tiles;
     return a;
   }
 
@@ -766,11 +733,10 @@ class CudaEngineImpl final : public CudaEngine {
   int device_;
   bool force_partitioned_;
   DirectKernel kernel_;
+  CudaEngineOptions tuning_;
   int multiprocessors_ = 1;
   std::string device_name_;
-  std::size_t zero_copy_samples_ = kDefaultZeroCopySamples;
   SmallCalls small_calls_ = kDefaultSmallCalls;
-  std::chrono::milliseconds persistent_idle_ = kPersistentIdle;
   int stream_priority_ = 0;
   std::unique_ptr<cuda::PersistentDirect> persistent_;
   bool persistent_failed_ = false;

@@ -701,16 +701,14 @@ void launch_with_taps(DirectKernel kernel, const DirectArgs& a, cudaStream_t str
 // Whether stream_tuned_kernel takes the block: a short filter, planar input
 // whose quads are aligned (cp.async copies 16 aligned bytes), and enough tiles
 // to fill the device several times over (below that the tuned kernel's one
-// tile per block is as fast). TAPSTREAM_CUDA_STREAM_TILES=0 turns it off (for
-// measurements).
+// tile per block is as fast). DirectArgs::stream_tiles = false turns it off
+// (for measurements).
 bool stream_kernel_applies(const DirectArgs& a) {
   const long long tiles = (long long)a.channels * ((a.frames + kStreamTile - 1) / kStreamTile);
-  if (a.taps_padded > kStreamMaxTaps || a.in.frame_stride != 1 ||
-      (a.channels > 1 && a.in.channel_stride % 4 != 0) ||
-      (reinterpret_cast<std::uintptr_t>(a.in.data) & 15) != 0 || tiles < 8LL * a.multiprocessors)
-    return false;
-  const char* env = std::getenv("TAPSTREAM_CUDA_STREAM_TILES");
-  return env == nullptr || std::string(env) != "0";
+  return a.stream_tiles && a.taps_padded <= kStreamMaxTaps && a.in.frame_stride == 1 &&
+         (a.channels == 1 || a.in.channel_stride % 4 == 0) &&
+         (reinterpret_cast<std::uintptr_t>(a.in.data) & 15) == 0 &&
+         tiles >= 8LL * a.multiprocessors;
 }
 
 template <bool kConstant>

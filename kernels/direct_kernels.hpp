@@ -74,7 +74,8 @@ struct DirectArgs {
   bool blend = false;
   long long blend_offset = 0;
   long long blend_frames = 1;
-  int multiprocessors = 1;  // used to size the tuned kernel's grid
+  int multiprocessors = 1;   // used to size the tuned kernel's grid
+  bool stream_tiles = true;  // whether stream_tuned_kernel may take the block
   // When set, the history that follows this block is written there too (the
   // carry; see launch_carry_history): fused into the tuned kernel's launch (one
   // launch less per block), a separate launch after the other variants.

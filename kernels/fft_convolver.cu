@@ -92,26 +92,6 @@ std::size_t choose_segment_kernel_partition(std::size_t max_block_frames, std::s
   return 0;
 }
 
-// TAPSTREAM_FFT_PARTITION=N replaces the automatic partition choice (not an
-// explicit partition_frames): for measuring the candidates in one device run.
-std::size_t partition_from_environment() {
-  const char* value = std::getenv("TAPSTREAM_FFT_PARTITION");
-  if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const unsigned long long partition = std::strtoull(value, &end, 10);
-  if (*end != '\0' || partition < kMinPartition || partition > kMaxPartition ||
-      !std::has_single_bit(partition))
-    throw std::invalid_argument(std::string("FFT convolver: TAPSTREAM_FFT_PARTITION='") + value +
-                                "' is not a power of two in " + std::to_string(kMinPartition) +
-                                ".." + std::to_string(kMaxPartition));
-  return std::size_t(partition);
-}
-
-bool fused_kernel_allowed_by_environment() {
-  const char* value = std::getenv("TAPSTREAM_FFT_FUSED");
-  return value == nullptr || std::string(value) != "0";
-}
-
 }  // namespace
 
 struct FftConvolver::State {
@@ -405,16 +385,13 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
   s.channels = bank.channels();
   s.max_taps = max_taps;
   s.max_block_frames = max_block_frames;
-  use_fused_kernel = use_fused_kernel && fused_kernel_allowed_by_environment();
   const std::size_t fused_partition =
       use_fused_kernel ? choose_fused_partition(max_block_frames, max_taps) : 0;
   const std::size_t segment_kernel_partition =
       use_fused_kernel && fused_partition == 0
           ? choose_segment_kernel_partition(max_block_frames, max_taps)
           : 0;
-  const std::size_t environment_partition = partition_from_environment();
   s.partition = partition_frames != 0           ? partition_frames
-                : environment_partition != 0    ? environment_partition
                 : fused_partition != 0          ? fused_partition
                 : segment_kernel_partition != 0 ? segment_kernel_partition
                                                 : choose_partition(max_block_frames, max_taps);

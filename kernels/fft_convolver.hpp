@@ -31,7 +31,7 @@ class FftConvolver {
   // the callback plans ran 1.2-1.6x slower than the separate kernels (cuFFT
   // switches to a complex-to-complex transform with extra pre/post passes) and
   // take 2-4 s to JIT-link.
-  // With use_fused_kernel (and unless the environment sets TAPSTREAM_FFT_FUSED=0),
+  // With use_fused_kernel,
   // a filter that fits one partition runs whole segments through one kernel
   // (kernels/fused_overlap_save.hpp) instead of the cuFFT passes, and the
   // partition chosen (partition_frames == 0) is the filter's length rounded up
@@ -42,9 +42,9 @@ class FftConvolver {
   // chosen for filters longer than 16384 taps is then the smallest of at least
   // 4096 frames with such a K, when the blocks are at least that long. Partial
   // segments and crossfades keep the cuFFT passes in both cases.
-  // The environment's TAPSTREAM_FFT_PARTITION=N (a power of two in 64..32768)
-  // replaces the automatic partition choice (not an explicit partition_frames),
-  // so that one benchmark run can time each candidate.
+  // An explicit partition_frames replaces that choice (the CUDA engine passes
+  // EngineOptions::cuda.fft_partition, so that one benchmark run can time each
+  // candidate).
   FftConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
                std::size_t partition_frames = 0, bool fused_callbacks = false,
                bool use_fused_kernel = true);

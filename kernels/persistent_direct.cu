@@ -16,11 +16,6 @@ namespace tapstream::cuda {
 
 namespace {
 
-// How long a call may wait for the kernel's answer before it is served again
-// by a fresh launch: far above a call's few microseconds, short enough that a
-// live period survives the one time it happens.
-// TAPSTREAM_CUDA_PERSISTENT_ANSWER_US overrides it (tests of the recovery).
-constexpr std::chrono::milliseconds kAnswerTimeout{50};
 // Spins between looks at the clock, and at whether the kernel has returned.
 constexpr unsigned kSpinsPerClock = 16;
 constexpr unsigned kSpinsPerCheck = 256;
@@ -33,14 +28,13 @@ void relax() {
 
 }  // namespace
 
-PersistentDirect::PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout)
+PersistentDirect::PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout,
+                                   const Diagnostics& diagnostics)
     : stream_(priority),
       control_(1, /*mapped=*/true),
       counters_(4),
       idle_timeout_(idle_timeout),
-      answer_timeout_(kAnswerTimeout) {
-  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_ANSWER_US"))
-    answer_timeout_ = std::chrono::microseconds(std::max(1L, std::strtol(env, nullptr, 10)));
+      diagnostics_(diagnostics) {
   std::construct_at(control_.get());  // zero words in the fresh page-locked memory
 }
 
@@ -63,9 +57,8 @@ void PersistentDirect::start(const DirectArgs& args, const PersistentShape& shap
   args_.control = control_.device_pointer();
   args_.counters = counters_.get();
   args_.idle_timeout_ns = idle_timeout_.count();
-  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_TRACE")) args_.trace = *env == '1';
-  if (const char* env = std::getenv("TAPSTREAM_CUDA_PERSISTENT_LOADS"))
-    args_.input_loads = std::atoi(env);
+  args_.trace = diagnostics_.trace;
+  args_.input_loads = diagnostics_.input_loads;
   shape_ = shape;
   after.wait_on(stream_.get());
   launch(seq_);
@@ -105,7 +98,8 @@ bool PersistentDirect::call(int frames, bool planar, int history_index) {
   std::atomic_ref<unsigned> done(control_.get()->done);
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) launch(seq - 1);
-    bool answered = wait_for_answer(seq, std::chrono::steady_clock::now() + answer_timeout_);
+    bool answered =
+        wait_for_answer(seq, std::chrono::steady_clock::now() + diagnostics_.answer_timeout);
     if (!answered) {
       stop();
       answered = done.load(std::memory_order_acquire) == seq;

@@ -38,9 +38,19 @@ namespace tapstream::cuda {
 
 class PersistentDirect {
  public:
+  // What a measurement or a test may change (EngineOptions::cuda).
+  struct Diagnostics {
+    // How long a call waits for the answer before a fresh launch serves it
+    // (EngineOptions::cuda.persistent_answer says why its default).
+    std::chrono::nanoseconds answer_timeout{};
+    bool trace = false;   // record per-call times (description() reports them)
+    int input_loads = 2;  // PersistentArgs::input_loads
+  };
+
   // `priority`: the kernel's stream priority; `idle_timeout`: how long the
   // kernel waits for a call before it returns (the next call relaunches it).
-  PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout);
+  PersistentDirect(int priority, std::chrono::nanoseconds idle_timeout,
+                   const Diagnostics& diagnostics);
   ~PersistentDirect();
   PersistentDirect(const PersistentDirect&) = delete;
   PersistentDirect& operator=(const PersistentDirect&) = delete;
@@ -76,10 +86,10 @@ class PersistentDirect {
   PersistentArgs args_;
   PersistentShape shape_;
   std::chrono::nanoseconds idle_timeout_;
-  std::chrono::nanoseconds answer_timeout_;
+  Diagnostics diagnostics_;
   unsigned int seq_ = 0;  // the last call rung (and answered, between calls)
   std::chrono::steady_clock::time_point last_active_;  // the last launch or answer
-  // TAPSTREAM_CUDA_PERSISTENT_TRACE=1: per answered call, the kernel's times
+  // Diagnostics::trace: per answered call, the kernel's times
   // (us after block 0 saw the doorbell) and the host's ring-to-answer time.
   std::vector<double> traced_[5];
   bool running_ = false;

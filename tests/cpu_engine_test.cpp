@@ -38,11 +38,6 @@ using testing::relative_error;
 
 constexpr double kTolerance = 1e-5;
 
-// FFTW plans are estimated in this suite (measuring every size used here would
-// take longer than the tests; output does not depend on the plan beyond
-// rounding). MeasuredFftPlansMatchEstimatedOnes covers measured plans.
-const bool kEstimatePlans = [] { return setenv("TAPSTREAM_FFTW_PLANNER", "estimate", 0) == 0; }();
-
 // Same values as reference_convolution (float64), summed tap-major so that the
 // inner loop runs across outputs and vectorises; blocks of outputs stay in L1.
 // No clones under ThreadSanitizer: their ifunc resolver runs before its runtime.
@@ -465,15 +460,16 @@ TEST(CpuEngine, ResetStartsTheStreamAgain) {
 TEST(CpuEngine, MeasuredFftPlansMatchEstimatedOnes) {
   // A measured plan is run on arrays other than those it was planned on (as the
   // engine does), which FFTW allows only for arrays aligned like the planned ones.
-  ASSERT_TRUE(kEstimatePlans);
+  // Test executables estimate their plans (tests/estimated_fft_plans.cpp).
+  const fftw::PlannerOptions estimating = fftw::planner_options();
+  ASSERT_FALSE(estimating.measure);
   const auto wisdom = std::filesystem::temp_directory_path() /
                       ("cpu_engine_test_wisdom." + std::to_string(::getpid()));
-  setenv("TAPSTREAM_FFTW_WISDOM", wisdom.c_str(), 1);
   const auto seed = announce("measured plans", 1000);
   for (std::size_t n : {64, 2048}) {
-    setenv("TAPSTREAM_FFTW_PLANNER", "measure", 1);
+    fftw::set_planner_options({.measure = true, .wisdom_file = wisdom});
     const fftw::RealFftPair measured(n);
-    setenv("TAPSTREAM_FFTW_PLANNER", "estimate", 1);
+    fftw::set_planner_options(estimating);
     const fftw::RealFftPair estimated(n);
     const std::size_t bins = fftw::padded_bins(n);
     fftw::AlignedFloats x(n), a(2 * bins), b(2 * bins), back(n);
@@ -490,7 +486,7 @@ TEST(CpuEngine, MeasuredFftPlansMatchEstimatedOnes) {
     EXPECT_LE(relative_error(std::span<const float>(back.data(), n), signal), 1e-6)
         << n << "-point round trip";
   }
-  unsetenv("TAPSTREAM_FFTW_WISDOM");
+  EXPECT_TRUE(std::filesystem::exists(wisdom)) << "measured plans are kept as wisdom";
   std::filesystem::remove(wisdom);
 }
 
@@ -505,15 +501,15 @@ TEST(CpuEngine, ThreadsDoNotChangeTheOutput) {
                                random_signal(9000, seed + 3)});
   const FilterBank next = FilterBank::shared(random_signal(5000, seed + 4), channels);
   std::vector<std::vector<std::vector<float>>> results;
-  for (const char* threads : {"1", "3"}) {
-    setenv("TAPSTREAM_CPU_THREADS", threads, 1);
+  for (std::size_t threads : {1, 3}) {
     for (Algorithm algorithm : {Algorithm::fft, Algorithm::direct}) {
       EngineOptions options;
       options.max_block_frames = 16384;
       options.algorithm = algorithm;
+      options.cpu.threads = threads;
       auto engine = make_cpu_engine(bank, options);
       std::printf("[ engine   ] %s\n", engine->description().c_str());
-      if (std::string(threads) == "3") {
+      if (threads == 3) {
         EXPECT_NE(engine->description().find("3 threads"), std::string::npos);
       }
       const std::size_t cut = frames / 2;
@@ -537,7 +533,6 @@ TEST(CpuEngine, ThreadsDoNotChangeTheOutput) {
       results.push_back(out);
     }
   }
-  unsetenv("TAPSTREAM_CPU_THREADS");
   EXPECT_EQ(results[0], results[2]) << "fft";
   EXPECT_EQ(results[1], results[3]) << "direct";
 }

@@ -29,8 +29,6 @@ using testing::random_signal;
 using testing::reference_convolution;
 using testing::relative_error;
 
-const bool kEstimatePlans = [] { return setenv("TAPSTREAM_FFTW_PLANNER", "estimate", 0) == 0; }();
-
 std::unique_ptr<Engine> nonuniform(const FilterBank& bank, std::size_t block, std::size_t taps) {
   EngineOptions options;
   options.max_block_frames = block;

@@ -583,8 +583,7 @@ TEST_F(CudaEngineTest, DISABLED_LatencyAndThroughputProbe) {
   };
   std::printf("\nstreaming round trip per block (engine pinned staging, interleaved), us\n");
   std::printf("%-16s %-10s %8s %8s %8s\n", "config", "path", "p50", "p99", "max");
-  for (const char* zero_copy : {"32768", "0"}) {
-    setenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES", zero_copy, 1);
+  for (std::size_t zero_copy : {32768, 0}) {
     // The last three: long filters at small blocks, the partitioned path.
     for (const Latency l :
          {Latency{2, 256, 2048}, Latency{8, 256, 2048}, Latency{2, 64, 512},
@@ -593,6 +592,7 @@ TEST_F(CudaEngineTest, DISABLED_LatencyAndThroughputProbe) {
       EngineOptions options;
       options.max_block_frames = l.frames;
       options.kernel = l.kernel;
+      options.cuda.zero_copy_samples = zero_copy;
       auto engine = make_cuda_device_engine(
           FilterBank::shared(random_signal(l.taps, 1), l.channels), options);
       auto in = engine->pinned_input().first(l.channels * l.frames);
@@ -610,11 +610,10 @@ TEST_F(CudaEngineTest, DISABLED_LatencyAndThroughputProbe) {
       std::snprintf(config, sizeof config, "%zux%zux%zu%s", l.channels, l.frames, l.taps,
                     std::string(l.kernel) == "partitioned" ? " (nupc)" : "");
       std::printf("%-16s %-10s %8.1f %8.1f %8.1f\n", config,
-                  std::string(zero_copy) == "0" ? "copies" : "zero-copy", percentile(us, 0.5),
+                  zero_copy == 0 ? "copies" : "zero-copy", percentile(us, 0.5),
                   percentile(us, 0.99), percentile(us, 1.0));
     }
   }
-  unsetenv("TAPSTREAM_CUDA_ZERO_COPY_SAMPLES");
 
   const std::size_t channels = 8, frames = std::size_t(1) << 21;
   std::printf(

@@ -512,7 +512,7 @@ TEST(FftConvolver, CrossfadeBetweenFusedRunsBlendsOldAndNewFilters) {
   }
 }
 
-TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheEnvironmentTurnsItOff) {
+TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheCallerTurnsItOff) {
   SKIP_WITHOUT_DEVICE();
   const FilterBank bank = random_bank(2, 2048, true, 3);
   {
@@ -520,9 +520,8 @@ TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheEnvironmentTurnsI
     EXPECT_TRUE(convolver.fused_kernel()) << convolver.description();
     EXPECT_EQ(convolver.partition_frames(), 2048u);
   }
-  ::setenv("TAPSTREAM_FFT_FUSED", "0", 1);
-  FftConvolver convolver(bank, 2048, 65536);
-  ::unsetenv("TAPSTREAM_FFT_FUSED");
+  // As EngineOptions::cuda.fft_fused = false passes it.
+  FftConvolver convolver(bank, 2048, 65536, 0, false, /*use_fused_kernel=*/false);
   EXPECT_FALSE(convolver.fused_kernel()) << convolver.description();
   // Longer filters than one partition holds keep the cuFFT passes.
   FftConvolver longer(random_bank(2, 40000, true, 4), 40000, 65536);
@@ -633,9 +632,10 @@ TEST(FftConvolver, ResetForgetsTheHistoryOfSegmentKernelRuns) {
 
 // 131072 taps with whole-signal blocks: 32 partitions of 4096 through the
 // segment kernels (100000 taps: 13 of 8192, since 25 have no MAC kernel);
-// TAPSTREAM_FFT_PARTITION picks another partition and TAPSTREAM_FFT_FUSED=0
-// restores the cuFFT passes (4 partitions of 32768).
-TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheEnvironmentChoosesThePartition) {
+// an explicit partition (EngineOptions::cuda.fft_partition) picks another and
+// use_fused_kernel = false (cuda.fft_fused) restores the cuFFT passes (4
+// partitions of 32768).
+TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheCallerChoosesThePartition) {
   SKIP_WITHOUT_DEVICE();
   const FilterBank bank = random_bank(2, 131072, true, 5);
   {
@@ -652,23 +652,17 @@ TEST(FftConvolver, LongFiltersUseSegmentKernelsAndTheEnvironmentChoosesThePartit
     EXPECT_EQ(convolver.partition_frames(), 8192u);
   }
   {
-    ::setenv("TAPSTREAM_FFT_PARTITION", "16384", 1);
-    FftConvolver convolver(bank, 131072, 1 << 20);
-    ::unsetenv("TAPSTREAM_FFT_PARTITION");
+    FftConvolver convolver(bank, 131072, 1 << 20, 16384);
     EXPECT_TRUE(convolver.segment_kernels()) << convolver.description();
     EXPECT_EQ(convolver.partition_frames(), 16384u);
     EXPECT_EQ(convolver.partitions(), 8u);
   }
   {
-    ::setenv("TAPSTREAM_FFT_FUSED", "0", 1);
-    FftConvolver convolver(bank, 131072, 1 << 20);
-    ::unsetenv("TAPSTREAM_FFT_FUSED");
+    FftConvolver convolver(bank, 131072, 1 << 20, 0, false, /*use_fused_kernel=*/false);
     EXPECT_FALSE(convolver.segment_kernels()) << convolver.description();
     EXPECT_EQ(convolver.partition_frames(), 32768u);
   }
-  ::setenv("TAPSTREAM_FFT_PARTITION", "1000", 1);
-  EXPECT_THROW(FftConvolver(bank, 131072, 1 << 20), std::invalid_argument);
-  ::unsetenv("TAPSTREAM_FFT_PARTITION");
+  EXPECT_THROW(FftConvolver(bank, 131072, 1 << 20, 1000), std::invalid_argument);
 }
 
 TEST(FftConvolver, RejectsBadArgumentsWithClearErrors) {

@@ -29,7 +29,7 @@ using testing::reference_output;
 using testing::relative_error;
 using testing::run_stream;
 
-class CudaMatrixEngineTest : public ::testing::TestWithParam<CudaMatrixMac> {
+class CudaMatrixEngineTest : public ::testing::TestWithParam<CudaMatrixKernel> {
  protected:
   void SetUp() override {
     std::string reason;
@@ -38,7 +38,8 @@ class CudaMatrixEngineTest : public ::testing::TestWithParam<CudaMatrixMac> {
   static std::unique_ptr<MatrixEngine> make(const RoutingMatrix& m, std::size_t max_block) {
     EngineOptions options;
     options.max_block_frames = max_block;
-    return make_cuda_matrix_engine(m, options, GetParam());
+    options.cuda.matrix_kernel = GetParam();
+    return make_cuda_matrix_engine(m, options);
   }
 };
 
@@ -150,26 +151,31 @@ TEST_P(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering)
 }
 
 INSTANTIATE_TEST_SUITE_P(MacKernels, CudaMatrixEngineTest,
-                         ::testing::Values(CudaMatrixMac::tiled, CudaMatrixMac::cublas),
-                         [](const ::testing::TestParamInfo<CudaMatrixMac>& info) {
-                           return std::string(info.param == CudaMatrixMac::tiled ? "Tiled"
-                                                                                 : "Cublas");
+                         ::testing::Values(CudaMatrixKernel::tiled, CudaMatrixKernel::cublas),
+                         [](const ::testing::TestParamInfo<CudaMatrixKernel>& info) {
+                           return std::string(info.param == CudaMatrixKernel::tiled ? "Tiled"
+                                                                                    : "Cublas");
                          });
 
-TEST(CudaMatrixEngineOptions, AnUnknownMacKernelInTheEnvironmentIsRefusedByName) {
+TEST(CudaMatrixEngineOptions, BlocksWithoutGraphsGiveTheSameOutputAsGraphs) {
   std::string reason;
   if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
-  setenv("TAPSTREAM_MATRIX_MAC", "gemmish", 1);
-  EngineOptions options;
-  options.max_block_frames = 16;
-  try {
-    make_cuda_matrix_engine(RoutingMatrix::make(1, 1, {make_path(0, 0, {1})}), options);
-    ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("TAPSTREAM_MATRIX_MAC=gemmish"), std::string::npos)
-        << e.what();
+  const std::uint64_t seed = 20261125;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix matrix = testing::mixed_length_matrix(seed);
+  std::mt19937_64 signals(seed);
+  std::vector<std::vector<float>> inputs(matrix.inputs());
+  for (auto& x : inputs) x = random_signal(4096, signals());
+  std::vector<std::vector<std::vector<float>>> outputs;
+  for (bool graphs : {true, false}) {
+    EngineOptions options;
+    options.max_block_frames = 128;
+    options.cuda.matrix_graphs = graphs;
+    auto engine = make_cuda_matrix_engine(matrix, options);
+    std::mt19937_64 blocks(seed + 1);  // the same call sizes for both
+    outputs.push_back(run_stream(*engine, inputs, blocks, Layout::planar));
   }
-  unsetenv("TAPSTREAM_MATRIX_MAC");
+  EXPECT_EQ(outputs[0], outputs[1]);
 }
 
 }  // namespace

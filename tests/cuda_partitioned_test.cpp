@@ -278,8 +278,6 @@ TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {
 // the H100, 18 us p50 per call against 118 us for the direct form it picked
 // before), and its output is the reference's.
 TEST_F(CudaPartitioned, TheDefaultEngineTakesThePartitionedPathWhereTheCostModelSaysSo) {
-  if (const char* env = std::getenv("TAPSTREAM_CUDA_PARTITIONED"); env && std::string(env) == "0")
-    GTEST_SKIP() << "TAPSTREAM_CUDA_PARTITIONED=0 turns the partitioned path off";
   const std::uint64_t seed = announce("default engine, 8 x 64 x 65536", 8107);
   const std::size_t channels = 8, taps = 65536, max_block = 64, frames = 70000;
   const FilterBank b = bank(channels, taps, 1500, seed);

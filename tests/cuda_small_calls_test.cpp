@@ -1,5 +1,5 @@
 // Small streaming calls of the CUDA engine (zero-copy, direct form) in each of
-// its ways to reach the device (TAPSTREAM_CUDA_SMALL_CALLS): the persistent
+// its ways to reach the device (EngineOptions::cuda.small_calls): the persistent
 // kernel that serves call after call without a launch (kernels/persistent_direct),
 // a launch with a spin wait, a launch with an event wait. Each must give the
 // float64 reference for calls of varying size in both layouts; the persistent
@@ -35,29 +35,6 @@ using testing::Signals;
 
 constexpr double kTolerance = 1e-5;
 
-// Sets an environment variable for the lifetime of the object (the engine
-// reads its small-call settings when it is made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 FilterBank bank_for(std::size_t channels, std::size_t taps, std::uint64_t seed) {
   std::vector<std::vector<float>> filters;
   for (std::size_t c = 0; c < channels; ++c)
@@ -69,6 +46,9 @@ std::vector<double> reference(const Signals& in, const FilterBank& bank, std::si
   return reference_convolution(in[c], bank.taps(c));
 }
 
+// The engine option's enum, named apart from the fixture below.
+using SmallCallsMode = ::tapstream::CudaSmallCalls;
+
 class CudaSmallCalls : public testing::CudaDeviceTest {};
 
 struct Case {
@@ -77,8 +57,13 @@ struct Case {
 
 TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLayouts) {
   const std::uint64_t seed = announce("small calls", 20261123);
-  for (const char* mode : {"persistent", "spin", "event"}) {
-    ScopedEnv env("TAPSTREAM_CUDA_SMALL_CALLS", mode);
+  struct Mode {
+    const char* name;
+    SmallCallsMode value;
+  };
+  for (const Mode mode :
+       {Mode{"persistent", SmallCallsMode::persistent}, Mode{"spin", SmallCallsMode::spin},
+        Mode{"event", SmallCallsMode::event}}) {
     for (const Case& k : {Case{2, 2048, 256}, Case{1, 600, 512}, Case{3, 100, 64}, Case{2, 1, 256},
                           Case{8, 1000, 128}}) {
       const FilterBank bank = bank_for(k.channels, k.taps, seed + k.taps);
@@ -86,6 +71,7 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
       const Signals in = random_signals(k.channels, frames, seed + 1);
       EngineOptions options;
       options.max_block_frames = k.max_block;
+      options.cuda.small_calls = mode.value;
       auto engine = make_cuda_engine(bank, options);
       Signals out(k.channels, std::vector<float>(frames));
       std::size_t start = 0, call = 0;
@@ -95,15 +81,15 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
         start += n;
       }
       const std::string description = engine->description();
-      std::printf("%s, %zu ch x %zu taps, calls of 1..%zu: %s\n", mode, k.channels, k.taps,
+      std::printf("%s, %zu ch x %zu taps, calls of 1..%zu: %s\n", mode.name, k.channels, k.taps,
                   k.max_block, description.c_str());
-      if (std::string(mode) == "persistent") {
+      if (mode.value == SmallCallsMode::persistent) {
         EXPECT_NE(description.find("small calls: persistent kernel,"), std::string::npos)
             << description;
       }
       for (std::size_t c = 0; c < k.channels; ++c)
         EXPECT_LE(relative_error(out[c], reference(in, bank, c)), kTolerance)
-            << mode << ", " << k.channels << " ch x " << k.taps << " taps, channel " << c;
+            << mode.name << ", " << k.channels << " ch x " << k.taps << " taps, channel " << c;
     }
   }
 }
@@ -114,14 +100,14 @@ TEST_F(CudaSmallCalls, EveryWayMatchesTheFloat64ReferenceForVaryingCallsInBothLa
 // launch per call. The output must stay exact through all of them.
 TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) {
   const std::uint64_t seed = announce("persistent kernel recovery", 31);
-  ScopedEnv mode("TAPSTREAM_CUDA_SMALL_CALLS", "persistent");
-  for (const char* answer_us : {"12", "1"}) {
-    ScopedEnv answer("TAPSTREAM_CUDA_PERSISTENT_ANSWER_US", answer_us);
+  for (const long long answer_us : {12, 1}) {
     const std::size_t channels = 2, taps = 2048, block = 256, frames = 20000;
     const FilterBank bank = bank_for(channels, taps, seed);
     const Signals in = random_signals(channels, frames, seed + 1);
     EngineOptions options;
     options.max_block_frames = block;
+    options.cuda.small_calls = SmallCallsMode::persistent;
+    options.cuda.persistent_answer = std::chrono::microseconds(answer_us);
     auto engine = make_cuda_engine(bank, options);
     Signals out(channels, std::vector<float>(frames));
     std::size_t start = 0, call = 0;
@@ -129,7 +115,7 @@ TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) 
       run_block(*engine, in, out, start, n, call++ % 2 ? Layout::planar : Layout::interleaved);
       start += n;
     }
-    std::printf("answer timeout %s us: %s\n", answer_us, engine->description().c_str());
+    std::printf("answer timeout %lld us: %s\n", answer_us, engine->description().c_str());
     for (std::size_t c = 0; c < channels; ++c)
       EXPECT_LE(relative_error(out[c], reference(in, bank, c)), kTolerance)
           << "answer timeout " << answer_us << " us, channel " << c;
@@ -137,7 +123,6 @@ TEST_F(CudaSmallCalls, UnansweredCallsAreServedAgainOrByALaunchWithExactOutput) 
 }
 
 TEST_F(CudaSmallCalls, PersistentKernelIsTheDefaultForTheStreamingTargetShape) {
-  ScopedEnv env("TAPSTREAM_CUDA_SMALL_CALLS", "");
   const FilterBank bank = bank_for(2, 2048, 5);
   EngineOptions options;
   options.max_block_frames = 256;
@@ -155,8 +140,6 @@ TEST_F(CudaSmallCalls, PersistentKernelIsTheDefaultForTheStreamingTargetShape) {
 // device-memory calls between host calls: the output stays the reference's.
 TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceCalls) {
   const std::uint64_t seed = announce("persistent kernel life cycle", 77);
-  ScopedEnv mode("TAPSTREAM_CUDA_SMALL_CALLS", "persistent");
-  ScopedEnv idle("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS", "2");
   const std::size_t channels = 2, taps = 1500, block = 256, calls = 40;
   const std::size_t frames = calls * block;
   const FilterBank first = bank_for(channels, taps, seed);
@@ -164,6 +147,8 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
   const Signals in = random_signals(channels, frames, seed + 2);
   EngineOptions options;
   options.max_block_frames = block;
+  options.cuda.small_calls = SmallCallsMode::persistent;
+  options.cuda.persistent_idle = std::chrono::milliseconds(2);
   auto engine = make_cuda_device_engine(first, options);
   Signals out(channels, std::vector<float>(frames));
   const std::size_t fade_call = 15, hard_call = 25;
@@ -225,14 +210,14 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
 TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePromptly) {
   // An idle timeout far longer than the bound below: neither synchronize()
   // nor the destructor may wait for the kernel to give up by itself.
-  ScopedEnv mode("TAPSTREAM_CUDA_SMALL_CALLS", "persistent");
-  ScopedEnv idle("TAPSTREAM_CUDA_PERSISTENT_IDLE_MS", "5000");
   const FilterBank bank = bank_for(2, 512, 9);
   const Signals in = random_signals(2, 64, 10);
   Signals out(2, std::vector<float>(64));
   for (int i = 0; i < 5; ++i) {
     EngineOptions options;
     options.max_block_frames = 64;
+    options.cuda.small_calls = SmallCallsMode::persistent;
+    options.cuda.persistent_idle = std::chrono::milliseconds(5000);
     auto engine = make_cuda_device_engine(bank, options);
     run_block(*engine, in, out, 0, 64, Layout::interleaved);
     ASSERT_NE(engine->description().find("small calls: persistent kernel,"), std::string::npos)

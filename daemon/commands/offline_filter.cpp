@@ -24,7 +24,7 @@ RoutingMatrix load_offline_matrix(const FilterChoice& choice, int sample_rate) {
 
 OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, int sample_rate,
                              const std::string& input_name) {
-  EngineOptions engine_options;
+  EngineOptions engine_options = choice.engine;
   engine_options.max_block_frames = choice.block_frames;
   engine_options.algorithm = choice.algorithm;
   if (!choice.matrix.empty()) {

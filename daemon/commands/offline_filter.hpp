@@ -30,6 +30,7 @@ struct FilterChoice {
   bool ignore_rate = false;
   bool strict = false;
   std::vector<std::string>* damage = nullptr;  // see CoefficientFileOptions
+  EngineOptions engine;                        // its tuning (cpu, cuda): --engine-option
 };
 
 // Reads the matrix file of `choice` for input at `sample_rate` (0: no rate

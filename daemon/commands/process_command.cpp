@@ -31,6 +31,7 @@
 #include "daemon/engine_factory.hpp"
 #include "daemon/gain_range.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
+#include "dsp/engine_tuning.hpp"
 #include "dsp/float_spool.hpp"
 #include "dsp/sound_file.hpp"
 
@@ -65,6 +66,7 @@ struct ProcessArgs {
   int input_rate = 0;
   int input_channels = 0;
   std::string input_format = "float";
+  std::vector<std::string> engine_options;  // --engine-option KEY=VALUE
 };
 
 // Set by SIGHUP/SIGINT/SIGTERM so that an interrupted run still removes its
@@ -251,6 +253,13 @@ int process(const ProcessArgs& args) {
   filters.max_taps = args.max_taps;
   filters.ignore_rate = args.ignore_rate;
   filters.strict = args.strict;
+  for (const std::string& assignment : args.engine_options) {
+    try {
+      set_engine_tuning(filters.engine, assignment);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--engine-option ") + e.what());
+    }
+  }
   if (!args.out_dir.empty()) {
     // A bad matrix is refused before the output directory is made.
     if (!args.matrix.empty()) load_offline_matrix(filters, 0);
@@ -431,6 +440,9 @@ Command add_process_command(CLI::App& app) {
   sub->add_option("--algorithm", args->algorithm, "auto, direct or fft")
       ->check(CLI::IsMember({"auto", "direct", "fft"}))
       ->capture_default_str();
+  sub->add_option("--engine-option", args->engine_options,
+                  "An engine tuning key as in the configuration's [engine] table, "
+                  "e.g. cpu_threads=4 (repeatable; config/live-default.toml lists them)");
   sub->add_option("--type", args->type,
                   "Output type (wav, flac, aiff, au, raw, ...) when the name does not say it, "
                   "e.g. for standard output (default there: wav)");

@@ -52,21 +52,6 @@ std::size_t choose_partition(std::size_t max_block) {
   return p;
 }
 
-CudaMatrixMac resolve_mac(CudaMatrixMac mac) {
-  if (mac != CudaMatrixMac::automatic) return mac;
-  const char* env = std::getenv("TAPSTREAM_MATRIX_MAC");
-  const std::string name = env ? env : "";
-  if (name.empty() || name == "tiled") return CudaMatrixMac::tiled;
-  if (name == "cublas") return CudaMatrixMac::cublas;
-  throw std::invalid_argument("TAPSTREAM_MATRIX_MAC=" + name +
-                              ": unknown matrix kernel (tiled or cublas)");
-}
-
-bool graphs_enabled() {
-  const char* env = std::getenv("TAPSTREAM_MATRIX_GRAPHS");
-  return env == nullptr || std::string(env) != "off";
-}
-
 // What a call's launch sequence depends on.
 struct CallShape {
   std::size_t frames = 0, chunks = 0;
@@ -79,7 +64,7 @@ struct CallShape {
 
 class CudaMatrixEngine final : public MatrixEngine {
  public:
-  CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options, CudaMatrixMac mac);
+  CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options);
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
@@ -142,19 +127,20 @@ class CudaMatrixEngine final : public MatrixEngine {
   bool pending_crossfade_ = false;
 };
 
-CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options,
-                                   CudaMatrixMac mac)
+CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
     : device_guard_(options.device),
       matrix_(std::make_unique<RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
-      use_graphs_(graphs_enabled()) {
+      use_graphs_(options.cuda.matrix_graphs) {
   if (max_block_ == 0) throw std::invalid_argument("cuda matrix engine: max_block_frames is 0");
   if (matrix.max_taps() > max_taps_)
     throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
                                 std::to_string(matrix.max_taps()) + " taps, more than max_taps " +
                                 std::to_string(max_taps_));
-  const CudaMatrixMac kind = resolve_mac(mac);
+  const CudaMatrixKernel kind = options.cuda.matrix_kernel == CudaMatrixKernel::automatic
+                                    ? CudaMatrixKernel::tiled
+                                    : options.cuda.matrix_kernel;
   partition_ = choose_partition(max_block_);
   bins_ = partition_ + 1;
   partitions_ = div_up(max_taps_, partition_);
@@ -193,7 +179,7 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
   device_call_ = DeviceBuffer<char>(host_call_.size());
   d_out_ = DeviceBuffer<float>(n_out * max_block_);
   host_out_ = cuda::PinnedBuffer<float>(n_out * max_block_);
-  if (kind == CudaMatrixMac::cublas) {
+  if (kind == CudaMatrixKernel::cublas) {
     cublas_.emplace(shape_);
     bind_cublas();
   }
@@ -372,14 +358,8 @@ void CudaMatrixEngine::reset() {
 }  // namespace
 
 std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
-                                                      const EngineOptions& options,
-                                                      CudaMatrixMac mac) {
-  return std::make_unique<CudaMatrixEngine>(matrix, options, mac);
-}
-
-std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
                                                       const EngineOptions& options) {
-  return make_cuda_matrix_engine(matrix, options, CudaMatrixMac::automatic);
+  return std::make_unique<CudaMatrixEngine>(matrix, options);
 }
 
 }  // namespace tapstream

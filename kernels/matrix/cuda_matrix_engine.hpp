@@ -12,17 +12,10 @@
 
 namespace tapstream {
 
-// Which kernel computes the per-bin products. `automatic` reads the
-// environment variable TAPSTREAM_MATRIX_MAC ("tiled" or "cublas"; unset or
-// empty: tiled, the faster on the H100).
-enum class CudaMatrixMac { automatic, tiled, cublas };
-
-// options.max_block_frames, max_taps (0: the matrix's longest path) and
-// device are used. Throws std::runtime_error naming the CUDA call on failure,
-// std::invalid_argument for a bad TAPSTREAM_MATRIX_MAC.
-std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
-                                                      const EngineOptions& options,
-                                                      CudaMatrixMac mac);
+// options.max_block_frames, max_taps (0: the matrix's longest path), device,
+// cuda.matrix_kernel (which kernel computes the per-bin products; automatic:
+// tiled, the faster on the H100) and cuda.matrix_graphs are used. Throws
+// std::runtime_error naming the CUDA call on failure.
 std::unique_ptr<MatrixEngine> make_cuda_matrix_engine(const RoutingMatrix& matrix,
                                                       const EngineOptions& options);
 
