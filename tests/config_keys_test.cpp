@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dsp/engine_tuning.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {
@@ -72,6 +73,11 @@ TEST(ConfigKeys, FileAndDeviceKeysAreFileOnlyAndProcessingKeysAreNot) {
     EXPECT_EQ(find_key(name)->effect, KeyEffect::reload) << name;
   }
   for (const char* name : {"sample_rate", "block_frames", "filter.max_taps", "engine.backend"}) {
+    EXPECT_EQ(find_key(name)->effect, KeyEffect::restart) << name;
+  }
+  for (const EngineTuningKey& tuning : engine_tuning_keys()) {
+    const std::string name = "engine." + std::string(tuning.name);
+    ASSERT_NE(find_key(name), nullptr) << name;
     EXPECT_EQ(find_key(name)->effect, KeyEffect::restart) << name;
   }
 }
