@@ -275,6 +275,21 @@ SoundFileMetadata read_metadata(SNDFILE* file, int channels) {
 
 }  // namespace
 
+namespace {
+
+// The lengths a writer that cannot seek back (to a pipe) puts in a WAV
+// header: not a promise, so a file that holds less is not cut short. sox
+// writes 0x7ffff000 rounded down to whole frames (0x7fffeffc for 24-bit
+// stereo); ffmpeg and others 0xFFFFFFFF.
+bool is_unknown_length(long long declared_bytes, long long frame_bytes) {
+  constexpr long long kSoxUnknown = 0x7ffff000LL;
+  constexpr long long kAllOnes = 0xffffffffLL;
+  if (declared_bytes == kAllOnes) return true;
+  return declared_bytes <= kSoxUnknown && declared_bytes > kSoxUnknown - frame_bytes;
+}
+
+}  // namespace
+
 std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
   // Only libsndfile's log says what the header promised once it found less.
   std::string log(16384, '\0');
@@ -287,9 +302,11 @@ std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
   const std::string line = log.substr(at + 1, end == std::string::npos ? end : end - at - 1);
   if (line.find("(should be") == std::string::npos) return info.frames;
   const long long declared_bytes = std::atoll(line.c_str() + std::strlen("data : "));
-  // Lengths a streaming writer puts in a header it cannot come back to: unknown, not a promise.
-  if (declared_bytes <= 0 || declared_bytes >= 0x7ffff000LL) return info.frames;
-  const std::int64_t frames = declared_bytes / (std::int64_t(sample_bytes) * info.channels);
+  const long long frame_bytes = static_cast<long long>(sample_bytes) * info.channels;
+  if (declared_bytes <= 0 || is_unknown_length(declared_bytes, frame_bytes)) return info.frames;
+  // Any other size beyond the file's end is a promise the file breaks: it
+  // was cut short (0xFFFFFFF0 declared, 2000 bytes there, is damage).
+  const std::int64_t frames = declared_bytes / frame_bytes;
   return std::max<std::int64_t>(frames, info.frames);
 }
 
@@ -304,8 +321,58 @@ bool output_is_stream(const std::filesystem::path& file) {
 
 // ---------------------------------------------------------------- reading
 
+int SoundFileReader::open_source(const std::filesystem::path& file,
+                                 const std::atomic<bool>* cancel) {
+  int fd = -1;
+  if (is_standard_stream(file)) {
+    // Our own descriptor of standard input, closed by us alone.
+    fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0);
+  } else {
+    // O_NONBLOCK: opening a FIFO does not wait for its writer here (the
+    // StreamInput waits for it, cancellably); O_NOCTTY: a terminal named
+    // here never becomes ours.
+    do {
+      fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    } while (fd < 0 && errno == EINTR);
+  }
+  if (fd < 0) {
+    throw error_for(display_name(file), std::string("cannot open: ") + std::strerror(errno));
+  }
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw error_for(display_name(file),
+                    std::string("cannot read its status: ") + std::strerror(error));
+  }
+  if (S_ISDIR(status.st_mode)) {
+    ::close(fd);
+    throw error_for(file, "is a directory");
+  }
+  if (S_ISREG(status.st_mode) || S_ISBLK(status.st_mode)) {
+    if (!is_standard_stream(file)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    fd_ = fd;
+    return fd_;
+  }
+  try {
+    stream_ = std::make_unique<StreamInput>(fd, cancel);
+  } catch (const std::runtime_error& e) {
+    throw error_for(display_name(file), e.what());
+  }
+  return stream_->fd();
+}
+
+void SoundFileReader::check_stream() const {
+  if (!stream_) return;
+  if (stream_->cancelled()) throw error_for(display_name(path_), "interrupted");
+  if (const std::string error = stream_->error(); !error.empty()) {
+    throw error_for(display_name(path_), "read failed: " + error);
+  }
+}
+
 SoundFileReader::SoundFileReader(const std::filesystem::path& file,
-                                 const std::optional<RawInput>& raw)
+                                 const std::optional<RawInput>& raw,
+                                 const std::atomic<bool>* cancel)
     : path_(file) {
   SF_INFO sf_info{};
   if (raw) {
@@ -318,14 +385,12 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
       throw error_for(display_name(file), "raw input needs a sample rate and a channel count");
     }
   }
-  if (is_standard_stream(file)) {
-    file_ = sf_open_fd(STDIN_FILENO, SFM_READ, &sf_info, SF_FALSE);
-  } else {
-    std::error_code error;
-    if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
-    file_ = sf_open(file.c_str(), SFM_READ, &sf_info);
+  const int fd = open_source(file, cancel);
+  file_ = sf_open_fd(fd, SFM_READ, &sf_info, /*close_desc=*/SF_FALSE);
+  if (file_ == nullptr) {
+    check_stream();
+    throw error_for(display_name(file), library_error(nullptr));
   }
-  if (file_ == nullptr) throw error_for(display_name(file), library_error(nullptr));
   info_.sample_rate = sf_info.samplerate;
   info_.channels = sf_info.channels;
   // From a pipe libsndfile reports the header's length, or a guess; a
@@ -344,6 +409,8 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
 
 SoundFileReader::~SoundFileReader() {
   if (file_ != nullptr) sf_close(file_);
+  stream_.reset();
+  if (fd_ >= 0) ::close(fd_);
 }
 
 std::size_t SoundFileReader::read(std::span<float> interleaved) {
@@ -352,8 +419,11 @@ std::size_t SoundFileReader::read(std::span<float> interleaved) {
   if (wanted == 0) return 0;
   const sf_count_t got = sf_readf_float(file_, interleaved.data(), wanted);
   if (got < wanted && sf_error(file_) != SF_ERR_NO_ERROR) {
+    check_stream();
     throw error_for(display_name(path_), "read failed: " + library_error(file_));
   }
+  // A stream cut by a cancel or a failed read looks like its end to libsndfile.
+  if (got < wanted) check_stream();
   return static_cast<std::size_t>(std::max<sf_count_t>(got, 0));
 }
 
@@ -480,7 +550,7 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
   }
   float peak = clip_.peak;
   for (const float x : interleaved) {
-    if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
+    if (std::isfinite(x)) peak = std::max(peak, std::fabs(x));
   }
   clip_.peak = peak;
   const auto frames = static_cast<sf_count_t>(interleaved.size() / channels);

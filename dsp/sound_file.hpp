@@ -9,6 +9,7 @@
 
 #include <sndfile.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "dsp/sample_quantiser.hpp"
+#include "dsp/stream_input.hpp"
 #include "dsp/stream_output.hpp"
 #include "dsp/temporary_file.hpp"
 
@@ -64,9 +66,13 @@ struct RawInput {
 class SoundFileReader {
  public:
   // A file, or standard input for "-"; raw samples when `raw` is given.
-  // Throws SoundFileError naming it.
+  // A pipe, FIFO or character device is read through a StreamInput, so that
+  // `cancel` (may be null) becoming true ends any wait for it (opening a
+  // FIFO, reading a stalled pipe) within StreamInput::kPollInterval: read()
+  // then throws. A directory is refused. Throws SoundFileError naming it.
   explicit SoundFileReader(const std::filesystem::path& file,
-                           const std::optional<RawInput>& raw = std::nullopt);
+                           const std::optional<RawInput>& raw = std::nullopt,
+                           const std::atomic<bool>* cancel = nullptr);
   ~SoundFileReader();
   SoundFileReader(const SoundFileReader&) = delete;
   SoundFileReader& operator=(const SoundFileReader&) = delete;
@@ -81,7 +87,14 @@ class SoundFileReader {
   std::size_t read(std::span<float> interleaved);
 
  private:
+  // The descriptor libsndfile reads: the file's own, or stream_'s pipe.
+  int open_source(const std::filesystem::path& file, const std::atomic<bool>* cancel);
+  // Throws when the stream ended because it was cancelled or failed.
+  void check_stream() const;
+
   std::filesystem::path path_;
+  int fd_ = -1;                          // a regular file or block device we opened
+  std::unique_ptr<StreamInput> stream_;  // a pipe, FIFO or character device
   SNDFILE* file_ = nullptr;
   SoundFileInfo info_;
   SoundFileMetadata metadata_;
@@ -98,7 +111,7 @@ std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info);
 // clipped to [-1, 1]; float output is written as it is.
 struct ClipStats {
   std::uint64_t clipped_samples = 0;
-  float peak = 0.0f;  // largest |sample| seen, before clipping (NaN ignored)
+  float peak = 0.0f;  // largest finite |sample| seen, before clipping
 };
 
 struct SoundFileWriterOptions {
