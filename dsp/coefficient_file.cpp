@@ -321,7 +321,7 @@ RegularFile open_coefficient_file(const fs::path& file) {
 // libsndfile on the descriptor already checked (never the name again).
 SndfilePtr open_audio(const RegularFile& opened, SF_INFO& info) {
   if (::lseek(opened.fd(), 0, SEEK_SET) < 0) return nullptr;
-  return SndfilePtr(sf_open_fd(opened.fd(), SFM_READ, &info, /*close_desc=*/SF_FALSE));
+  return SndfilePtr(sf_open_fd(libsndfile_descriptor(opened.fd()), SFM_READ, &info, SF_TRUE));
 }
 
 // The rate a text file's comments declare, scanning lines of up to 64 KiB

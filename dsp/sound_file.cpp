@@ -275,6 +275,10 @@ SoundFileMetadata read_metadata(SNDFILE* file, int channels) {
 
 }  // namespace
 
+int libsndfile_descriptor(int fd) {
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
 namespace {
 
 // The lengths a writer that cannot seek back (to a pipe) puts in a WAV
@@ -386,7 +390,7 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
     }
   }
   const int fd = open_source(file, cancel);
-  file_ = sf_open_fd(fd, SFM_READ, &sf_info, /*close_desc=*/SF_FALSE);
+  file_ = sf_open_fd(libsndfile_descriptor(fd), SFM_READ, &sf_info, SF_TRUE);
   if (file_ == nullptr) {
     check_stream();
     throw error_for(display_name(file), library_error(nullptr));

@@ -101,6 +101,12 @@ class SoundFileReader {
   std::int64_t declared_frames_ = 0;
 };
 
+// A descriptor for sf_open_fd(..., SF_TRUE): a duplicate of `fd` (the same
+// open file, offset shared) that libsndfile closes, on sf_close or when the
+// open fails. libsndfile 1.2.0 closes the descriptor of a failed open even
+// when told not to, so it is never given one that is still ours.
+int libsndfile_descriptor(int fd);
+
 // The frames a libsndfile header declares, when libsndfile found fewer in
 // the file (it logs "data : N (should be M)" for WAV-family files and
 // shortens info.frames); else info.frames. Used for audio and IR files alike.
