@@ -488,11 +488,23 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
     if (exists && !S_ISREG(status.st_mode)) {
       // A FIFO, a device: written through, opened by its own name so that
       // the kernel follows any links. Opening a FIFO waits for its reader,
-      // as a shell would.
+      // as a shell would, but by polling (O_NONBLOCK fails with ENXIO while
+      // there is none), so that a cancel ends the wait.
       seekable = false;
-      direct_fd_ = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      while (true) {
+        direct_fd_ = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (direct_fd_ >= 0 || !S_ISFIFO(status.st_mode) || (errno != ENXIO && errno != EINTR)) {
+          break;
+        }
+        if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+          throw error_for(file, "interrupted while waiting for a reader");
+        }
+        ::usleep(StreamOutput::kPollIntervalMs * 1000);
+      }
       if (direct_fd_ < 0)
         throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
+      // Our own open file: blocking writes from here (StreamOutput polls).
+      ::fcntl(direct_fd_, F_SETFL, ::fcntl(direct_fd_, F_GETFL) & ~O_NONBLOCK);
     } else {
       // A regular file or a new name: the temporary file goes beside the
       // link's final target, so that the rename replaces the target, not the link.
@@ -511,7 +523,7 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
                                  " file as a stream (it needs seeking); stream types: " +
                                  StreamOutput::streamable_names());
     }
-    stream_ = std::make_unique<StreamOutput>(direct_fd_, format);
+    stream_ = std::make_unique<StreamOutput>(direct_fd_, format, options.cancel);
     file_ = sf_open_virtual(stream_->io(), SFM_WRITE, &sf_info, stream_.get());
   } else {
     // The descriptor stays ours (close_desc = false): the TemporaryFile

@@ -123,6 +123,10 @@ struct ClipStats {
 struct SoundFileWriterOptions {
   Dither dither = Dither::none;  // integer encodings only
   SoundFileMetadata metadata;    // what the container holds of it is written
+  // When it becomes true, waits on a FIFO, pipe or device output (for its
+  // reader to open it, or to read) end within StreamOutput's poll interval
+  // with an "interrupted" error. May be null.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class SoundFileWriter {

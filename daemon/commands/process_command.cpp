@@ -306,6 +306,7 @@ int process(const ProcessArgs& args) {
   SoundFileWriterOptions writer_options;
   writer_options.dither = dither_for(args.dither, chosen.format);
   writer_options.metadata = reader.metadata();
+  writer_options.cancel = &interrupted;
   SoundFileWriter writer(args.output, info.sample_rate, output_channels, chosen.format,
                          writer_options);
   for (const auto& stale : writer.removed_stale()) {
