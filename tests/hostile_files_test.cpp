@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sndfile.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -313,6 +314,55 @@ TEST(HostileFiles, ProcessWaitingOnAFifoInputEndsOnASignalAndLeavesNoOutput) {
       EXPECT_NE(messages.find("interrupted by"), std::string::npos) << messages;
       EXPECT_EQ(entries(dir.path()), listing) << messages;
     }
+  }
+}
+
+// The same on the output side: a FIFO output with no reader yet, or one
+// whose reader has stopped reading (more than a pipe holds is written).
+TEST(HostileFiles, ProcessWaitingOnAFifoOutputEndsOnASignal) {
+  TempDir dir{"tapstream-hostile"};
+  std::ofstream(dir / "taps.txt") << "0.5\n";
+  write_float_wav(dir / "in.wav", signal_of(48000 * 4, 12), 2);  // 1.5 MB of output
+  ASSERT_EQ(::mkfifo((dir / "out.wav").c_str(), 0600), 0);
+  for (const bool reader_stalls : {false, true}) {
+    SCOPED_TRACE(reader_stalls ? "stalled reader" : "no reader");
+    const fs::path err = dir.path().string() + ".out.err";
+    Child child({TAPSTREAM_BINARY, "process", (dir / "in.wav").string(), (dir / "out.wav").string(),
+                 "--taps", (dir / "taps.txt").string(), "--backend", "cpu", "-v"},
+                "/dev/null", err);
+    ASSERT_TRUE(child.started());
+    int reader = -1;
+    if (reader_stalls) {
+      reader = ::open((dir / "out.wav").c_str(), O_RDONLY);  // waits for the writer
+      ASSERT_GE(reader, 0) << std::strerror(errno);
+      // The pipe fills (64 KiB) and the writer waits: seen as a full pipe.
+      const auto deadline = Clock::now() + std::chrono::seconds(20);
+      int queued = 0;
+      while (Clock::now() < deadline) {
+        ASSERT_EQ(::ioctl(reader, FIONREAD, &queued), 0);
+        if (queued >= 65536) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_GE(queued, 65536) << read_text(err);
+    } else {
+      // Its engine is ready (-v says so) just before it opens its output.
+      const auto deadline = Clock::now() + std::chrono::seconds(20);
+      while (read_text(err).find("engine:") == std::string::npos && child.running() &&
+             Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_TRUE(child.running()) << read_text(err);
+    }
+    const auto signalled = Clock::now();
+    child.signal(SIGTERM);
+    const int status = child.wait_for(std::chrono::seconds(10));
+    const auto took = Clock::now() - signalled;
+    if (reader >= 0) ::close(reader);
+    const std::string messages = read_text(err);
+    fs::remove(err);
+    EXPECT_EQ(status, 128 + SIGTERM) << messages;
+    EXPECT_LT(took, kAtOnce) << messages;
+    EXPECT_NE(messages.find("interrupted by SIGTERM"), std::string::npos) << messages;
   }
 }
 
