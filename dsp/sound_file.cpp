@@ -366,12 +366,23 @@ int SoundFileReader::open_source(const std::filesystem::path& file,
   return stream_->fd();
 }
 
+std::string SoundFileReader::stream_problem() const {
+  if (!stream_) return {};
+  if (stream_->cancelled()) return "interrupted";
+  if (const std::string error = stream_->error(); !error.empty()) return "read failed: " + error;
+  return {};
+}
+
 void SoundFileReader::check_stream() const {
-  if (!stream_) return;
-  if (stream_->cancelled()) throw error_for(display_name(path_), "interrupted");
-  if (const std::string error = stream_->error(); !error.empty()) {
-    throw error_for(display_name(path_), "read failed: " + error);
+  if (const std::string problem = stream_problem(); !problem.empty()) {
+    throw error_for(display_name(path_), problem);
   }
+}
+
+void SoundFileReader::close_source() {
+  stream_.reset();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 SoundFileReader::SoundFileReader(const std::filesystem::path& file,
@@ -392,8 +403,10 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
   const int fd = open_source(file, cancel);
   file_ = sf_open_fd(libsndfile_descriptor(fd), SFM_READ, &sf_info, SF_TRUE);
   if (file_ == nullptr) {
-    check_stream();
-    throw error_for(display_name(file), library_error(nullptr));
+    const std::string from_stream = stream_problem();
+    const std::string problem = from_stream.empty() ? library_error(nullptr) : from_stream;
+    close_source();  // no destructor runs for a constructor that throws
+    throw error_for(display_name(file), problem);
   }
   info_.sample_rate = sf_info.samplerate;
   info_.channels = sf_info.channels;
@@ -405,6 +418,7 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
   if (info_.channels < 1 || info_.sample_rate < 1) {
     sf_close(file_);
     file_ = nullptr;
+    close_source();
     throw error_for(display_name(file), "no channels or no sample rate in the header");
   }
   declared_frames_ = length_known ? tapstream::declared_frames(file_, sf_info) : 0;
@@ -413,8 +427,7 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
 
 SoundFileReader::~SoundFileReader() {
   if (file_ != nullptr) sf_close(file_);
-  stream_.reset();
-  if (fd_ >= 0) ::close(fd_);
+  close_source();
 }
 
 std::size_t SoundFileReader::read(std::span<float> interleaved) {

@@ -89,8 +89,11 @@ class SoundFileReader {
  private:
   // The descriptor libsndfile reads: the file's own, or stream_'s pipe.
   int open_source(const std::filesystem::path& file, const std::atomic<bool>* cancel);
+  // Why the stream ended early (cancelled, a failed read); empty if it did not.
+  std::string stream_problem() const;
   // Throws when the stream ended because it was cancelled or failed.
   void check_stream() const;
+  void close_source();  // the descriptor or stream libsndfile was given a copy of
 
   std::filesystem::path path_;
   int fd_ = -1;                          // a regular file or block device we opened
