@@ -7,16 +7,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <initializer_list>
 #include <optional>
-#include <sstream>
 
 #include "daemon/control/http_request_policy.hpp"
 #include "daemon/gain_range.hpp"
 #include "daemon/matrix_config.hpp"
 #include "daemon/toml_reader.hpp"
 #include "dsp/engine_tuning.hpp"
+#include "dsp/regular_file.hpp"
 
 namespace tapstream {
 namespace {
@@ -25,6 +24,8 @@ using namespace toml_reading;
 
 namespace fs = std::filesystem;
 
+// A configuration is a few kilobytes; a file far larger is not one.
+constexpr std::uint64_t kMaxConfigFileBytes = std::uint64_t(4) << 20;
 constexpr std::size_t max_socket_path = 107;  // sizeof(sockaddr_un::sun_path) - 1 on Linux
 
 EndpointConfig read_endpoint(const Reader& reader, const toml::table& root, std::string_view name,
@@ -436,17 +437,16 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
 }
 
 LiveConfig load_live_config(const fs::path& file) {
-  std::ifstream stream(file, std::ios::binary);
-  std::error_code error;
-  if (!stream || fs::is_directory(file, error)) {
-    throw ConfigError(file.string() + ": cannot read configuration file" +
-                      (fs::exists(file, error) ? "" : " (no such file)"));
+  std::string text;
+  try {
+    // A device or FIFO is refused by the open descriptor, before any read.
+    RegularFile opened(file);
+    text = opened.read_all(kMaxConfigFileBytes, "as a configuration file");
+  } catch (const RegularFileError& e) {
+    throw ConfigError(std::string(e.what()) + " (the configuration file)");
   }
-  std::ostringstream text;
-  text << stream.rdbuf();
-  if (stream.bad()) throw ConfigError(file.string() + ": error while reading configuration file");
   const fs::path absolute = fs::absolute(file).lexically_normal();
-  LiveConfig config = parse_live_config(text.str(), absolute.parent_path(), file.string());
+  LiveConfig config = parse_live_config(text, absolute.parent_path(), file.string());
   config.config_file = absolute;
   return config;
 }

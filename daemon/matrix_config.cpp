@@ -1,15 +1,13 @@
 #include "daemon/matrix_config.hpp"
 
-#include <sndfile.h>
-
-#include <fstream>
+#include <cstdint>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "dsp/coefficient_file.hpp"
+#include "dsp/regular_file.hpp"
 
 namespace tapstream {
 namespace {
@@ -19,17 +17,15 @@ namespace fs = std::filesystem;
 
 constexpr std::int64_t kMaxChannels = 65536;
 
+// A matrix file is a few lines per path; far more than any real one.
+constexpr std::uint64_t kMaxMatrixFileBytes = std::uint64_t(64) << 20;
+
 // Every channel of a coefficient file, each its own filter (a text or raw
-// file has one). libsndfile is asked first only for the channel count, so
+// file has one). The header is read first only for the channel count, so
 // that load_filter_bank() reads the file as it always does.
 std::vector<std::vector<float>> load_filter_channels(const fs::path& file,
                                                      const MatrixFileOptions& options) {
-  std::size_t channels = 1;
-  SF_INFO info{};
-  if (SNDFILE* sound = sf_open(file.c_str(), SFM_READ, &info)) {
-    channels = static_cast<std::size_t>(info.channels);
-    sf_close(sound);
-  }
+  const std::size_t channels = read_coefficient_header(file).channels;
   CoefficientFileOptions load;
   load.channels = channels;
   load.max_taps = options.max_taps;
@@ -161,13 +157,15 @@ RoutingMatrix read_matrix(const Reader& reader, const toml::table& root,
 namespace {
 
 toml::table parse_matrix_file(const fs::path& file) {
-  std::ifstream stream(file, std::ios::binary);
-  std::error_code error;
-  if (!stream || fs::is_directory(file, error))
-    throw ConfigError(file.string() + ": cannot open the matrix file");
-  std::ostringstream text;
-  text << stream.rdbuf();
-  toml::table root = parse_toml(text.str(), file.string());
+  std::string text;
+  try {
+    // A device or FIFO is refused by the open descriptor, before any read.
+    RegularFile opened(file);
+    text = opened.read_all(kMaxMatrixFileBytes, "as a matrix file");
+  } catch (const RegularFileError& e) {
+    throw ConfigError(std::string(e.what()) + " (the matrix file)");
+  }
+  toml::table root = parse_toml(text, file.string());
   Reader(file.string(), file.parent_path())
       .check_known(root, "", {"inputs", "outputs", "path", "dense"});
   return root;

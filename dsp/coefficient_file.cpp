@@ -8,17 +8,18 @@
 #include <array>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <string_view>
 
+#include "dsp/regular_file.hpp"
 #include "dsp/sound_file.hpp"
 #include "dsp/temporary_file.hpp"
 
@@ -73,12 +74,15 @@ std::string quoted(std::string_view text) {
   return out + "'";
 }
 
-std::string read_whole_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw error_in(file, std::string("cannot open: ") + std::strerror(errno));
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw error_in(file, std::string("cannot read: ") + std::strerror(errno));
-  return content;
+// The most bytes a text file of `max_taps` taps is read for. Generous: a tap
+// written in full ("-1.2345678901234567e-05\r\n") takes 26 bytes; the rest is
+// room for indentation and comments, and 1 MiB for a header.
+std::uint64_t text_bytes_limit(std::size_t max_taps) {
+  return std::uint64_t(max_taps) * 128 + (std::uint64_t(1) << 20);
+}
+
+std::string why_limit(const CoefficientFileOptions& options) {
+  return "for the maximum of " + std::to_string(options.max_taps) + " taps";
 }
 
 std::string_view trim(std::string_view text) {
@@ -114,8 +118,10 @@ std::string rate_mismatch(double file_rate, const CoefficientFileOptions& option
          " Hz (redesign it for that rate, or ask to ignore the sample rate)";
 }
 
-std::vector<float> load_text(const fs::path& file, const CoefficientFileOptions& options) {
-  const std::string content = read_whole_file(file);
+std::vector<float> load_text(RegularFile& opened, const CoefficientFileOptions& options) {
+  const fs::path& file = opened.path();
+  const std::string content =
+      opened.read_all(text_bytes_limit(options.max_taps), why_limit(options) + " of text");
   std::vector<float> taps;
   std::size_t line_number = 0;
   // Editors on Windows start UTF-8 files with a byte order mark.
@@ -166,11 +172,19 @@ std::vector<float> load_text(const fs::path& file, const CoefficientFileOptions&
 }
 
 template <typename Sample>
-std::vector<float> load_raw(const fs::path& file, const CoefficientFileOptions& options) {
+std::vector<float> load_raw(RegularFile& opened, const CoefficientFileOptions& options) {
   static_assert(sizeof(Sample) == 4 || sizeof(Sample) == 8);
   using Bits = std::conditional_t<sizeof(Sample) == 4, std::uint32_t, std::uint64_t>;
+  const fs::path& file = opened.path();
   const char* type_name = sizeof(Sample) == 4 ? "float32" : "float64";
-  const std::string content = read_whole_file(file);
+  // Exact: every byte is part of a tap.
+  if (opened.size() > std::uint64_t(options.max_taps) * sizeof(Sample)) {
+    throw error_in(file, std::to_string(opened.size() / sizeof(Sample)) + " taps, " +
+                             too_many_taps(options) + " (refused by its size of " +
+                             std::to_string(opened.size()) + " bytes, without reading it)");
+  }
+  const std::string content = opened.read_all(std::uint64_t(options.max_taps) * sizeof(Sample),
+                                              why_limit(options) + " of raw " + type_name);
   if (content.empty()) throw error_in(file, "no taps (the file is empty)");
   if (content.size() % sizeof(Sample) != 0) {
     throw error_in(file, "size " + std::to_string(content.size()) + " bytes is not a multiple of " +
@@ -219,6 +233,13 @@ FilterBank load_audio(const fs::path& file, SndfilePtr sound, const SF_INFO& inf
   if (options.sample_rate != 0 && !options.ignore_sample_rate &&
       info.samplerate != options.sample_rate) {
     throw error_in(file, "impulse response " + rate_mismatch(info.samplerate, options));
+  }
+  // The header's frame count (libsndfile's, never more than the data the
+  // file holds) refuses a long one before a sample is read; a streamed
+  // header that does not say (SF_COUNT_MAX) is bounded by the reading below.
+  if (info.frames != SF_COUNT_MAX && info.frames > sf_count_t(options.max_taps)) {
+    throw error_in(file, "impulse response has " + std::to_string(info.frames) + " frames, " +
+                             too_many_taps(options) + " (refused before reading it)");
   }
   std::vector<std::vector<float>> taps(ir_channels);
   std::vector<float> block(4096 * ir_channels);
@@ -287,18 +308,64 @@ FilterBank load_filter_bank(const fs::path& file, const CoefficientFileOptions& 
   return warn_if_silent(load_filter_bank_quietly(file, options));
 }
 
+namespace {
+
+RegularFile open_coefficient_file(const fs::path& file) {
+  try {
+    return RegularFile(file);
+  } catch (const RegularFileError& e) {
+    throw CoefficientFileError(e.what());
+  }
+}
+
+// libsndfile on the descriptor already checked (never the name again).
+SndfilePtr open_audio(const RegularFile& opened, SF_INFO& info) {
+  if (::lseek(opened.fd(), 0, SEEK_SET) < 0) return nullptr;
+  return SndfilePtr(sf_open_fd(libsndfile_descriptor(opened.fd()), SFM_READ, &info, SF_TRUE));
+}
+
+// The rate a text file's comments declare, scanning lines of up to 64 KiB
+// (the rest of a longer line is not looked at); nullopt when none does.
+std::optional<double> rate_in_comments(const RegularFile& opened) {
+  constexpr std::size_t kMaxLine = 65536;
+  if (::lseek(opened.fd(), 0, SEEK_SET) < 0) return std::nullopt;
+  std::string line;
+  const auto declared_in = [](const std::string& text) -> std::optional<double> {
+    const auto hash = text.find('#');
+    if (hash == std::string::npos) return std::nullopt;
+    return declared_rate(std::string_view(text).substr(hash));
+  };
+  std::array<char, 65536> buffer{};
+  while (true) {
+    const ssize_t n = ::read(opened.fd(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[std::size_t(i)] == '\n') {
+        if (const auto rate = declared_in(line)) return rate;
+        line.clear();
+      } else if (line.size() < kMaxLine) {
+        line += buffer[std::size_t(i)];
+      }
+    }
+  }
+  return declared_in(line);
+}
+
+}  // namespace
+
 FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileOptions& options) {
   if (options.channels == 0) throw error_in(file, "the audio has no channels");
-  std::error_code error;
-  const auto status = fs::status(file, error);
-  if (!fs::exists(status)) throw error_in(file, "no such file");
-  if (fs::is_directory(status)) throw error_in(file, "is a directory, not a coefficient file");
+  // Before anything else: a device, FIFO or directory is refused here, by
+  // the open descriptor, whatever asked for it (command line, configuration,
+  // control socket, web API, matrix file).
+  RegularFile opened = open_coefficient_file(file);
 
   const FileKind kind = kind_of(file);
   try {
     if (kind == FileKind::audio || kind == FileKind::audio_or_text) {
       SF_INFO info{};
-      SndfilePtr sound(sf_open(file.c_str(), SFM_READ, &info));
+      SndfilePtr sound = open_audio(opened, info);
       if (sound) return load_audio(file, std::move(sound), info, options);
       if (kind == FileKind::audio) {
         throw error_in(file, std::string("cannot read as audio: ") + sf_strerror(nullptr));
@@ -307,18 +374,20 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
     std::vector<float> taps;
     switch (kind) {
       case FileKind::raw_f32:
-        taps = load_raw<float>(file, options);
+        taps = load_raw<float>(opened, options);
         break;
       case FileKind::raw_f64:
-        taps = load_raw<double>(file, options);
+        taps = load_raw<double>(opened, options);
         break;
       default:
-        taps = load_text(file, options);
+        taps = load_text(opened, options);
         break;
     }
     return FilterBank::shared(std::move(taps), options.channels, file.string());
   } catch (const CoefficientFileError&) {
     throw;
+  } catch (const RegularFileError& e) {
+    throw CoefficientFileError(e.what());
   } catch (const std::invalid_argument& e) {
     // FilterBank's own validation; the checks above should have caught it first.
     throw error_in(file, e.what());
@@ -327,25 +396,18 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
 
 CoefficientFileHeader read_coefficient_header(const fs::path& file) {
   CoefficientFileHeader header;
+  const RegularFile opened = open_coefficient_file(file);
   const FileKind kind = kind_of(file);
   if (kind == FileKind::audio || kind == FileKind::audio_or_text) {
     SF_INFO info{};
-    if (SndfilePtr sound{sf_open(file.c_str(), SFM_READ, &info)}) {
+    if (SndfilePtr sound = open_audio(opened, info)) {
       header.sample_rate = info.samplerate;
       header.channels = static_cast<std::size_t>(std::max(info.channels, 1));
       return header;
     }
   }
   if (kind == FileKind::text || kind == FileKind::audio_or_text) {
-    std::ifstream in(file, std::ios::binary);
-    for (std::string line; std::getline(in, line);) {
-      const auto hash = line.find('#');
-      if (hash == std::string::npos) continue;
-      if (const auto rate = declared_rate(std::string_view(line).substr(hash))) {
-        header.sample_rate = *rate;
-        break;
-      }
-    }
+    header.sample_rate = rate_in_comments(opened).value_or(0.0);
   }
   return header;
 }

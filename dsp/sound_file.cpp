@@ -275,6 +275,25 @@ SoundFileMetadata read_metadata(SNDFILE* file, int channels) {
 
 }  // namespace
 
+int libsndfile_descriptor(int fd) {
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+namespace {
+
+// The lengths a writer that cannot seek back (to a pipe) puts in a WAV
+// header: not a promise, so a file that holds less is not cut short. sox
+// writes 0x7ffff000 rounded down to whole frames (0x7fffeffc for 24-bit
+// stereo); ffmpeg and others 0xFFFFFFFF.
+bool is_unknown_length(long long declared_bytes, long long frame_bytes) {
+  constexpr long long kSoxUnknown = 0x7ffff000LL;
+  constexpr long long kAllOnes = 0xffffffffLL;
+  if (declared_bytes == kAllOnes) return true;
+  return declared_bytes <= kSoxUnknown && declared_bytes > kSoxUnknown - frame_bytes;
+}
+
+}  // namespace
+
 std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
   // Only libsndfile's log says what the header promised once it found less.
   std::string log(16384, '\0');
@@ -287,9 +306,11 @@ std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info) {
   const std::string line = log.substr(at + 1, end == std::string::npos ? end : end - at - 1);
   if (line.find("(should be") == std::string::npos) return info.frames;
   const long long declared_bytes = std::atoll(line.c_str() + std::strlen("data : "));
-  // Lengths a streaming writer puts in a header it cannot come back to: unknown, not a promise.
-  if (declared_bytes <= 0 || declared_bytes >= 0x7ffff000LL) return info.frames;
-  const std::int64_t frames = declared_bytes / (std::int64_t(sample_bytes) * info.channels);
+  const long long frame_bytes = static_cast<long long>(sample_bytes) * info.channels;
+  if (declared_bytes <= 0 || is_unknown_length(declared_bytes, frame_bytes)) return info.frames;
+  // Any other size beyond the file's end is a promise the file breaks: it
+  // was cut short (0xFFFFFFF0 declared, 2000 bytes there, is damage).
+  const std::int64_t frames = declared_bytes / frame_bytes;
   return std::max<std::int64_t>(frames, info.frames);
 }
 
@@ -304,8 +325,69 @@ bool output_is_stream(const std::filesystem::path& file) {
 
 // ---------------------------------------------------------------- reading
 
+int SoundFileReader::open_source(const std::filesystem::path& file,
+                                 const std::atomic<bool>* cancel) {
+  int fd = -1;
+  if (is_standard_stream(file)) {
+    // Our own descriptor of standard input, closed by us alone.
+    fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0);
+  } else {
+    // O_NONBLOCK: opening a FIFO does not wait for its writer here (the
+    // StreamInput waits for it, cancellably); O_NOCTTY: a terminal named
+    // here never becomes ours.
+    do {
+      fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    } while (fd < 0 && errno == EINTR);
+  }
+  if (fd < 0) {
+    throw error_for(display_name(file), std::string("cannot open: ") + std::strerror(errno));
+  }
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw error_for(display_name(file),
+                    std::string("cannot read its status: ") + std::strerror(error));
+  }
+  if (S_ISDIR(status.st_mode)) {
+    ::close(fd);
+    throw error_for(file, "is a directory");
+  }
+  if (S_ISREG(status.st_mode) || S_ISBLK(status.st_mode)) {
+    if (!is_standard_stream(file)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    fd_ = fd;
+    return fd_;
+  }
+  try {
+    stream_ = std::make_unique<StreamInput>(fd, cancel);
+  } catch (const std::runtime_error& e) {
+    throw error_for(display_name(file), e.what());
+  }
+  return stream_->fd();
+}
+
+std::string SoundFileReader::stream_problem() const {
+  if (!stream_) return {};
+  if (stream_->cancelled()) return "interrupted";
+  if (const std::string error = stream_->error(); !error.empty()) return "read failed: " + error;
+  return {};
+}
+
+void SoundFileReader::check_stream() const {
+  if (const std::string problem = stream_problem(); !problem.empty()) {
+    throw error_for(display_name(path_), problem);
+  }
+}
+
+void SoundFileReader::close_source() {
+  stream_.reset();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 SoundFileReader::SoundFileReader(const std::filesystem::path& file,
-                                 const std::optional<RawInput>& raw)
+                                 const std::optional<RawInput>& raw,
+                                 const std::atomic<bool>* cancel)
     : path_(file) {
   SF_INFO sf_info{};
   if (raw) {
@@ -318,14 +400,14 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
       throw error_for(display_name(file), "raw input needs a sample rate and a channel count");
     }
   }
-  if (is_standard_stream(file)) {
-    file_ = sf_open_fd(STDIN_FILENO, SFM_READ, &sf_info, SF_FALSE);
-  } else {
-    std::error_code error;
-    if (std::filesystem::is_directory(file, error)) throw error_for(file, "is a directory");
-    file_ = sf_open(file.c_str(), SFM_READ, &sf_info);
+  const int fd = open_source(file, cancel);
+  file_ = sf_open_fd(libsndfile_descriptor(fd), SFM_READ, &sf_info, SF_TRUE);
+  if (file_ == nullptr) {
+    const std::string from_stream = stream_problem();
+    const std::string problem = from_stream.empty() ? library_error(nullptr) : from_stream;
+    close_source();  // no destructor runs for a constructor that throws
+    throw error_for(display_name(file), problem);
   }
-  if (file_ == nullptr) throw error_for(display_name(file), library_error(nullptr));
   info_.sample_rate = sf_info.samplerate;
   info_.channels = sf_info.channels;
   // From a pipe libsndfile reports the header's length, or a guess; a
@@ -336,6 +418,7 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
   if (info_.channels < 1 || info_.sample_rate < 1) {
     sf_close(file_);
     file_ = nullptr;
+    close_source();
     throw error_for(display_name(file), "no channels or no sample rate in the header");
   }
   declared_frames_ = length_known ? tapstream::declared_frames(file_, sf_info) : 0;
@@ -344,6 +427,7 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
 
 SoundFileReader::~SoundFileReader() {
   if (file_ != nullptr) sf_close(file_);
+  close_source();
 }
 
 std::size_t SoundFileReader::read(std::span<float> interleaved) {
@@ -352,8 +436,11 @@ std::size_t SoundFileReader::read(std::span<float> interleaved) {
   if (wanted == 0) return 0;
   const sf_count_t got = sf_readf_float(file_, interleaved.data(), wanted);
   if (got < wanted && sf_error(file_) != SF_ERR_NO_ERROR) {
+    check_stream();
     throw error_for(display_name(path_), "read failed: " + library_error(file_));
   }
+  // A stream cut by a cancel or a failed read looks like its end to libsndfile.
+  if (got < wanted) check_stream();
   return static_cast<std::size_t>(std::max<sf_count_t>(got, 0));
 }
 
@@ -414,11 +501,23 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
     if (exists && !S_ISREG(status.st_mode)) {
       // A FIFO, a device: written through, opened by its own name so that
       // the kernel follows any links. Opening a FIFO waits for its reader,
-      // as a shell would.
+      // as a shell would, but by polling (O_NONBLOCK fails with ENXIO while
+      // there is none), so that a cancel ends the wait.
       seekable = false;
-      direct_fd_ = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      while (true) {
+        direct_fd_ = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (direct_fd_ >= 0 || !S_ISFIFO(status.st_mode) || (errno != ENXIO && errno != EINTR)) {
+          break;
+        }
+        if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+          throw error_for(file, "interrupted while waiting for a reader");
+        }
+        ::usleep(StreamOutput::kPollIntervalMs * 1000);
+      }
       if (direct_fd_ < 0)
         throw error_for(file, std::string("cannot open: ") + std::strerror(errno));
+      // Our own open file: blocking writes from here (StreamOutput polls).
+      ::fcntl(direct_fd_, F_SETFL, ::fcntl(direct_fd_, F_GETFL) & ~O_NONBLOCK);
     } else {
       // A regular file or a new name: the temporary file goes beside the
       // link's final target, so that the rename replaces the target, not the link.
@@ -437,7 +536,7 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
                                  " file as a stream (it needs seeking); stream types: " +
                                  StreamOutput::streamable_names());
     }
-    stream_ = std::make_unique<StreamOutput>(direct_fd_, format);
+    stream_ = std::make_unique<StreamOutput>(direct_fd_, format, options.cancel);
     file_ = sf_open_virtual(stream_->io(), SFM_WRITE, &sf_info, stream_.get());
   } else {
     // The descriptor stays ours (close_desc = false): the TemporaryFile
@@ -480,7 +579,7 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
   }
   float peak = clip_.peak;
   for (const float x : interleaved) {
-    if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
+    if (std::isfinite(x)) peak = std::max(peak, std::fabs(x));
   }
   clip_.peak = peak;
   const auto frames = static_cast<sf_count_t>(interleaved.size() / channels);

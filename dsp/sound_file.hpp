@@ -9,6 +9,7 @@
 
 #include <sndfile.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "dsp/sample_quantiser.hpp"
+#include "dsp/stream_input.hpp"
 #include "dsp/stream_output.hpp"
 #include "dsp/temporary_file.hpp"
 
@@ -64,9 +66,13 @@ struct RawInput {
 class SoundFileReader {
  public:
   // A file, or standard input for "-"; raw samples when `raw` is given.
-  // Throws SoundFileError naming it.
+  // A pipe, FIFO or character device is read through a StreamInput, so that
+  // `cancel` (may be null) becoming true ends any wait for it (opening a
+  // FIFO, reading a stalled pipe) within StreamInput::kPollInterval: read()
+  // then throws. A directory is refused. Throws SoundFileError naming it.
   explicit SoundFileReader(const std::filesystem::path& file,
-                           const std::optional<RawInput>& raw = std::nullopt);
+                           const std::optional<RawInput>& raw = std::nullopt,
+                           const std::atomic<bool>* cancel = nullptr);
   ~SoundFileReader();
   SoundFileReader(const SoundFileReader&) = delete;
   SoundFileReader& operator=(const SoundFileReader&) = delete;
@@ -81,12 +87,28 @@ class SoundFileReader {
   std::size_t read(std::span<float> interleaved);
 
  private:
+  // The descriptor libsndfile reads: the file's own, or stream_'s pipe.
+  int open_source(const std::filesystem::path& file, const std::atomic<bool>* cancel);
+  // Why the stream ended early (cancelled, a failed read); empty if it did not.
+  std::string stream_problem() const;
+  // Throws when the stream ended because it was cancelled or failed.
+  void check_stream() const;
+  void close_source();  // the descriptor or stream libsndfile was given a copy of
+
   std::filesystem::path path_;
+  int fd_ = -1;                          // a regular file or block device we opened
+  std::unique_ptr<StreamInput> stream_;  // a pipe, FIFO or character device
   SNDFILE* file_ = nullptr;
   SoundFileInfo info_;
   SoundFileMetadata metadata_;
   std::int64_t declared_frames_ = 0;
 };
+
+// A descriptor for sf_open_fd(..., SF_TRUE): a duplicate of `fd` (the same
+// open file, offset shared) that libsndfile closes, on sf_close or when the
+// open fails. libsndfile 1.2.0 closes the descriptor of a failed open even
+// when told not to, so it is never given one that is still ours.
+int libsndfile_descriptor(int fd);
 
 // The frames a libsndfile header declares, when libsndfile found fewer in
 // the file (it logs "data : N (should be M)" for WAV-family files and
@@ -98,12 +120,16 @@ std::int64_t declared_frames(SNDFILE* file, const SF_INFO& info);
 // clipped to [-1, 1]; float output is written as it is.
 struct ClipStats {
   std::uint64_t clipped_samples = 0;
-  float peak = 0.0f;  // largest |sample| seen, before clipping (NaN ignored)
+  float peak = 0.0f;  // largest finite |sample| seen, before clipping
 };
 
 struct SoundFileWriterOptions {
   Dither dither = Dither::none;  // integer encodings only
   SoundFileMetadata metadata;    // what the container holds of it is written
+  // When it becomes true, waits on a FIFO, pipe or device output (for its
+  // reader to open it, or to read) end within StreamOutput's poll interval
+  // with an "interrupted" error. May be null.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class SoundFileWriter {

@@ -1,5 +1,7 @@
 #include "dsp/stream_output.hpp"
 
+#include <limits.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,7 +60,8 @@ std::string StreamOutput::streamable_names() {
   return "wav, au, flac, raw";
 }
 
-StreamOutput::StreamOutput(int fd, int container) : fd_(fd), container_(container) {
+StreamOutput::StreamOutput(int fd, int container, const std::atomic<bool>* cancel)
+    : fd_(fd), container_(container), cancel_(cancel) {
   io_.get_filelen = &StreamOutput::length_of;
   io_.seek = &StreamOutput::seek_to;
   io_.read = &StreamOutput::read_into;
@@ -117,7 +120,21 @@ sf_count_t StreamOutput::write(const unsigned char* bytes, sf_count_t count) {
 
 bool StreamOutput::send(const unsigned char* bytes, std::size_t count) {
   while (count > 0 && error_.empty()) {
-    const ssize_t n = ::write(fd_, bytes, count);
+    std::size_t chunk = count;
+    if (cancel_ != nullptr) {
+      // Waits for room by polling, so that a cancel ends the wait; then
+      // writes no more than PIPE_BUF, which a pipe with room takes without
+      // blocking (the descriptor may be shared: it is not made non-blocking).
+      pollfd room{fd_, POLLOUT, 0};
+      const int ready = ::poll(&room, 1, kPollIntervalMs);
+      if (cancel_->load(std::memory_order_relaxed)) {
+        error_ = "interrupted";
+        break;
+      }
+      if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
+      chunk = std::min<std::size_t>(count, PIPE_BUF);
+    }
+    const ssize_t n = ::write(fd_, bytes, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
       error_ = std::strerror(errno);

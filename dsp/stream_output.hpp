@@ -12,6 +12,7 @@
 
 #include <sndfile.h>
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -28,7 +29,11 @@ class StreamOutput {
   static std::string streamable_names();
 
   // Writes to `fd`, which stays the caller's. `container`: SF_FORMAT_* major.
-  StreamOutput(int fd, int container);
+  // `cancel` (may be null): when it becomes true, a write waiting for a
+  // reader that has stopped reading fails ("interrupted") within
+  // kPollInterval, whichever thread is writing.
+  StreamOutput(int fd, int container, const std::atomic<bool>* cancel = nullptr);
+  static constexpr int kPollIntervalMs = 50;
   StreamOutput(const StreamOutput&) = delete;
   StreamOutput& operator=(const StreamOutput&) = delete;
 
@@ -51,6 +56,7 @@ class StreamOutput {
 
   int fd_;
   int container_;
+  const std::atomic<bool>* cancel_ = nullptr;
   SF_VIRTUAL_IO io_{};
   std::vector<unsigned char> held_;  // bytes [0, held_.size()) while nothing is sent
   bool sending_ = false;             // held bytes have gone out

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tapstream {
@@ -529,6 +532,84 @@ TEST_F(SoundFileTest, IntegerOutputIsRoundedToNearestNotFloored) {
   EXPECT_EQ(sf_read_short(f, codes.data(), 5), 5);
   sf_close(f);
   EXPECT_EQ(codes, (std::vector<short>{1, 0, 2, -1, 101}));
+}
+
+// A 16-bit stereo WAV whose data chunk declares `declared` bytes and holds 400.
+std::string wav_declaring(std::uint32_t declared) {
+  const auto le32 = [](std::uint32_t v) {
+    std::string s(4, '\0');
+    for (int i = 0; i < 4; ++i) s[std::size_t(i)] = char((v >> (8 * i)) & 0xff);
+    return s;
+  };
+  const auto le16 = [](std::uint16_t v) { return std::string{char(v & 0xff), char(v >> 8)}; };
+  const std::uint32_t riff = declared > 0xffffffffu - 36 ? 0xffffffffu : declared + 36;
+  std::string wav = "RIFF" + le32(riff) + "WAVE";
+  wav += "fmt " + le32(16) + le16(1) + le16(2) + le32(48000) + le32(48000 * 4) + le16(4) + le16(16);
+  return wav + "data" + le32(declared) + std::string(400, '\x11');
+}
+
+TEST_F(SoundFileTest, AHugeDeclaredSizeIsACutShortFileButAPipeWritersUnknownLengthIsNot) {
+  const fs::path file = directory_ / "declared.wav";
+  for (const auto& [declared, damaged] : std::vector<std::pair<std::uint32_t, bool>>{
+           {0xfffffff0u, true},   // the file: damage
+           {0x80000000u, true},   // just past sox's marker: damage
+           {0x7ffff000u, false},  // sox's unknown length, a multiple of 4 bytes
+           {0x7fffeffcu, true},   // for 4-byte frames sox writes 0x7ffff000 itself
+           {0xffffffffu, false},  // ffmpeg's unknown length
+           {400u, false}}) {      // the truth
+    SCOPED_TRACE(declared);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << wav_declaring(declared);
+    const SoundFileReader reader(file);
+    EXPECT_EQ(reader.info().frames, 100);
+    EXPECT_EQ(reader.declared_frames() > reader.info().frames, damaged) << reader.declared_frames();
+  }
+}
+
+// A FIFO whose writer sends a header, a little audio, then stalls: a read
+// waits for it, and the cancel flag ends the wait within a poll interval.
+TEST_F(SoundFileTest, ACancelFlagEndsAReadWaitingOnAStalledFifo) {
+  const fs::path fifo = directory_ / "in.wav";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path source = directory_ / "source.wav";
+  write_file(source, 48000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT, random_samples(100, 0.5f, 3));
+  std::ifstream in(source, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::atomic<bool> cancel{false};
+  int writer = -1;
+  std::thread feeder([&] {
+    writer = ::open(fifo.c_str(), O_WRONLY);
+    if (writer >= 0) {
+      EXPECT_EQ(::write(writer, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+    }
+  });
+  SoundFileReader reader(fifo, std::nullopt, &cancel);  // no wait for the writer: it polls
+  feeder.join();
+  ASSERT_GE(writer, 0);
+  // 1000 frames asked, 100 there, the writer still open: libsndfile waits for the rest.
+  std::vector<float> block(1000);
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel = true;
+  });
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    reader.read(block);
+    ADD_FAILURE() << "a cancelled read returned";
+  } catch (const SoundFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("interrupted"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+  canceller.join();
+  ::close(writer);
+}
+
+TEST_F(SoundFileTest, ADirectoryIsRefusedAsInput) {
+  try {
+    SoundFileReader reader(directory_);
+    ADD_FAILURE() << "a directory was opened as sound";
+  } catch (const SoundFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
   const json stats = api_ok(client, {{"request", "get_stats"}});
   for (const char* key :
        {"blocks", "underruns", "overruns", "late_frames", "late_periods", "late_unstarted",
-        "clipped", "swaps", "rejected_swaps", "load", "block_us"}) {
+        "nonfinite_inputs", "clipped", "swaps", "rejected_swaps", "load", "block_us"}) {
     EXPECT_TRUE(stats.contains(key)) << key;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -14,6 +14,7 @@
 
 #include "daemon/commands/progress.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
+#include "dsp/non_finite.hpp"
 
 namespace tapstream {
 
@@ -103,7 +104,7 @@ class Batch {
     } else {
       spdlog::info("{} files done", done_);
     }
-    if (failed_ == 0) return 0;
+    if (failed_ == 0) return damaged_ > 0 ? 3 : 0;
     return done_ > 0 ? 3 : 1;
   }
 
@@ -161,17 +162,30 @@ class Batch {
 
     const std::size_t tail = settings_.tail ? filter->max_taps() - 1 : 0;
     const int output_channels = int(filter->output_channels());
+    // Each file's NaN and infinite samples, zeroed on the reader's thread and
+    // reported when its job is done.
+    std::vector<std::shared_ptr<NonFiniteTally>> non_finite(files.size());
+    for (auto& tally : non_finite) tally = std::make_shared<NonFiniteTally>();
     std::vector<OfflineJob> jobs;
     for (std::size_t i = 0; i < files.size(); ++i) {
       const BatchFile& file = files[i];
       jobs.push_back({
-          [&file, tail] {
-            auto reader = std::make_shared<SoundFileReader>(file.input);
+          [&file, tail, this, tally = non_finite[i]] {
+            auto reader =
+                std::make_shared<SoundFileReader>(file.input, std::nullopt, settings_.cancel);
             const SoundFileInfo& info = reader->info();
             if (info.channels != file.info.channels || info.sample_rate != file.info.sample_rate) {
               throw SoundFileError(file.input.string() + ": changed while the batch ran");
             }
-            return OfflineSource{[reader](std::span<float> b) { return reader->read(b); }, tail};
+            const auto channels = std::size_t(info.channels);
+            return OfflineSource{
+                [reader, tally, channels, frames = std::uint64_t(0)](std::span<float> b) mutable {
+                  const std::size_t got = reader->read(b);
+                  tally->scan(b.first(got * channels), channels, frames);
+                  frames += got;
+                  return got;
+                },
+                tail};
           },
           [&file, this, output_channels] {
             auto writer = std::make_shared<SoundFileWriter>(
@@ -206,6 +220,14 @@ class Batch {
       spdlog::info("{} -> {}: {:.2f} s of audio in {:.3f} s", file.input.string(),
                    file.output.string(),
                    double(result.output_frames) / double(file.info.sample_rate), seconds);
+      if (const NonFiniteTally& tally = *non_finite[i]; tally.count > 0) {
+        spdlog::warn(
+            "{}: {} NaN or infinite sample{} replaced by 0, the first at frame {} "
+            "(counting from 0) of channel {}",
+            file.input.string(), tally.count, tally.count == 1 ? "" : "s", tally.first_frame,
+            tally.first_channel + 1);
+        ++damaged_;
+      }
       ++done_;
     };
     filter->run(jobs, options);
@@ -229,6 +251,7 @@ class Batch {
   std::uint64_t frames_done_ = 0;
   std::size_t done_ = 0;
   std::size_t failed_ = 0;
+  std::size_t damaged_ = 0;  // done, from input with NaN or infinite samples
 };
 
 }  // namespace

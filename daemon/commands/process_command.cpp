@@ -6,7 +6,8 @@
 // by rename) only when the whole job succeeded, and every failure is one line
 // naming the culprit. "-" is standard input or output; a FIFO or device
 // output is written through (dsp/sound_file.hpp). Exit status: 0 done, 1
-// failed, 3 done from damaged input (cut short), 128 + n ended by signal n.
+// failed, 3 done from damaged input (cut short, or NaN/infinite samples
+// replaced by 0), 128 + n ended by signal n.
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -33,6 +35,7 @@
 #include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/engine_tuning.hpp"
 #include "dsp/float_spool.hpp"
+#include "dsp/non_finite.hpp"
 #include "dsp/sound_file.hpp"
 
 namespace tapstream {
@@ -199,20 +202,21 @@ double dbfs(double linear) {
 // --normalize: the first pass filters into a spool and measures the peak; the
 // second scales the spool so that the peak lands on `target_dbfs`. Returns
 // what the first pass returned.
-OfflineResult run_normalized(OfflineFilter& filter, SoundFileReader& reader,
+OfflineResult run_normalized(OfflineFilter& filter,
+                             const std::function<std::size_t(std::span<float>)>& read,
                              SoundFileWriter& writer, const OfflineOptions& options,
                              double target_dbfs) {
   FloatSpool spool;
   float peak = 0.0f;
-  const OfflineResult result =
-      filter.run([&reader](std::span<float> buffer) { return reader.read(buffer); },
-                 [&spool, &peak](std::span<const float> frames) {
-                   for (const float x : frames) {
-                     if (!std::isnan(x)) peak = std::max(peak, std::fabs(x));
-                   }
-                   spool.write(frames);
-                 },
-                 options);
+  const OfflineResult result = filter.run(
+      read,
+      [&spool, &peak](std::span<const float> frames) {
+        for (const float x : frames) {
+          if (std::isfinite(x)) peak = std::max(peak, std::fabs(x));
+        }
+        spool.write(frames);
+      },
+      options);
   double gain = 1.0;
   if (peak > 0.0f) {
     gain = std::pow(10.0, target_dbfs / 20.0) / double(peak);
@@ -281,7 +285,7 @@ int process(const ProcessArgs& args) {
     }
     raw = RawInput{args.input_rate, args.input_channels, parse_sample_format(args.input_format)};
   }
-  SoundFileReader reader(args.input, raw);
+  SoundFileReader reader(args.input, raw, &interrupted);
   const SoundFileInfo info = reader.info();
   const std::string input_name = is_standard_stream(args.input) ? "standard input" : args.input;
   spdlog::debug("input {}: {} Hz, {}, {} frames", input_name, info.sample_rate,
@@ -311,6 +315,7 @@ int process(const ProcessArgs& args) {
   SoundFileWriterOptions writer_options;
   writer_options.dither = dither_for(args.dither, chosen.format);
   writer_options.metadata = reader.metadata();
+  writer_options.cancel = &interrupted;
   SoundFileWriter writer(args.output, info.sample_rate, output_channels, chosen.format,
                          writer_options);
   for (const auto& stale : writer.removed_stale()) {
@@ -329,16 +334,40 @@ int process(const ProcessArgs& args) {
   options.on_progress = [&progress](std::uint64_t done) { progress.update(done); };
   options.cancel = &interrupted;
 
+  // NaN and infinite samples are replaced by 0 before the filters (where one
+  // would spread over a whole block), counted, and reported as damage.
+  NonFiniteTally non_finite;
+  std::uint64_t frames_read = 0;
+  const auto channel_count = std::size_t(info.channels);
+  const auto where_first = [&] {
+    return fmt::format("frame {} (counting from 0) of channel {}", non_finite.first_frame,
+                       non_finite.first_channel + 1);
+  };
+  const std::function<std::size_t(std::span<float>)> read = [&](std::span<float> buffer) {
+    const std::size_t got = reader.read(buffer);
+    non_finite.scan(buffer.first(got * channel_count), channel_count, frames_read);
+    frames_read += got;
+    if (args.strict && non_finite.count > 0) {
+      throw std::runtime_error(input_name + ": a NaN or infinite sample at " + where_first() +
+                               " (refused: --strict)");
+    }
+    return got;
+  };
   const OfflineResult result =
       std::isnan(args.normalize_dbfs)
-          ? filter.run([&reader](std::span<float> buffer) { return reader.read(buffer); },
-                       [&writer](std::span<const float> frames) { writer.write(frames); }, options)
-          : run_normalized(filter, reader, writer, options, args.normalize_dbfs);
+          ? filter.run(
+                read, [&writer](std::span<const float> frames) { writer.write(frames); }, options)
+          : run_normalized(filter, read, writer, options, args.normalize_dbfs);
   const std::int64_t promised = std::max(reader.declared_frames(), info.frames);
   if (promised > std::int64_t(result.input_frames) && damage.empty()) {
     const std::string problem = cut_short(promised, result.input_frames);
     if (args.strict) throw std::runtime_error(problem + " (refused: --strict)");
     damage.push_back(problem + "; filtered what was there");
+  }
+  if (non_finite.count > 0) {
+    damage.push_back(fmt::format("{}: {} replaced by 0, the first at {}", input_name,
+                                 plural(non_finite.count, "NaN or infinite sample"),
+                                 where_first()));
   }
   if (interrupted.load()) throw std::runtime_error("interrupted");
   writer.commit();
@@ -451,8 +480,9 @@ Command add_process_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "tpdf", "none"}))
       ->capture_default_str();
   sub->add_flag("--strict", args->strict,
-                "Refuse input or impulse responses that are cut short (default: filter what is "
-                "there, warn, exit 3)");
+                "Refuse input or impulse responses that are cut short, and input with NaN or "
+                "infinite samples (default: filter what is there, those samples as 0, warn, "
+                "exit 3)");
   auto* normalize =
       sub->add_option("--normalize", args->normalize_dbfs,
                       "Scale the output so that its peak is at this level in dBFS (-200 to 0; a "

@@ -412,6 +412,7 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Filters& filters,
   status.overruns = stats.overruns;
   status.late_periods = stats.late_periods;
   status.late_unstarted = stats.late_unstarted;
+  status.nonfinite_inputs = stats.nonfinite_inputs;
   status.swaps = stats.swaps;
   status.rejected_swaps = filters.any().rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();

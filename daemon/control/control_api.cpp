@@ -315,6 +315,7 @@ struct ControlApi::Impl {
             {"late_frames", s.underrun_frames},
             {"late_periods", s.late_periods},
             {"late_unstarted", s.late_unstarted},
+            {"nonfinite_inputs", s.nonfinite_inputs},
             {"overruns", s.overruns},
             {"lost_frames", s.overrun_frames},
             {"clipped", pipeline.output_stage().clipped_total()},

@@ -189,6 +189,7 @@ std::string status_to_json(const DaemonStatus& status) {
   json["overruns"] = status.overruns;
   json["late_periods"] = status.late_periods;
   json["late_unstarted"] = status.late_unstarted;
+  json["nonfinite_inputs"] = status.nonfinite_inputs;
   json["swaps"] = status.swaps;
   json["rejected_swaps"] = status.rejected_swaps;
   json["uptime_s"] = status.uptime_s;

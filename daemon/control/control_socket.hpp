@@ -90,6 +90,7 @@ struct DaemonStatus {
   std::uint64_t overruns = 0;
   std::uint64_t late_periods = 0;    // zero mode: periods whose output missed the deadline
   std::uint64_t late_unstarted = 0;  // of those, not yet begun by the engine thread
+  std::uint64_t nonfinite_inputs = 0;  // NaN or infinite input samples, given to the engine as 0
   std::uint64_t swaps = 0;
   std::uint64_t rejected_swaps = 0;
   double uptime_s = 0;

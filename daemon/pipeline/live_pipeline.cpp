@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "dsp/deadline_counter.hpp"
+#include "dsp/non_finite.hpp"
 
 namespace tapstream {
 
@@ -166,6 +167,13 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     // A RealtimeEngine has as many outputs as inputs (no routing matrix).
     const std::size_t samples = n * input_channels_;
     const float* in = silent ? silence_.data() : interleaved + done * input_channels_;
+    if (!silent) {
+      // The device's buffer is const: the engine takes a copy without NaN and infinities.
+      const std::size_t bad = copy_zeroing_non_finite(std::span<const float>(in, samples),
+                                                      std::span<float>(engine_in_.data(), samples));
+      if (bad > 0) nonfinite_inputs_.fetch_add(bad, std::memory_order_relaxed);
+      in = engine_in_.data();
+    }
     const auto started = std::chrono::steady_clock::now();
     const std::span<const float> block_in(in, samples);
     const std::span<float> block_out(engine_out_.data(), samples);
@@ -376,6 +384,7 @@ LiveStats LivePipeline::stats() const {
   s.engine_errors = engine_errors_.load(std::memory_order_relaxed);
   s.late_periods = late_periods_.load(std::memory_order_relaxed);
   s.late_unstarted = late_unstarted_.load(std::memory_order_relaxed);
+  s.nonfinite_inputs = nonfinite_inputs_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -448,6 +457,13 @@ void LivePipeline::process(std::span<const float> in, std::span<float> out, std:
 
 void LivePipeline::filter_block(std::size_t frames) {
   const std::size_t samples_out = output_channels_ * frames;
+  // One NaN or infinity would stay in the channel's delay line for the
+  // filter's length; every input, from a device, JACK or a file, passes here.
+  if (const std::size_t bad =
+          zero_non_finite(std::span<float>(engine_in_.data(), input_channels_ * frames));
+      bad > 0) {
+    nonfinite_inputs_.fetch_add(bad, std::memory_order_relaxed);
+  }
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
   try {

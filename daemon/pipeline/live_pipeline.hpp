@@ -119,6 +119,8 @@ struct LiveStats {
                                       // whose input it had not yet taken at the deadline (busy
                                       // with an earlier one, or not scheduled); the rest were
                                       // being computed
+  std::uint64_t nonfinite_inputs = 0;  // input samples that were NaN or infinite (given to the
+                                       // engine as 0)
 };
 
 class LivePipeline {
@@ -297,6 +299,7 @@ class LivePipeline {
   std::atomic<std::uint64_t> engine_errors_{0};
   std::atomic<std::uint64_t> late_periods_{0};
   std::atomic<std::uint64_t> late_unstarted_{0};
+  std::atomic<std::uint64_t> nonfinite_inputs_{0};
 };
 
 }  // namespace tapstream
