@@ -16,6 +16,7 @@
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -236,8 +237,10 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
   engine_options.max_block_frames = block;
   engine_options.max_taps = taps;
   engine_options.realtime_calls = true;
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h_old, channels), engine_options),
-                        zero_options(block));
+  auto engine = make_cpu_engine(FilterBank::shared(h_old, channels), engine_options);
+  const RealtimeEngine* realtime = realtime_engine(*engine);  // the pipeline's from here on
+  ASSERT_NE(realtime, nullptr);
+  LivePipeline pipeline(std::move(engine), zero_options(block));
   EXPECT_TRUE(pipeline.engine_in_callback());
   pipeline.start();
   const auto x = random_signal(channels * block * periods, seed + 1);
@@ -247,8 +250,14 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
     if (p == 100)
       sequence = pipeline.mailbox().post(
           std::make_shared<const FilterBank>(FilterBank::shared(h_new, channels)));
-    if (p == 300) {  // the swap thread has had 200 periods; make sure before going on
+    if (p == 300) {
+      // The swap thread has had 200 periods; make sure it has handed the bank
+      // over, and that the engine's preparer (a low-priority thread, slow on
+      // a loaded machine) has it ready, so that it takes over at the next call.
       ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
+      ASSERT_TRUE(testing::wait_until(
+          testing::long_wait, [&] { return !realtime->preparing_filters(); },
+          "the engine's preparer done", std::chrono::milliseconds(1)));
     }
     LivePipeline::device_callback(x.data() + p * block * channels, y.data() + p * block * channels,
                                   block, &pipeline);
