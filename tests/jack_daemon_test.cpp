@@ -202,7 +202,7 @@ TEST(JackDaemon, TheClientNameAndConnectionsAreTheConfiguredOnes) {
   EXPECT_TRUE(connections(probe, "system:capture_1").empty()) << "PortAudio's own are undone";
   EXPECT_TRUE(find_ports(probe, "^PortAudio", 0).empty());
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   jack_client_close(probe);
 }
 
@@ -220,7 +220,7 @@ TEST(JackDaemon, WithAutoconnectOffThePortsStayUnconnected) {
     EXPECT_TRUE(connections(probe, port).empty()) << port;
   }
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   jack_client_close(probe);
 }
 
@@ -238,7 +238,7 @@ TEST(JackDaemon, AFileRecordedFromJackHoldsExactlyTheFramesReceivedAfterACleanSt
       << read_text(dir / "daemon.err");
   ASSERT_TRUE(feeder.wait_for_frames(rate)) << "a second of audio streamed";
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   const std::string log = read_text(dir / "daemon.err");
   const long long received = logged_number(log, " frames in");
   const long long written = logged_number(log, " frames to ");
@@ -301,7 +301,7 @@ TEST(JackDaemon, AFileOutputSurvivesAJackServerRestart) {
       << "the daemon did not reconnect: " << read_text(dir.path() / "daemon.err");
   ASSERT_TRUE(feeder2->wait_for_frames(rate / 2)) << "half a second streamed after the restart";
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   const std::string log = read_text(dir.path() / "daemon.err");
   EXPECT_NE(log.find("continuing the output after the restart"), std::string::npos) << log;
   // The restarted daemon's latency is the same: the line is not printed again.

@@ -258,7 +258,7 @@ class JackMatrixTest : public ::testing::Test {
     jack_deactivate(s_.recorder);
     jack_deactivate(s_.feeder);
     daemon_->signal(SIGTERM);
-    EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
+    EXPECT_EQ(daemon_->wait_for(testing::long_wait), 128 + SIGTERM)
         << read_text(dir() / "daemon.err");
     const std::string log = read_text(dir() / "daemon.err");
     const auto late_at = log.find("late periods ");

@@ -187,7 +187,7 @@ inline void stop_stream(jack_client_t* feeder, jack_client_t* recorder, Child& d
   jack_deactivate(recorder);
   jack_deactivate(feeder);
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM) << read_text(log);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM) << read_text(log);
   jack_client_close(recorder);
   jack_client_close(feeder);
 }

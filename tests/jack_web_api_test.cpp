@@ -219,7 +219,7 @@ TEST_F(JackWebApi, AnAddressBeyondLoopbackNeedsATokenAndAWrongOneIsRefused) {
   write_config("address = \"0.0.0.0\"\n");
   ASSERT_NO_FATAL_FAILURE(launch());
   // A configuration it refuses is a runtime error (exit 1), as any bad configuration file.
-  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 1);
+  EXPECT_EQ(daemon_->wait_for(testing::long_wait), 1);
   EXPECT_NE(read_text(dir() / "daemon.err").find("web.token"), std::string::npos)
       << read_text(dir() / "daemon.err");
 
