@@ -83,11 +83,12 @@ for round in $(seq "$rounds"); do
   ran=$round
   log="$logs/round-$round.log"
   ctest --test-dir "$build" "${select[@]}" -j"$jobs" --output-on-failure >"$log" 2>&1 || true
-  # "  3/41 Test  #3: Suite.Name ....................   Passed    0.12 sec"
-  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+ *(\*\*\*)?([A-Za-z]+( Run)?).*/\1 \3/p' \
+  # "  3/41 Test  #3: Suite.Name ....................   Passed    0.12 sec", with
+  # "  # GetParam() = ..." after the name of a parameterised test.
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+)( +#.*)? \.+ *(\*\*\*)?([A-Za-z]+( Run)?).*/\1 \4/p' \
     "$log" >>"$results"
-  failed=$(sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.+ *\*\*\*([A-Z][a-z]+).*/\1 \2/p' "$log" |
-    awk '$2 != "Skipped" { printf "%s ", $1 }')
+  failed=$(sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+)( +#.*)? \.+ *\*\*\*([A-Z][a-z]+).*/\1 \3/p' \
+    "$log" | awk '$2 != "Skipped" { printf "%s ", $1 }')
   echo "round $round/$rounds: $(($(date +%s) - round_start)) s, failed: ${failed:-none}"
 done
 stop_burners
