@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <concepts>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,19 +26,20 @@ namespace tapstream::testing {
 inline constexpr std::chrono::seconds long_wait{30};
 
 // Polls `condition` every `poll` until it returns true (success), or until
-// `timeout` has passed (failure: "<what> not within <timeout> s; seen:
-// <describe()>"). `describe` returns what the test saw (a log, a counter) as
-// text. Use through ASSERT_TRUE / EXPECT_TRUE.
-template <class Condition, class Describe>
-requires(std::invocable<Describe&>)::testing::AssertionResult
-    wait_until(std::chrono::steady_clock::duration timeout, Condition&& condition,
-               Describe&& describe, std::chrono::microseconds poll = std::chrono::milliseconds(5)) {
+// `timeout` has passed (failure: "the condition did not hold within T s;
+// seen: <describe()>"). `describe` returns what the test saw (a log, a
+// counter) as text. Use through ASSERT_TRUE / EXPECT_TRUE.
+template <class Condition, std::invocable Describe>
+::testing::AssertionResult wait_until(
+    std::chrono::steady_clock::duration timeout, Condition&& condition, Describe&& describe,
+    std::chrono::microseconds poll = std::chrono::milliseconds(5)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!condition()) {
     if (std::chrono::steady_clock::now() > deadline) {
+      std::ostringstream seconds;
+      seconds << std::setprecision(3) << std::chrono::duration<double>(timeout).count();
       return ::testing::AssertionFailure()
-             << "the condition did not hold within "
-             << std::chrono::duration<double>(timeout).count() << " s; seen: " << describe();
+             << "the condition did not hold within " << seconds.str() << " s; seen: " << describe();
     }
     // Polling: the one sleep of a wait, between two checks of its condition.
     std::this_thread::sleep_for(poll);
