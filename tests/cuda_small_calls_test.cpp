@@ -155,6 +155,8 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
   for (std::size_t i = 0; i < calls; ++i) {
     if (i == fade_call) engine->set_filters(second, true);
     if (i == hard_call) engine->set_filters(first, false);
+    // The stimulus, not a wait: a pause past the 2 ms idle timeout, so the
+    // kernel returns and the next call relaunches it.
     if (i % 7 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     run_block(*engine, in, out, i * block, block, i % 2 ? Layout::planar : Layout::interleaved);
   }
@@ -209,7 +211,9 @@ TEST_F(CudaSmallCalls, PersistentKernelSurvivesIdleTimeoutsSwapsResetsAndDeviceC
 
 TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePromptly) {
   // An idle timeout far longer than the bound below: neither synchronize()
-  // nor the destructor may wait for the kernel to give up by itself.
+  // nor the destructor may wait for the kernel to give up by itself. The
+  // bound (5 s) is what a loaded machine keeps; how promptly they return is
+  // bench/ work (cuda_engine_bench).
   const FilterBank bank = bank_for(2, 512, 9);
   const Signals in = random_signals(2, 64, 10);
   Signals out(2, std::vector<float>(64));
@@ -217,7 +221,7 @@ TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePro
     EngineOptions options;
     options.max_block_frames = 64;
     options.cuda.small_calls = SmallCallsMode::persistent;
-    options.cuda.persistent_idle = std::chrono::milliseconds(5000);
+    options.cuda.persistent_idle = std::chrono::milliseconds(30000);
     auto engine = make_cuda_device_engine(bank, options);
     run_block(*engine, in, out, 0, 64, Layout::interleaved);
     ASSERT_NE(engine->description().find("small calls: persistent kernel,"), std::string::npos)
@@ -227,7 +231,7 @@ TEST_F(CudaSmallCalls, EnginesWithARunningPersistentKernelCloseAndSynchronizePro
     engine.reset();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(seconds, 1.0) << "engine " << i;
+    EXPECT_LT(seconds, 5.0) << "engine " << i;
   }
 }
 

@@ -41,6 +41,7 @@
 #include "dsp/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -250,10 +251,10 @@ void run_load(const LoadCase& lc) {
       wait_for_daemon_ports(s.feeder, daemon, channels, dir / "daemon.err", ports));
   const std::vector<std::string>& daemon_in = ports.in;
   const std::vector<std::string>& daemon_out = ports.out;
-  for (int i = 0; i < 100 && !fs::exists(socket); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(fs::exists(socket)) << "no control socket: " << read_text(dir / "daemon.err");
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait, [&] { return fs::exists(socket); },
+      [&] { return read_text(dir / "daemon.err"); }))
+      << "no control socket";
 
   jack_set_xrun_callback(s.feeder, count_xrun, &s);
   ASSERT_NO_FATAL_FAILURE(activate_stream_clients(
@@ -311,18 +312,21 @@ void run_load(const LoadCase& lc) {
     std::fflush(stdout);
     return true;
   };
-  // Waits until the daemon has counted `requested` swaps (or 3 s).
+  // Waits until the daemon has counted `requested` swaps; 3 s is the
+  // criterion (a swap that takes longer fails the load test).
   const auto swap_landed = [&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(3);
-    while (Clock::now() < deadline) {
-      try {
-        const std::string reply = control_request(socket, "status");
-        if (json_number(reply, "swaps") >= double(requested)) return true;
-      } catch (const std::exception&) {
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    std::string reply;
+    return static_cast<bool>(testing::wait_until(
+        std::chrono::seconds(3),
+        [&] {
+          try {
+            reply = control_request(socket, "status");
+            return json_number(reply, "swaps") >= double(requested);
+          } catch (const std::exception&) {
+            return false;
+          }
+        },
+        [&] { return reply; }, std::chrono::milliseconds(20)));
   };
 
   std::printf("%7s %9s %9s %9s %6s %6s %6s %6s %6s %6s %6s %8s %8s\n", "t_s", "rss_kib", "blocks",
@@ -362,9 +366,11 @@ void run_load(const LoadCase& lc) {
       }
       next_swap += swap_interval_s;
     }
+    // Pacing, not a wait: the loop samples the clock every 20 ms for its rows and swaps.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // The last row, after the last swap has settled.
+  // The last row half a second of streaming after the last swap (its
+  // landing was waited for above): pacing, not a wait for a condition.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_TRUE(take_row());
 

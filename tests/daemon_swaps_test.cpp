@@ -19,6 +19,7 @@
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/process_support.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -59,14 +60,14 @@ class DaemonSwapsTest : public ::testing::Test {
                                                                (dir_ / "live.toml").string()},
                                       dir_ / "daemon.out", dir_ / "daemon.err");
     // Up once it says so: the socket, then the file watcher, are ready by then.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    const auto running = [&] {
-      return read_text(dir_ / "daemon.err").find("running:") != std::string::npos;
-    };
-    while (!running() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(running()) << read_text(dir_ / "daemon.err");
+    ASSERT_TRUE(testing::wait_until(
+        testing::long_wait,
+        [&] {
+          return read_text(dir_ / "daemon.err").find("running:") != std::string::npos ||
+                 !daemon_->running();
+        },
+        [&] { return read_text(dir_ / "daemon.err"); }));
+    ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
   }
 
   nlohmann::json ctl(const std::vector<std::string>& args) {
@@ -91,13 +92,22 @@ TEST_F(DaemonSwapsTest, ShippedFiltersLoadAndEveryRefusalIsExplainedAndCounted) 
   const fs::path shipped = fs::path(TAPSTREAM_SOURCE_DIR) / "config" / "filters";
   fs::copy_file(shipped / "lowpass-4k-48k.txt", dir_ / "watched.txt");
   write_config("file = \"watched.txt\"\nwatch = true");  // no max_taps: the default
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
 
   // A rewrite of the watched file that does not parse (before any `ctl load
   // all`, which would take the channels away from the configured file).
   std::ofstream(dir_ / "watched.txt.tmp") << "0.5\nnot a number\n";
   fs::rename(dir_ / "watched.txt.tmp", dir_ / "watched.txt");
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // The watcher has refused it once `ctl status` counts the refusal.
+  nlohmann::json refused;
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        refused = ctl({"status"});
+        return refused.value("rejected_swaps", 0) >= 1;
+      },
+      [&] { return refused.dump() + read_text(dir_ / "daemon.err"); },
+      std::chrono::milliseconds(50)));
 
   const auto telephone = ctl({"load", "all", (shipped / "telephone-300-3400-48k.wav").string()});
   EXPECT_TRUE(telephone.value("ok", false)) << telephone;
@@ -136,7 +146,7 @@ TEST_F(DaemonSwapsTest, ReloadRereadsOnlyChangedFilesAndKeepsPerChannelLoads) {
   save_text_taps(dir_ / "b.txt", taps_of_length(20), "b");
   save_text_taps(dir_ / "c.txt", taps_of_length(30), "c");
   write_config("files = [\"a.txt\", \"b.txt\"]\nwatch = false");
-  start();
+  ASSERT_NO_FATAL_FAILURE(start());
   ASSERT_TRUE(ctl({"load", "0", (dir_ / "c.txt").string()}).value("ok", false));
 
   const auto unchanged = ctl({"reload"});

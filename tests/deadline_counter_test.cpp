@@ -4,15 +4,29 @@
 #include "dsp/deadline_counter.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/process_support.hpp"
+#include "tests/wait_for.hpp"
+
 namespace tapstream {
 namespace {
+
+// The scheduler state of thread `tid` of this process (R running, S asleep,
+// ...), from /proc; '?' if it cannot be read.
+char thread_state(pid_t tid) {
+  const std::string stat = testing::read_text("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const auto name_end = stat.rfind(')');  // the name may hold spaces and parentheses
+  return name_end == std::string::npos || name_end + 2 >= stat.size() ? '?' : stat[name_end + 2];
+}
 
 TEST(DeadlineCounter, AWaiterSeesEveryCountAndTheDataWrittenBeforeIt) {
   constexpr std::uint64_t kCounts = 20000;
@@ -22,6 +36,8 @@ TEST(DeadlineCounter, AWaiterSeesEveryCountAndTheDataWrittenBeforeIt) {
     for (std::uint64_t i = 1; i <= kCounts; ++i) {
       data[i] = i * 3;
       counter.advance(i);
+      // Not a wait: pauses now and then, so that the waiter also falls
+      // asleep (the futex path) rather than always finding its count reached.
       if (i % 1000 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   });
@@ -52,9 +68,15 @@ TEST(DeadlineCounter, AWaitGivesUpAtItsDeadlineAndNotBefore) {
 TEST(DeadlineCounter, AnAdvanceWakesASleepingWaiterBeforeItsDeadline) {
   DeadlineCounter counter;
   std::atomic<bool> waiting{false};
+  const pid_t waiter = static_cast<pid_t>(::syscall(SYS_gettid));
   std::thread writer([&] {
     while (!waiting.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is asleep by now
+    // Advance only once the waiter sleeps (the kernel says so), so the
+    // advance must wake it.
+    EXPECT_TRUE(testing::wait_until(
+        testing::long_wait, [&] { return thread_state(waiter) == 'S'; },
+        [&] { return std::string("waiter state ") + thread_state(waiter); },
+        std::chrono::microseconds(200)));
     counter.advance(1);
   });
   waiting.store(true);

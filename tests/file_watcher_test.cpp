@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/wait_for.hpp"
+
 namespace tapstream {
 namespace {
 
@@ -25,7 +29,7 @@ using namespace std::chrono_literals;
 
 constexpr auto debounce = 50ms;
 
-class FileWatcherTest : public testing::Test {
+class FileWatcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tapstream-watch-test-" + std::to_string(::getpid()) + "-" +
@@ -35,6 +39,7 @@ class FileWatcherTest : public testing::Test {
     write(dir_ / "left.txt", "1\n");
     write(dir_ / "right.txt", "1\n");
     write(dir_ / "other" / "third.txt", "1\n");
+    write(sentinel(), "1\n");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -50,15 +55,53 @@ class FileWatcherTest : public testing::Test {
       changed_.notify_all();
     };
   }
-  // Waits until `count` reports arrived (or 5 s passed), then a little longer
-  // for any surplus ones; returns all reports.
-  std::vector<fs::path> reports_after(std::size_t count) {
+  // A file every watcher of these tests watches, written to prove that the
+  // watcher has come past the events before it: its name sorts after every
+  // other watched file, so the watcher (one thread, reporting due files in
+  // path order) reports everything due before it first.
+  fs::path sentinel() const { return dir_ / "zz-sentinel.txt"; }
+
+  // Waits (30 s at most) until `count` reports of `file` have arrived; false
+  // if they did not.
+  bool wait_for_reports(const fs::path& file, std::size_t count) {
     std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, 5s, [&] { return reports_.size() >= count; });
-    lock.unlock();
-    std::this_thread::sleep_for(debounce * 4);
-    lock.lock();
-    return reports_;
+    return changed_.wait_for(lock, 30s, [&] {
+      return std::count(reports_.begin(), reports_.end(), file) >=
+             static_cast<std::ptrdiff_t>(count);
+    });
+  }
+
+  // The reports that came before the quiet period ended: rewrites the
+  // sentinel and waits until it is reported (a debounce after this call,
+  // so after any surplus report of an earlier event); returns the reports
+  // but the sentinel's.
+  std::vector<fs::path> reports_before_sentinel() {
+    const std::size_t sentinels = reports_of(sentinel());
+    write(sentinel(), "2\n");
+    EXPECT_TRUE(wait_for_reports(sentinel(), sentinels + 1)) << "the sentinel was not reported";
+    std::lock_guard lock(mutex_);
+    std::vector<fs::path> before;
+    for (const auto& file : reports_) {
+      if (file != sentinel()) before.push_back(file);
+    }
+    return before;
+  }
+
+  // Waits until `count` reports arrived, then until the quiet period after
+  // them has passed (reports_before_sentinel); returns all reports but the
+  // sentinel's.
+  std::vector<fs::path> reports_after(std::size_t count) {
+    {
+      std::unique_lock lock(mutex_);
+      EXPECT_TRUE(changed_.wait_for(lock, 30s, [&] { return reports_.size() >= count; }))
+          << reports_.size() << " of " << count << " reports";
+    }
+    return reports_before_sentinel();
+  }
+
+  std::size_t reports_of(const fs::path& file) {
+    std::lock_guard lock(mutex_);
+    return static_cast<std::size_t>(std::count(reports_.begin(), reports_.end(), file));
   }
 
   static inline int counter_ = 0;
@@ -69,14 +112,14 @@ class FileWatcherTest : public testing::Test {
 };
 
 TEST_F(FileWatcherTest, AFileRewrittenInPlaceIsReportedOnceAfterItIsClosed) {
-  FileWatcher watcher({dir_ / "left.txt", dir_ / "right.txt"}, record(), debounce);
+  FileWatcher watcher({dir_ / "left.txt", dir_ / "right.txt", sentinel()}, record(), debounce);
   watcher.start();
   write(dir_ / "left.txt", "0.5\n0.5\n");
   EXPECT_EQ(reports_after(1), std::vector<fs::path>{dir_ / "left.txt"});
 }
 
 TEST_F(FileWatcherTest, AFileRenamedIntoPlaceIsReportedButNotTheTemporaryName) {
-  FileWatcher watcher({dir_ / "left.txt"}, record(), debounce);
+  FileWatcher watcher({dir_ / "left.txt", sentinel()}, record(), debounce);
   watcher.start();
   write(dir_ / "left.txt.tmp", "0.25\n");
   fs::rename(dir_ / "left.txt.tmp", dir_ / "left.txt");
@@ -84,24 +127,22 @@ TEST_F(FileWatcherTest, AFileRenamedIntoPlaceIsReportedButNotTheTemporaryName) {
 }
 
 TEST_F(FileWatcherTest, AFileStillBeingWrittenIsNeverReported) {
-  FileWatcher watcher({dir_ / "left.txt"}, record(), debounce);
+  FileWatcher watcher({dir_ / "left.txt", sentinel()}, record(), debounce);
   watcher.start();
   const int fd = ::open((dir_ / "left.txt").c_str(), O_WRONLY | O_TRUNC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::write(fd, "0.1\n0.", 6), 6);  // half a file, flushed to the kernel
   ::fsync(fd);
-  std::this_thread::sleep_for(debounce * 6);
-  {
-    std::lock_guard lock(mutex_);
-    EXPECT_TRUE(reports_.empty()) << "reported while still open for writing";
-  }
+  // The watcher has come past the half write (and a debounce more) once the
+  // sentinel, written after it, is reported.
+  EXPECT_TRUE(reports_before_sentinel().empty()) << "reported while still open for writing";
   ASSERT_EQ(::write(fd, "2\n", 2), 2);
   ::close(fd);
   EXPECT_EQ(reports_after(1), std::vector<fs::path>{dir_ / "left.txt"});
 }
 
 TEST_F(FileWatcherTest, OtherFilesInTheDirectoryAreIgnored) {
-  FileWatcher watcher({dir_ / "left.txt"}, record(), debounce);
+  FileWatcher watcher({dir_ / "left.txt", sentinel()}, record(), debounce);
   watcher.start();
   write(dir_ / "right.txt", "2\n");
   write(dir_ / "unrelated.txt", "3\n");
@@ -111,23 +152,24 @@ TEST_F(FileWatcherTest, OtherFilesInTheDirectoryAreIgnored) {
 }
 
 TEST_F(FileWatcherTest, ABurstOfRewritesIsReportedOnce) {
-  FileWatcher watcher({dir_ / "left.txt"}, record(), 300ms);
+  // A debounce far longer than the burst, even on a loaded machine.
+  FileWatcher watcher({dir_ / "left.txt", sentinel()}, record(), 1s);
   watcher.start();
   for (int i = 0; i < 5; ++i) {
     write(dir_ / "left.txt", std::to_string(i) + "\n");
+    // Pacing, not a wait: the burst's rewrites come a millisecond apart.
     std::this_thread::sleep_for(1ms);
   }
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, 5s, [&] { return !reports_.empty(); });
-  lock.unlock();
-  std::this_thread::sleep_for(600ms);
-  lock.lock();
-  EXPECT_EQ(reports_, std::vector<fs::path>{dir_ / "left.txt"});
+  // Reported once: the burst's report came, and nothing more before the
+  // sentinel written after it.
+  EXPECT_TRUE(wait_for_reports(dir_ / "left.txt", 1));
+  EXPECT_EQ(reports_before_sentinel(), std::vector<fs::path>{dir_ / "left.txt"});
 }
 
 TEST_F(FileWatcherTest, FilesInSeveralDirectoriesAreEachReported) {
-  FileWatcher watcher({dir_ / "left.txt", dir_ / "other" / "third.txt", dir_ / "right.txt"},
-                      record(), debounce);
+  FileWatcher watcher(
+      {dir_ / "left.txt", dir_ / "other" / "third.txt", dir_ / "right.txt", sentinel()}, record(),
+      debounce);
   watcher.start();
   write(dir_ / "other" / "third.txt", "3\n");
   write(dir_ / "right.txt", "2\n");
@@ -137,20 +179,22 @@ TEST_F(FileWatcherTest, FilesInSeveralDirectoriesAreEachReported) {
 }
 
 TEST_F(FileWatcherTest, ACallbackThatThrowsDoesNotStopTheWatcher) {
-  int calls = 0;
+  std::atomic<int> calls{0};  // of left.txt
+  const auto recorder = record();
   FileWatcher watcher(
-      {dir_ / "left.txt"},
+      {dir_ / "left.txt", sentinel()},
       [&](const fs::path& file) {
-        if (++calls == 1) throw std::runtime_error("bad file");
-        record()(file);
+        if (file == dir_ / "left.txt" && ++calls == 1) throw std::runtime_error("bad file");
+        recorder(file);
       },
       debounce);
   watcher.start();
   write(dir_ / "left.txt", "x\n");
-  std::this_thread::sleep_for(debounce * 4);
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait, [&] { return calls.load() == 1; }, "the first call, which throws"));
   write(dir_ / "left.txt", "1\n");
   EXPECT_EQ(reports_after(1), std::vector<fs::path>{dir_ / "left.txt"});
-  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST_F(FileWatcherTest, AMissingDirectoryIsNamedInTheError) {
@@ -167,6 +211,9 @@ TEST_F(FileWatcherTest, StopIsPromptDropsPendingReportsAndCanBeRepeated) {
   FileWatcher watcher({dir_ / "left.txt"}, record(), 10s);
   watcher.start();
   write(dir_ / "left.txt", "2\n");
+  // Not a wait for a condition (a pending report cannot be seen from
+  // outside): time for the watcher to read the event, so that stop() has a
+  // report to drop; were it not read yet, stop() must still be prompt.
   std::this_thread::sleep_for(50ms);
   const auto start = std::chrono::steady_clock::now();
   watcher.stop();

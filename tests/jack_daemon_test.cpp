@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/jack_support.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -60,20 +62,25 @@ Child start_daemon(const fs::path& dir) {
 
 // Waits until the daemon's `count` ports (named by `pattern`) are there and,
 // when asked, the log says the devices are open; false if it exits first.
-bool wait_for_ports(Child& daemon, const std::string& server, const std::string& pattern,
-                    std::size_t count, const fs::path& log = {}) {
-  for (int i = 0; i < 300; ++i) {
-    if (!daemon.running()) return false;
-    if (jack_client_t* probe = open_client("probe", server)) {
-      const auto ports = find_ports(probe, pattern.c_str(), 0);
-      jack_client_close(probe);
-      if (ports.size() == count &&
-          (log.empty() || read_text(log).find("devices open") != std::string::npos))
-        return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+::testing::AssertionResult wait_for_ports(Child& daemon, const std::string& server,
+                                          const std::string& pattern, std::size_t count,
+                                          const fs::path& log = {}) {
+  std::size_t seen = 0;
+  const auto up = testing::wait_until(
+      testing::long_wait,
+      [&] {
+        if (!daemon.running()) return true;
+        if (jack_client_t* probe = open_client("probe", server)) {
+          seen = find_ports(probe, pattern.c_str(), 0).size();
+          jack_client_close(probe);
+        }
+        return seen == count &&
+               (log.empty() || read_text(log).find("devices open") != std::string::npos);
+      },
+      [&] { return std::to_string(seen) + " ports " + pattern; }, std::chrono::milliseconds(50));
+  if (!up) return up;
+  if (!daemon.running()) return ::testing::AssertionFailure() << "the daemon exited";
+  return ::testing::AssertionSuccess();
 }
 
 // The ports connected to `port`.
@@ -109,9 +116,19 @@ struct ConstantSource {
       auto* out = static_cast<float*>(jack_port_get_buffer(port, frames));
       std::fill(out, out + frames, self.value);
     }
+    self.played.fetch_add(frames, std::memory_order_relaxed);
     return 0;
   }
+  // Waits until this source has played `frames` more frames: on the JACK
+  // server's clock, which a loaded machine slows (-S), not the wall clock.
+  ::testing::AssertionResult wait_for_frames(std::uint64_t frames) const {
+    const std::uint64_t from = played.load();
+    return testing::wait_until(
+        testing::long_wait, [&] { return played.load() >= from + frames; },
+        [&] { return std::to_string(played.load() - from) + " frames played"; });
+  }
   float value;
+  std::atomic<std::uint64_t> played{0};
   jack_client_t* client = nullptr;
   jack_port_t* ports[channels] = {};
 };
@@ -185,7 +202,7 @@ TEST(JackDaemon, TheClientNameAndConnectionsAreTheConfiguredOnes) {
   EXPECT_TRUE(connections(probe, "system:capture_1").empty()) << "PortAudio's own are undone";
   EXPECT_TRUE(find_ports(probe, "^PortAudio", 0).empty());
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   jack_client_close(probe);
 }
 
@@ -203,7 +220,7 @@ TEST(JackDaemon, WithAutoconnectOffThePortsStayUnconnected) {
     EXPECT_TRUE(connections(probe, port).empty()) << port;
   }
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   jack_client_close(probe);
 }
 
@@ -219,9 +236,9 @@ TEST(JackDaemon, AFileRecordedFromJackHoldsExactlyTheFramesReceivedAfterACleanSt
   Child daemon = start_daemon(dir);
   ASSERT_TRUE(wait_for_ports(daemon, jack.server, "^tapstream:", channels, dir / "daemon.err"))
       << read_text(dir / "daemon.err");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(feeder.wait_for_frames(rate)) << "a second of audio streamed";
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   const std::string log = read_text(dir / "daemon.err");
   const long long received = logged_number(log, " frames in");
   const long long written = logged_number(log, " frames to ");
@@ -254,27 +271,37 @@ TEST(JackDaemon, AFileOutputSurvivesAJackServerRestart) {
   Child daemon = start_daemon(dir.path());
   ASSERT_TRUE(wait_for_ports(daemon, server, "^tapstream:", channels, dir.path() / "daemon.err"))
       << read_text(dir.path() / "daemon.err");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(feeder->wait_for_frames(rate)) << "a second of audio streamed";
 
   feeder.reset();
   first.reset();  // the server goes away (SIGTERM, waited for)
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The daemon notices and restarts itself in place (exec, same PID and log).
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        return !daemon.running() ||
+               read_text(dir.path() / "daemon.err").find("restarts itself") != std::string::npos;
+      },
+      [&] { return read_text(dir.path() / "daemon.err"); }));
   ASSERT_TRUE(daemon.running()) << read_text(dir.path() / "daemon.err");
   // A new server of the same name (the daemon's environment names it).
   Child jackd2({"jackd", "-n", server, "-S", "--no-realtime", "-d", "dummy", "-r",
                 std::to_string(rate), "-p", "256"},
                dir.path() / "jackd2.out", dir.path() / "jackd2.err");
   std::unique_ptr<ConstantSource> feeder2;
-  for (int i = 0; i < 100 && (!feeder2 || feeder2->client == nullptr); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    feeder2 = std::make_unique<ConstantSource>("feeder", server, 0.25f);
-  }
-  ASSERT_NE(feeder2->client, nullptr) << read_text(dir.path() / "jackd2.err");
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        feeder2 = std::make_unique<ConstantSource>("feeder", server, 0.25f);
+        return feeder2->client != nullptr;
+      },
+      [&] { return read_text(dir.path() / "jackd2.err"); }, std::chrono::milliseconds(100)))
+      << "the second JACK server did not come up";
   ASSERT_TRUE(wait_for_ports(daemon, server, "^tapstream:", channels))
       << "the daemon did not reconnect: " << read_text(dir.path() / "daemon.err");
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(feeder2->wait_for_frames(rate / 2)) << "half a second streamed after the restart";
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM);
   const std::string log = read_text(dir.path() / "daemon.err");
   EXPECT_NE(log.find("continuing the output after the restart"), std::string::npos) << log;
   // The restarted daemon's latency is the same: the line is not printed again.

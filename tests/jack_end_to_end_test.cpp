@@ -31,6 +31,7 @@
 #include "dsp/sound_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -70,6 +71,7 @@ struct Stream {
   jack_port_t* in_ports[channels] = {};
 
   std::atomic<bool> armed{false};
+  std::atomic<std::uint64_t> cycles{0};  // the feeder's, for testing::wait_for_cycles
   std::atomic<bool> fed_started{false};
   jack_nframes_t start_time = 0;  // published by fed_started (release/acquire)
   std::size_t fed = 0;            // feeder only
@@ -89,6 +91,7 @@ int feed(jack_nframes_t frames, void* arg) {
     out[c] = static_cast<float*>(jack_port_get_buffer(s.out_ports[c], frames));
   }
   const jack_nframes_t now = jack_last_frame_time(s.feeder);
+  s.cycles.fetch_add(1, std::memory_order_release);
   if (!s.armed.load(std::memory_order_acquire)) {
     for (std::size_t c = 0; c < channels; ++c) std::fill(out[c], out[c] + frames, 0.0f);
     return 0;
@@ -213,14 +216,19 @@ TEST(JackEndToEnd, SixtySecondsThroughJackDummyEqualOfflineProcessingAndTheRepor
       activate_stream_clients(s.feeder, s.recorder, s.out_ports, s.in_ports, feed, record, &s));
   ASSERT_NO_FATAL_FAILURE(
       route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
+  ASSERT_TRUE(testing::wait_for_cycles(s.cycles)) << "the connections in use";
   s.armed.store(true, std::memory_order_release);
 
-  const auto deadline = Clock::now() + std::chrono::duration<double>(2 * seconds + 60);
-  while (s.recorded.load(std::memory_order_acquire) < s.record_frames && Clock::now() < deadline) {
-    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  // Real time: the recording takes `seconds`; twice that and a minute on a loaded machine.
+  ASSERT_TRUE(testing::wait_until(
+      std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::duration<double>(2 * seconds + 60)),
+      [&] {
+        return !daemon.running() || s.recorded.load(std::memory_order_acquire) >= s.record_frames;
+      },
+      [&] { return std::to_string(s.recorded.load()) + " frames recorded"; },
+      std::chrono::milliseconds(100)));
+  ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(dir / "daemon.err");
   stop_stream(s.feeder, s.recorder, daemon, dir / "daemon.err");
   const std::string daemon_log = read_text(dir / "daemon.err");
 
@@ -282,29 +290,36 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
                                             std::to_string(rate),
                                             "-p",
                                             std::to_string(jack_period)};
-  // Waits until the server answers and the daemon's ports are registered.
+  // Waits until the server answers and the daemon's ports are registered
+  // (false at once if the daemon exits).
   const auto daemon_ports_up = [&](Child& daemon) {
-    for (int i = 0; i < 300; ++i) {
-      if (!daemon.running()) return false;
-      if (jack_client_t* probe = open_client("probe", server)) {
-        const auto ports = find_ports(probe, "tapstream.*:", 0);
-        jack_client_close(probe);
-        if (ports.size() == 2 * channels) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
+    std::size_t seen = 0;
+    return testing::wait_until(
+               testing::long_wait,
+               [&] {
+                 if (!daemon.running()) return true;
+                 if (jack_client_t* probe = open_client("probe", server)) {
+                   seen = find_ports(probe, "tapstream.*:", 0).size();
+                   jack_client_close(probe);
+                 }
+                 return seen == 2 * channels;
+               },
+               [&] { return std::to_string(seen) + " daemon ports"; },
+               std::chrono::milliseconds(100)) &&
+           daemon.running();
   };
 
   auto first = std::make_unique<Child>(jackd_argv, dir / "jackd1.out", dir / "jackd1.err");
   ASSERT_TRUE(first->started());
-  for (int i = 0; i < 100; ++i) {
-    if (jack_client_t* probe = open_client("probe", server)) {
-      jack_client_close(probe);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        jack_client_t* probe = open_client("probe", server);
+        if (probe != nullptr) jack_client_close(probe);
+        return probe != nullptr;
+      },
+      [&] { return read_text(dir / "jackd1.err"); }, std::chrono::milliseconds(100)))
+      << "the first JACK server did not come up";
   if (!portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
   save_text_taps(dir / "taps.txt", testing::random_signal(64, 1), "reconnect test");
   {
@@ -319,7 +334,14 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
   ASSERT_TRUE(daemon_ports_up(daemon)) << read_text(dir / "daemon.err");
 
   first.reset();  // the server goes away (SIGTERM, waited for)
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The daemon notices and restarts itself in place (exec, same PID and log).
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        return !daemon.running() ||
+               read_text(dir / "daemon.err").find("restarts itself") != std::string::npos;
+      },
+      [&] { return read_text(dir / "daemon.err"); }));
   ASSERT_TRUE(daemon.running()) << "the daemon died with the server: "
                                 << read_text(dir / "daemon.err");
   Child second(jackd_argv, dir / "jackd2.out", dir / "jackd2.err");
@@ -328,8 +350,7 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
       << "the daemon did not reconnect: " << read_text(dir / "daemon.err");
   daemon.signal(SIGTERM);
   // A signal ends it with 128 + the signal (README, "Exit codes"), after a clean drain.
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
-      << read_text(dir / "daemon.err");
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM) << read_text(dir / "daemon.err");
   const std::string log = read_text(dir / "daemon.err");
   EXPECT_NE(log.find("restarts itself"), std::string::npos) << log;
   const auto first_open = log.find("devices open:");

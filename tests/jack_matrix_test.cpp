@@ -32,6 +32,7 @@
 #include "dsp/sound_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -64,6 +65,7 @@ struct Stream {
   jack_port_t* out_ports[inputs] = {};
   jack_port_t* in_ports[outputs] = {};
   std::atomic<bool> armed{false};
+  std::atomic<std::uint64_t> cycles{0};  // the feeder's, for testing::wait_for_cycles
   std::atomic<bool> fed_started{false};
   jack_nframes_t start_time = 0;
   std::size_t fed = 0;
@@ -76,6 +78,7 @@ int feed(jack_nframes_t frames, void* arg) {
   float* out[inputs];
   for (std::size_t c = 0; c < inputs; ++c)
     out[c] = static_cast<float*>(jack_port_get_buffer(s.out_ports[c], frames));
+  s.cycles.fetch_add(1, std::memory_order_release);
   if (!s.armed.load(std::memory_order_acquire)) {
     for (auto* o : out) std::fill(o, o + frames, 0.0f);
     return 0;
@@ -194,14 +197,17 @@ class JackMatrixTest : public ::testing::Test {
                                                                (dir() / "live.toml").string()},
                                       dir() / "daemon.out", dir() / "daemon.err");
     std::vector<std::string> in, out;
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while ((in.size() < inputs || out.size() < outputs ||
-            read_text(dir() / "daemon.err").find("running:") == std::string::npos) &&
-           Clock::now() < deadline && daemon_->running()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      in = find_ports(s_.feeder, "tapstream.*:in_", JackPortIsInput);
-      out = find_ports(s_.feeder, "tapstream.*:out_", JackPortIsOutput);
-    }
+    EXPECT_TRUE(testing::wait_until(
+        testing::long_wait,
+        [&] {
+          in = find_ports(s_.feeder, "tapstream.*:in_", JackPortIsInput);
+          out = find_ports(s_.feeder, "tapstream.*:out_", JackPortIsOutput);
+          return !daemon_->running() ||
+                 (in.size() >= inputs && out.size() >= outputs &&
+                  read_text(dir() / "daemon.err").find("running:") != std::string::npos);
+        },
+        [&] { return read_text(dir() / "daemon.err"); }, std::chrono::milliseconds(20)))
+        << "the daemon's ports and its \"running:\" line";
     EXPECT_EQ(in.size(), inputs) << read_text(dir() / "daemon.err");
     EXPECT_EQ(out.size(), outputs) << read_text(dir() / "daemon.err");
     if (in.size() != inputs || out.size() != outputs) return 0;
@@ -230,21 +236,29 @@ class JackMatrixTest : public ::testing::Test {
     }
     for (std::size_t c = 0; c < outputs; ++c)
       EXPECT_EQ(jack_connect(s_.recorder, out[c].c_str(), jack_port_name(s_.in_ports[c])), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
+    EXPECT_TRUE(testing::wait_for_cycles(s_.cycles)) << "the connections in use";
     s_.armed.store(true, std::memory_order_release);
 
-    const auto end = Clock::now() + std::chrono::duration<double>(2 * seconds + 30);
-    while (s_.recorded.load(std::memory_order_acquire) < s_.record_frames && Clock::now() < end &&
-           daemon_->running()) {
-      during(double(s_.recorded.load(std::memory_order_acquire)) / rate);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    // Real time: `seconds` of streaming; twice that and 30 s on a loaded
+    // machine. `during` is called at every poll.
+    EXPECT_TRUE(testing::wait_until(
+        std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::duration<double>(2 * seconds + 30)),
+        [&] {
+          if (!daemon_->running()) return true;
+          const std::size_t recorded = s_.recorded.load(std::memory_order_acquire);
+          if (recorded >= s_.record_frames) return true;
+          during(double(recorded) / rate);
+          return false;
+        },
+        [&] { return std::to_string(s_.recorded.load()) + " frames recorded"; },
+        std::chrono::milliseconds(20)));
     EXPECT_EQ(s_.recorded.load(), s_.record_frames)
         << "recording incomplete: " << read_text(dir() / "daemon.err");
     jack_deactivate(s_.recorder);
     jack_deactivate(s_.feeder);
     daemon_->signal(SIGTERM);
-    EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
+    EXPECT_EQ(daemon_->wait_for(testing::long_wait), 128 + SIGTERM)
         << read_text(dir() / "daemon.err");
     const std::string log = read_text(dir() / "daemon.err");
     const auto late_at = log.find("late periods ");

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "daemon/io/audio_device.hpp"
 #include "tests/process_support.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream::testing {
 
@@ -60,15 +63,14 @@ struct PrivateJackServer {
                std::to_string(ports), "-P", std::to_string(ports)},
               dir / "jackd.out", dir / "jackd.err") {}
 
-  // A client of this server, retried for up to 10 s while the server comes
-  // up; nullptr if it never does.
+  // A client of this server, retried while the server comes up (for up to
+  // long_wait); nullptr if it never does.
   jack_client_t* open_client_when_up(const char* client_name) const {
     jack_client_t* client = nullptr;
-    for (int i = 0; i < 100 && client == nullptr; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      client = open_client(client_name, server);
-    }
-    return client;
+    const bool up = static_cast<bool>(wait_until(
+        long_wait, [&] { return (client = open_client(client_name, server)) != nullptr; },
+        [&] { return read_text(dir / "jackd.err"); }, std::chrono::milliseconds(50)));
+    return up ? client : nullptr;
   }
 
   // Destroyed in reverse: jackd is stopped before its directory is removed.
@@ -95,19 +97,29 @@ struct DaemonPorts {
 };
 inline void wait_for_daemon_ports(jack_client_t* client, Child& daemon, std::size_t channels,
                                   const std::filesystem::path& log, DaemonPorts& ports,
-                                  double seconds = 10.0) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (ports.in.size() < channels || ports.out.size() < channels) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "the daemon's " << channels << " JACK ports did not appear within " << seconds
-        << " s: " << read_text(log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(log);
-    ports.in = find_ports(client, "tapstream.*:in_", JackPortIsInput);
-    ports.out = find_ports(client, "tapstream.*:out_", JackPortIsOutput);
-  }
+                                  std::chrono::seconds timeout = long_wait) {
+  ASSERT_TRUE(wait_until(
+      timeout,
+      [&] {
+        ports.in = find_ports(client, "tapstream.*:in_", JackPortIsInput);
+        ports.out = find_ports(client, "tapstream.*:out_", JackPortIsOutput);
+        return !daemon.running() || (ports.in.size() >= channels && ports.out.size() >= channels);
+      },
+      [&] { return read_text(log); }, std::chrono::milliseconds(20)))
+      << "the daemon's " << channels << " JACK ports";
+  ASSERT_TRUE(daemon.running()) << "the daemon exited: " << read_text(log);
   ASSERT_EQ(ports.in.size(), channels) << read_text(log);
   ASSERT_EQ(ports.out.size(), channels) << read_text(log);
+}
+
+// Waits until `cycles`, counted by a process callback of the test's graph,
+// has moved on by 2: a graph change (a connection) made before the call takes
+// effect at the start of the next cycle, so two cycles on it is in use.
+inline ::testing::AssertionResult wait_for_cycles(const std::atomic<std::uint64_t>& cycles) {
+  const std::uint64_t from = cycles.load(std::memory_order_acquire);
+  return wait_until(
+      long_wait, [&] { return cycles.load(std::memory_order_acquire) >= from + 2; },
+      [&] { return std::to_string(cycles.load() - from) + " JACK cycles since the change"; });
 }
 
 // Registers the feeder's out_N and the recorder's in_N ports, one of each per
@@ -175,7 +187,7 @@ inline void stop_stream(jack_client_t* feeder, jack_client_t* recorder, Child& d
   jack_deactivate(recorder);
   jack_deactivate(feeder);
   daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait_for(std::chrono::seconds(10)), 128 + SIGTERM) << read_text(log);
+  EXPECT_EQ(daemon.wait_for(testing::long_wait), 128 + SIGTERM) << read_text(log);
   jack_client_close(recorder);
   jack_client_close(feeder);
 }

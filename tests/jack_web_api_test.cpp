@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/jack_support.hpp"
+#include "tests/wait_for.hpp"
 #include "tests/web_api_support.hpp"
 
 namespace tapstream {
@@ -62,6 +63,7 @@ struct Graph {
   jack_port_t* out_ports[channels] = {};
   jack_port_t* in_ports[channels] = {};
 
+  std::atomic<float> latest{0.0f};  // daemon output 0's newest sample, armed or not
   std::atomic<bool> armed{false};
   std::vector<float> recording = std::vector<float>(record_frames);  // daemon output 0
   std::atomic<std::size_t> recorded{0};
@@ -78,9 +80,10 @@ int feed(jack_nframes_t frames, void* arg) {
 
 int record(jack_nframes_t frames, void* arg) {
   auto& g = *static_cast<Graph*>(arg);
+  const auto* in = static_cast<const float*>(jack_port_get_buffer(g.in_ports[0], frames));
+  if (frames > 0) g.latest.store(in[frames - 1], std::memory_order_relaxed);
   if (!g.armed.load(std::memory_order_acquire)) return 0;
   const std::size_t at = g.recorded.load(std::memory_order_relaxed);
-  const auto* in = static_cast<const float*>(jack_port_get_buffer(g.in_ports[0], frames));
   const std::size_t n = std::min<std::size_t>(frames, record_frames - at);
   std::copy(in, in + n, g.recording.begin() + static_cast<std::ptrdiff_t>(at));
   g.recorded.store(at + n, std::memory_order_release);
@@ -148,22 +151,28 @@ class JackWebApi : public ::testing::Test {
   void start(const std::string& web_extra = "") {
     write_config(web_extra);
     ASSERT_NO_FATAL_FAILURE(launch());
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
     std::vector<std::string> in, out;
-    while (read_text(dir() / "daemon.out").find("web: http") == std::string::npos ||
-           in.size() < channels || out.size() < channels) {
-      ASSERT_TRUE(daemon_->running()) << read_text(dir() / "daemon.err");
-      ASSERT_LT(Clock::now(), deadline) << read_text(dir() / "daemon.err");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      in = daemon_ports(graph_.feeder, JackPortIsInput);
-      out = daemon_ports(graph_.feeder, JackPortIsOutput);
-    }
+    ASSERT_TRUE(testing::wait_until(
+        testing::long_wait,
+        [&] {
+          in = daemon_ports(graph_.feeder, JackPortIsInput);
+          out = daemon_ports(graph_.feeder, JackPortIsOutput);
+          return !daemon_->running() ||
+                 (read_text(dir() / "daemon.out").find("web: http") != std::string::npos &&
+                  in.size() >= channels && out.size() >= channels);
+        },
+        [&] { return read_text(dir() / "daemon.err"); }))
+        << "the daemon's websocket and JACK ports";
+    ASSERT_TRUE(daemon_->running()) << "the daemon exited: " << read_text(dir() / "daemon.err");
     ASSERT_EQ(in.size(), channels) << "daemon input ports";
     ASSERT_EQ(out.size(), channels) << "daemon output ports";
     ASSERT_NO_FATAL_FAILURE(testing::route_through_daemon(
         graph_.feeder, graph_.recorder, graph_.out_ports, graph_.in_ports, in, out));
-    // The ring's latency (tens of ms) has passed and the level is steady.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // The feeder's level has come through the ring (tens of ms) to the recorder.
+    ASSERT_TRUE(testing::wait_until(
+        testing::long_wait,
+        [&] { return std::abs(graph_.latest.load(std::memory_order_relaxed) - level) < 1e-4f; },
+        [&] { return "recorder reads " + std::to_string(graph_.latest.load()); }));
   }
 
   std::unique_ptr<PrivateJackServer> jack_;
@@ -194,7 +203,14 @@ TEST_F(JackWebApi, BadRequestsGetTypedErrorsAndAnOversizedOneIsCutOff) {
   ASSERT_TRUE(big.open());
   big.send(std::string(13 << 20, ' '));  // over the 12 MiB limit
   EXPECT_FALSE(big.receive(std::chrono::seconds(5)).has_value()) << "no reply, the end";
-  EXPECT_NE(read_text(dir() / "daemon.err").find("cut off: message too big"), std::string::npos);
+  // The server logs the cut-off after closing the connection: poll the log.
+  EXPECT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        return read_text(dir() / "daemon.err").find("cut off: message too big") !=
+               std::string::npos;
+      },
+      [&] { return read_text(dir() / "daemon.err"); }));
   // The well-behaved client is still served.
   EXPECT_EQ(api_ok(client, {{"request", "get_state"}})["state"], "running");
 }
@@ -203,7 +219,7 @@ TEST_F(JackWebApi, AnAddressBeyondLoopbackNeedsATokenAndAWrongOneIsRefused) {
   write_config("address = \"0.0.0.0\"\n");
   ASSERT_NO_FATAL_FAILURE(launch());
   // A configuration it refuses is a runtime error (exit 1), as any bad configuration file.
-  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 1);
+  EXPECT_EQ(daemon_->wait_for(testing::long_wait), 1);
   EXPECT_NE(read_text(dir() / "daemon.err").find("web.token"), std::string::npos)
       << read_text(dir() / "daemon.err");
 
@@ -234,7 +250,8 @@ TEST_F(JackWebApi, AFloodingClientIsCutOffWhileAnotherKeepsItsMetersAndNoPeriodI
 
   // A client subscribed at 50 ms, read on a thread of its own throughout.
   std::atomic<bool> stop{false};
-  std::vector<Clock::time_point> events;
+  std::vector<Clock::time_point> events;  // read after the reader has joined
+  std::atomic<int> event_count{0};
   WebsocketClient subscriber(port_, "/ws");
   ASSERT_TRUE(subscriber.open());
   api_ok(subscriber, {{"request", "subscribe_meters"}, {"interval_ms", 50}});
@@ -242,10 +259,16 @@ TEST_F(JackWebApi, AFloodingClientIsCutOffWhileAnotherKeepsItsMetersAndNoPeriodI
     while (!stop.load()) {
       const auto message = subscriber.receive(std::chrono::seconds(2));
       if (!message) break;
-      if (json::parse(*message).value("event", "") == "meters") events.push_back(Clock::now());
+      if (json::parse(*message).value("event", "") == "meters") {
+        events.push_back(Clock::now());
+        event_count.fetch_add(1);
+      }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The subscription runs: a few meter events have come.
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait, [&] { return event_count.load() >= 3; },
+      [&] { return std::to_string(event_count.load()) + " meter events"; }));
   const json before = api_ok(watcher, {{"request", "get_stats"}});
 
   const auto flood_started = Clock::now();
@@ -255,7 +278,13 @@ TEST_F(JackWebApi, AFloodingClientIsCutOffWhileAnotherKeepsItsMetersAndNoPeriodI
   while (sent < 5000 && flood.send(R"({"request":"get_stats"})")) ++sent;
   int replies = 0;
   while (flood.receive(std::chrono::seconds(2))) ++replies;  // until the server closes
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // After the flood, the subscriber is still served: 5 more events (250 ms).
+  const int after_flood = event_count.load();
+  EXPECT_TRUE(testing::wait_until(
+      testing::long_wait, [&] { return event_count.load() >= after_flood + 5; },
+      [&] {
+        return std::to_string(event_count.load() - after_flood) + " events after the flood";
+      }));
   const json after = api_ok(watcher, {{"request", "get_stats"}});
   const auto flood_ended = Clock::now();
   stop.store(true);
@@ -303,9 +332,14 @@ TEST_F(JackWebApi, AFaderMoveReachesTheRecordedOutputWithinOnePeriodPlusTheRamp)
   const auto ramp_frames = static_cast<std::int64_t>(std::lround(ramp_ms * rate / 1000));
 
   graph_.armed.store(true, std::memory_order_release);
-  while (graph_.recorded.load(std::memory_order_acquire) < record_frames / 3) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const auto recorded_text = [&] {
+    return std::to_string(graph_.recorded.load()) + " of " + std::to_string(record_frames) +
+           " frames recorded";
+  };
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] { return graph_.recorded.load(std::memory_order_acquire) >= record_frames / 3; },
+      recorded_text));
   // Counted on the output's own clock, the recorded frames (JACK's frame
   // time estimate runs ahead of the cycles of a server that a loaded machine
   // delays): every cycle recorded before the request preceded it; the cycle
@@ -314,11 +348,11 @@ TEST_F(JackWebApi, AFaderMoveReachesTheRecordedOutputWithinOnePeriodPlusTheRamp)
   api_ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", -20}});
   const auto answered =
       static_cast<std::int64_t>(graph_.recorded.load(std::memory_order_acquire)) - asked;
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (graph_.recorded.load(std::memory_order_acquire) < record_frames) {
-    ASSERT_LT(Clock::now(), deadline) << "the recording did not finish";
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] { return graph_.recorded.load(std::memory_order_acquire) >= record_frames; },
+      recorded_text))
+      << "the recording did not finish";
 
   const std::vector<float>& r = graph_.recording;
   const float target = level * 0.1f;  // -20 dB

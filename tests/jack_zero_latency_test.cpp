@@ -29,6 +29,7 @@
 #include "dsp/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -59,6 +60,7 @@ struct ImpulseStream {
   jack_port_t* out_ports[channels] = {};
   jack_port_t* in_ports[channels] = {};
   std::atomic<bool> armed{false};
+  std::atomic<std::uint64_t> cycles{0};  // the feeder's, for testing::wait_for_cycles
   std::atomic<bool> fed_at_set{false};
   jack_nframes_t fed_at = 0;  // the cycle's first frame time holding the impulse
   std::vector<float> recording[channels];
@@ -78,6 +80,7 @@ int feed_impulse(jack_nframes_t frames, void* arg) {
     s.fed_at = jack_last_frame_time(s.feeder);
     s.fed_at_set.store(true, std::memory_order_release);
   }
+  s.cycles.fetch_add(1, std::memory_order_release);
   return 0;
 }
 
@@ -133,7 +136,7 @@ void measure(std::size_t period) {
   ASSERT_TRUE(daemon.started());
   DaemonPorts ports;
   ASSERT_NO_FATAL_FAILURE(
-      wait_for_daemon_ports(s.feeder, daemon, channels, dir / "daemon.err", ports, 15.0));
+      wait_for_daemon_ports(s.feeder, daemon, channels, dir / "daemon.err", ports));
   const std::vector<std::string>& daemon_in = ports.in;
   const std::vector<std::string>& daemon_out = ports.out;
   const std::string printed = read_text(dir / "daemon.out");
@@ -145,12 +148,12 @@ void measure(std::size_t period) {
                                                   feed_impulse, record_response, &s));
   ASSERT_NO_FATAL_FAILURE(
       route_through_daemon(s.feeder, s.recorder, s.out_ports, s.in_ports, daemon_in, daemon_out));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the graph settles
+  ASSERT_TRUE(testing::wait_for_cycles(s.cycles)) << "the connections in use";
   s.armed.store(true, std::memory_order_release);
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (s.recorded.load(std::memory_order_acquire) < record_frames && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] { return s.recorded.load(std::memory_order_acquire) >= record_frames; },
+      [&] { return std::to_string(s.recorded.load()) + " frames recorded"; }));
   stop_stream(s.feeder, s.recorder, daemon, dir / "daemon.err");
   ASSERT_EQ(s.recorded.load(), record_frames) << "recording incomplete";
   const std::string log = read_text(dir / "daemon.err");

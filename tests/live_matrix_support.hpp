@@ -87,6 +87,8 @@ LiveRun stream(std::unique_ptr<MatrixEngine> engine, const RoutingMatrix& matrix
       at_frame(pipeline, offered);
     }
     taken += pipeline.take_output(run.output.data() + taken * n_out, wanted_out - taken);
+    // Polling (the loop's condition, with its deadline): all is offered, the
+    // engine's output is awaited.
     if (offered == frames) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   pipeline.stop();

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -22,17 +23,20 @@
 #include "dsp/sound_file.hpp"
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::Child;
+using testing::long_wait;
 using testing::random_signal;
 using testing::read_text;
 using testing::reference_convolution;
 using testing::relative_error;
 using testing::TempDir;
+using testing::wait_until;
 
 std::vector<float> channel_of(const std::vector<float>& interleaved, std::size_t channels,
                               std::size_t channel, std::size_t first_frame = 0) {
@@ -153,11 +157,10 @@ TEST(LivePipeline, UnpacedFileStreamEqualsOfflineEngineAfterTheReportedLatency) 
   FileEndpoints endpoints(pipeline, files);
   pipeline.start();
   endpoints.start();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!endpoints.finished() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(endpoints.finished()) << "the file stream did not finish in 60 s";
+  ASSERT_TRUE(wait_until(
+      std::chrono::seconds(60), [&] { return endpoints.finished(); },
+      [&] { return std::to_string(pipeline.stats().frames_in) + " frames in"; }))
+      << "the file stream did not finish";
   endpoints.stop();
   pipeline.stop();
 
@@ -203,17 +206,16 @@ TEST(LivePipeline, AFileAfterAnInputDeviceHoldsExactlyTheFramesItDelivered) {
   std::thread device([&] {
     for (std::size_t p = 0; p < periods; ++p) {
       pipeline.push_input(input.data() + p * period * channels, period);
+      // Pacing, not a wait: the device delivers a period at a time at its own clock.
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
   device.join();  // the device stops; this thread is the input side now
   endpoints.finish_after(static_cast<std::int64_t>(pipeline.stats().frames_in));
   pipeline.flush_input();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!endpoints.finished() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ASSERT_TRUE(endpoints.finished());
+  ASSERT_TRUE(wait_until(
+      long_wait, [&] { return endpoints.finished(); },
+      [&] { return std::to_string(pipeline.stats().frames_out) + " frames out"; }));
   endpoints.stop();
   pipeline.stop();
   const std::size_t latency = pipeline.latency_frames();
@@ -234,7 +236,10 @@ TEST(LivePipeline, PacedFileStreamKeepsRealTimeWithoutXruns) {
   const std::uint64_t seed = 7;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const int rate = 48000;
-  const std::size_t channels = 2, block = 256, margin = 512, frames = 24000;  // 0.5 s
+  // A ring margin of 250 ms: the engine thread is an ordinary one here, and
+  // on a loaded 2-core machine it waited over 10 ms (the 512 frames this
+  // test had) now and then, which underran the paced output.
+  const std::size_t channels = 2, block = 256, margin = 12000, frames = 24000;  // 0.5 s
   const auto input = random_signal(frames * channels, seed);
   const auto bank = FilterBank::shared(random_signal(129, seed + 1), channels);
   TempDir dir{"tapstream-live"};
@@ -248,13 +253,13 @@ TEST(LivePipeline, PacedFileStreamKeepsRealTimeWithoutXruns) {
   pipeline.start();
   const auto started = std::chrono::steady_clock::now();
   endpoints.start();
-  while (!endpoints.finished() &&
-         std::chrono::steady_clock::now() - started < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  // Polled every 2 ms: the elapsed time is measured to within that.
+  ASSERT_TRUE(wait_until(
+      long_wait, [&] { return endpoints.finished(); },
+      [&] { return std::to_string(pipeline.stats().frames_in) + " frames in"; },
+      std::chrono::milliseconds(2)));
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  ASSERT_TRUE(endpoints.finished());
   endpoints.stop();
   pipeline.stop();
   const double audio_seconds = double(frames + pipeline.latency_frames()) / rate;
@@ -355,11 +360,10 @@ TEST(LivePipeline, ABankTheEngineRefusesLeavesTheOldFilterRunning) {
 
 // Waits until the engine has processed `blocks` blocks.
 void wait_blocks(const LivePipeline& pipeline, std::uint64_t blocks) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (pipeline.stats().blocks < blocks && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_GE(pipeline.stats().blocks, blocks);
+  ASSERT_TRUE(wait_until(
+      long_wait, [&] { return pipeline.stats().blocks >= blocks; },
+      [&] { return std::to_string(pipeline.stats().blocks) + " blocks"; },
+      std::chrono::milliseconds(1)));
 }
 
 TEST(LivePipeline, UnderrunsAreCountedAndTheLatencyStaysAsReported) {
@@ -420,16 +424,24 @@ TEST(LivePipeline, OverrunsAreCountedAndLaterInputKeepsItsPlace) {
   bool pushed_tail = false;
   std::vector<float> all;
   std::vector<float> chunk(block);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (all.size() < L + processed && std::chrono::steady_clock::now() < deadline) {
-    if (!pushed_tail && pipeline.stats().blocks * block > lost + tail.size() + block) {
-      pipeline.push_input(tail.data(), tail.size());
-      pushed_tail = true;
-    }
-    const std::size_t got = pipeline.take_output(chunk.data(), block);
-    all.insert(all.end(), chunk.begin(), chunk.begin() + got);
-    if (got == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  // Polled every 200 us: each poll takes what the engine has put out.
+  EXPECT_TRUE(wait_until(
+      long_wait,
+      [&] {
+        if (!pushed_tail && pipeline.stats().blocks * block > lost + tail.size() + block) {
+          pipeline.push_input(tail.data(), tail.size());
+          pushed_tail = true;
+        }
+        for (std::size_t got = block; got > 0 && all.size() < L + processed;) {
+          got = pipeline.take_output(chunk.data(), block);
+          all.insert(all.end(), chunk.begin(), chunk.begin() + got);
+        }
+        return all.size() >= L + processed;
+      },
+      [&] {
+        return std::to_string(all.size()) + " of " + std::to_string(L + processed) + " frames";
+      },
+      std::chrono::microseconds(200)));
   pipeline.stop();
   ASSERT_TRUE(pushed_tail);
   ASSERT_EQ(all.size(), L + processed);
@@ -483,12 +495,35 @@ class DaemonRun {
     daemon = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
                                                               (dir.path() / "live.toml").string()},
                                      dir.path() / "daemon.out", dir.path() / "daemon.err");
-    // Up once the control socket answers.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!fs::exists(socket()) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    // Up once the control socket is there.
+    ASSERT_TRUE(wait_until(
+        long_wait, [&] { return fs::exists(socket()) || !daemon->running(); },
+        [&] { return read_text(dir.path() / "daemon.err"); }));
     ASSERT_TRUE(fs::exists(socket())) << read_text(dir.path() / "daemon.err");
+  }
+
+  // Waits until the daemon has filtered `blocks` blocks (`ctl status`): the
+  // stream runs, so a swap from now lands mid-stream.
+  void wait_until_streaming(std::uint64_t blocks = 10) {
+    std::string status;
+    ASSERT_TRUE(wait_until(
+        long_wait,
+        [&] {
+          status = ctl({"status"});
+          const auto json = nlohmann::json::parse(status, nullptr, false);
+          return json.is_object() && json.value("blocks", std::uint64_t{0}) >= blocks;
+        },
+        [&] { return status + read_text(dir.path() / "daemon.err"); },
+        std::chrono::milliseconds(20)));
+  }
+
+  // Waits until the daemon's log holds `text`.
+  void wait_for_log(const std::string& text) {
+    ASSERT_TRUE(wait_until(
+        long_wait,
+        [&] { return read_text(dir.path() / "daemon.err").find(text) != std::string::npos; },
+        [&] { return read_text(dir.path() / "daemon.err"); }))
+        << "waiting for \"" << text << "\" in the log";
   }
 
   // `tapstream ctl ARGS...`: its stdout.
@@ -539,8 +574,8 @@ std::vector<std::uint64_t> swap_blocks(const std::string& log) {
 
 TEST(LiveDaemonSwaps, CtlLoadRejectsABadFileThenSwapsOneChannelAtABlockBoundary) {
   DaemonRun run(314);
-  run.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_NO_FATAL_FAILURE(run.start());
+  ASSERT_NO_FATAL_FAILURE(run.wait_until_streaming());
   std::ofstream(run.dir.path() / "bad.txt") << "0.5\nnot-a-number\n";
   const std::string bad = run.ctl({"load", "all", (run.dir.path() / "bad.txt").string()});
   EXPECT_NE(bad.find("\"ok\":false"), std::string::npos) << bad;
@@ -561,8 +596,8 @@ TEST(LiveDaemonSwaps, CtlLoadRejectsABadFileThenSwapsOneChannelAtABlockBoundary)
 
 TEST(LiveDaemonSwaps, TheWatcherLoadsARewrittenFileOnlyOnceItIsComplete) {
   DaemonRun run(2718);
-  run.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_NO_FATAL_FAILURE(run.start());
+  ASSERT_NO_FATAL_FAILURE(run.wait_until_streaming());
   {
     // Written in place, slowly: half the taps and a partial line, a pause
     // longer than the watcher's debounce, then the rest.
@@ -572,15 +607,19 @@ TEST(LiveDaemonSwaps, TheWatcherLoadsARewrittenFileOnlyOnceItIsComplete) {
     for (std::size_t i = 0; i < half; ++i) file << run.new_taps[i] << "\n";
     file << "0.";
     file.flush();
+    // The stimulus, not a wait: a writer pausing longer than the watcher's
+    // debounce mid-file; the file is complete only at the close.
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     file << "5\n";
     for (std::size_t i = half + 1; i < run.new_taps.size(); ++i) file << run.new_taps[i] << "\n";
   }
   auto expected_new = run.new_taps;
   expected_new[run.new_taps.size() / 2] = 0.5f;
-  // Then a bad rewrite (complete, but not numbers): rejected, the new filter stays.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Then, once the new filter is in, a bad rewrite (complete, but not
+  // numbers): rejected, the new filter stays.
+  ASSERT_NO_FATAL_FAILURE(run.wait_for_log("installed at block "));
   std::ofstream(run.dir.path() / "filter.txt", std::ios::trunc) << "garbage\n";
+  ASSERT_NO_FATAL_FAILURE(run.wait_for_log("rejected"));
   const std::string log = run.finish();
   EXPECT_NE(log.find("rejected"), std::string::npos) << log;
   const auto blocks = swap_blocks(log);
@@ -595,8 +634,8 @@ TEST(LiveDaemonSwaps, TheWatcherLoadsARewrittenFileOnlyOnceItIsComplete) {
 TEST(LiveDaemonSwaps, SighupReloadsTheConfigurationsFilterAtABlockBoundary) {
   DaemonRun run(1618);
   write_taps(run.dir.path() / "other.txt", run.new_taps);
-  run.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_NO_FATAL_FAILURE(run.start());
+  ASSERT_NO_FATAL_FAILURE(run.wait_until_streaming());
   run.write_config("other.txt");
   run.daemon->signal(SIGHUP);
   const std::string log = run.finish();

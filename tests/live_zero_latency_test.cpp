@@ -16,6 +16,7 @@
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -31,6 +32,7 @@ class StallingEngine final : public Engine {
       : inner_(std::move(inner)), stall_call_(stall_call), stall_(stall) {}
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override {
+    // The stimulus, not a wait: the engine stalls as a preempted machine would.
     if (calls_++ == stall_call_) std::this_thread::sleep_for(stall_);
     inner_->process(in, out, frames, layout);
   }
@@ -61,8 +63,11 @@ LivePipelineOptions zero_options(std::size_t block) {
   options.margin_frames = 0;
   options.realtime = false;  // a test process: no real-time priority needed
   // Generous: a test on a loaded machine is not a real-time thread. The
-  // low rate stretches the deadline (period length) without changing the data.
-  options.sample_rate = 1000;
+  // low rate stretches the deadline (period length, 256 ms for 64 frames)
+  // without changing the data: the tests that assert no late period hold
+  // on a loaded 2-core machine. (What a period costs is bench/ work:
+  // live_latency_test prints it, capacity_bench measures the limits.)
+  options.sample_rate = 250;
   options.zero_deadline_fraction = 1.0;
   return options;
 }
@@ -78,6 +83,7 @@ std::vector<float> drive(LivePipeline& pipeline, const std::vector<float>& x,
     LivePipeline::device_callback(x.data() + at * channels, y.data() + at * channels, frames,
                                   &pipeline);
     at += frames;
+    // Pacing, not a wait: a device's callbacks come apart, not back to back.
     std::this_thread::sleep_for(std::chrono::microseconds(300));
   }
   return y;
@@ -152,9 +158,11 @@ TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligne
   engine_options.max_block_frames = block;
   auto engine = std::make_unique<StallingEngine>(
       make_cpu_engine(FilterBank::shared(h, channels), engine_options), stalled,
-      std::chrono::milliseconds(20));
+      std::chrono::milliseconds(600));
   LivePipelineOptions options = zero_options(block);
-  options.sample_rate = 48000;  // 1.33 ms periods: the 20 ms stall misses several
+  // 64 ms periods, 32 ms deadlines: the 600 ms stall misses many, and the
+  // periods after it keep theirs even on a loaded machine.
+  options.sample_rate = 1000;
   options.zero_deadline_fraction = 0.5;
   LivePipeline pipeline(std::move(engine), options);
   pipeline.start();
@@ -162,7 +170,7 @@ TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligne
   const auto y = drive(pipeline, x, std::vector<std::size_t>(periods, block));
   pipeline.stop();
   const LiveStats stats = pipeline.stats();
-  // The stall (20 ms) makes the callbacks queued behind it late too: the
+  // The stall (600 ms) makes the callbacks queued behind it late too: the
   // stalled period was being computed at its deadline, the ones behind it
   // had not been begun.
   EXPECT_GE(stats.late_periods, 2u);
@@ -187,9 +195,10 @@ TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligne
   }
   EXPECT_EQ(silent, stats.late_periods);
   // Every period above is its own output or silence, so the stream stayed
-  // aligned; after the stall most periods are on time again (a slow build,
-  // ThreadSanitizer's, may still miss the odd 1.33 ms deadline).
-  EXPECT_GE(exact_at_end, 25u) << "on time again after the stall";
+  // aligned; after the stall the periods are on time again (32 ms
+  // deadlines: a loaded machine, or ThreadSanitizer's build, keeps nearly
+  // all of them).
+  EXPECT_GE(exact_at_end, 45u) << "on time again after the stall";
 }
 
 TEST(LiveZeroLatency, APeriodThatChangesIsFollowed) {
@@ -228,8 +237,10 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
   engine_options.max_block_frames = block;
   engine_options.max_taps = taps;
   engine_options.realtime_calls = true;
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h_old, channels), engine_options),
-                        zero_options(block));
+  auto engine = make_cpu_engine(FilterBank::shared(h_old, channels), engine_options);
+  const RealtimeEngine* realtime = realtime_engine(*engine);  // the pipeline's from here on
+  ASSERT_NE(realtime, nullptr);
+  LivePipeline pipeline(std::move(engine), zero_options(block));
   EXPECT_TRUE(pipeline.engine_in_callback());
   pipeline.start();
   const auto x = random_signal(channels * block * periods, seed + 1);
@@ -239,11 +250,18 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
     if (p == 100)
       sequence = pipeline.mailbox().post(
           std::make_shared<const FilterBank>(FilterBank::shared(h_new, channels)));
-    if (p == 300) {  // the swap thread has had 200 periods; make sure before going on
+    if (p == 300) {
+      // The swap thread has had 200 periods; make sure it has handed the bank
+      // over, and that the engine's preparer (a low-priority thread, slow on
+      // a loaded machine) has it ready, so that it takes over at the next call.
       ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
+      ASSERT_TRUE(testing::wait_until(
+          testing::long_wait, [&] { return !realtime->preparing_filters(); },
+          "the engine's preparer done", std::chrono::milliseconds(1)));
     }
     LivePipeline::device_callback(x.data() + p * block * channels, y.data() + p * block * channels,
                                   block, &pipeline);
+    // Pacing, not a wait: a device's callbacks come apart, not back to back.
     std::this_thread::sleep_for(std::chrono::microseconds(300));
   }
   pipeline.stop();

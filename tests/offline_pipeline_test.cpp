@@ -27,6 +27,7 @@
 #include "tests/matrix_support.hpp"
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -503,15 +504,18 @@ TEST(OfflinePipeline, ACancelSeenWhileEveryStageWaitsStillStopsTheRun) {
   OfflineOptions options;
   options.block_frames = 8;
   options.cancel = &cancel;
-  std::thread canceller([&cancel] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic<std::size_t> reads{0};
+  std::thread canceller([&] {
+    // Cancel once the source blocks (and the stages behind it wait).
+    EXPECT_TRUE(testing::wait_until(
+        testing::long_wait, [&] { return reads.load() > 3; }, "the source blocking"));
     cancel.store(true);
   });
-  std::size_t reads = 0;
   EXPECT_THROW(run_offline(
                    engine,
                    [&](std::span<float> buffer) -> std::size_t {
                      if (++reads > 3) {
+                       // The source blocks (polling, as it cannot be woken) until cancel.
                        while (!cancel.load())
                          std::this_thread::sleep_for(std::chrono::milliseconds(1));
                      }

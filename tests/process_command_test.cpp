@@ -26,6 +26,7 @@
 
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -460,12 +461,15 @@ TEST(ProcessCommand, AnInterruptedRunLeavesNoOutputNoTemporaryFileAndExits128Plu
                          "/dev/null", err_file);
     ASSERT_TRUE(child.started());
     bool writing = false;
-    for (int i = 0; i < 2000 && !writing && child.running(); ++i) {
-      for (const auto& name_in_dir : entries(dir.path())) {
-        writing = writing || name_in_dir.rfind("out.wav.tapstream-tmp-", 0) == 0;
-      }
-      if (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    EXPECT_TRUE(testing::wait_until(
+        testing::long_wait,
+        [&] {
+          for (const auto& name_in_dir : entries(dir.path())) {
+            writing = writing || name_in_dir.rfind("out.wav.tapstream-tmp-", 0) == 0;
+          }
+          return writing || !child.running();
+        },
+        "the temporary output file, or the end of the run"));
     ASSERT_TRUE(writing) << "the run ended before its temporary file was seen";
     child.signal(signal_number);
     const int status = child.wait_for(std::chrono::seconds(30));

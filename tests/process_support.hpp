@@ -98,6 +98,7 @@ class Child {
     const auto deadline = Clock::now() + timeout;
     while (running()) {
       if (Clock::now() > deadline) return -2;
+      // Polling for the exit (the condition), with `timeout` as its deadline.
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return exit_status_;

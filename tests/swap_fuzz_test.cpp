@@ -126,6 +126,7 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
         std::printf("operation %d failed: %s\n", i, result.c_str());
       }
       if (!should_succeed && result.empty()) ++successes_of_bad;
+      // Pacing, not a wait: the operations come a few ms apart, at random.
       std::this_thread::sleep_for(std::chrono::milliseconds(2 + rng() % 5));
     }
     done = true;
@@ -148,6 +149,7 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
     pulled += got;
     if (done) after_done += got;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stream stalled";
+    // Pacing, not a wait: a period every 200 us, a device's pace (faster than real time).
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   control.join();

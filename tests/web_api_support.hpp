@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/wait_for.hpp"
 #include "tests/websocket_client.hpp"
 
 namespace tapstream::testing {
@@ -82,12 +83,20 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
         "nonfinite_inputs", "clipped", "swaps", "rejected_swaps", "load", "block_us"}) {
     EXPECT_TRUE(stats.contains(key)) << key;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  json levels = api_ok(client, {{"request", "get_meters"}})["levels"];
-  EXPECT_EQ(levels.size(), 2u);
-  if (levels.size() != 2u) return;
-  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), peak, 0.01);
-  EXPECT_NEAR(levels[1]["rms_since"].get<double>(), rms, 0.01);
+  // The meters read the input's level once it has come through the ring
+  // (tens of ms after start-up): polled every 50 ms, each read covering the
+  // periods since the one before.
+  json levels;
+  const auto reads = [&](double want_peak, double want_rms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // pacing: a window of periods
+    levels = api_ok(client, {{"request", "get_meters"}})["levels"];
+    return levels.size() == 2u &&
+           std::abs(levels[0]["peak_since"].get<double>() - want_peak) < 0.01 &&
+           std::abs(levels[1]["rms_since"].get<double>() - want_rms) < 0.01;
+  };
+  EXPECT_TRUE(wait_until(
+      long_wait, [&] { return reads(peak, rms); }, [&] { return levels.dump(); }))
+      << "meters reading peak " << peak << " and rms " << rms;
 
   api_ok(client, {{"request", "set_volume"}, {"channel", "master"}, {"db", -20}});
   json volume = api_ok(client, {{"request", "set_mute"}, {"channel", 1}, {"muted", true}});
@@ -95,13 +104,17 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
   EXPECT_EQ(volume["channels"][1]["muted"], true);
   EXPECT_EQ(api_ok(client, {{"request", "get_volume"}}), volume);
   // The change reaches the audio within one period plus the 20 ms ramp;
-  // the meters then read the new level.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  api_ok(client, {{"request", "get_meters"}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  levels = api_ok(client, {{"request", "get_meters"}})["levels"];
-  EXPECT_NEAR(levels[0]["peak_since"].get<double>(), peak * 0.1, 0.002);
-  EXPECT_EQ(levels[1]["peak_since"].get<double>(), 0.0);
+  // the meters then read the new level (when it reaches the audio is
+  // jack_web_api_test's AFaderMove..., counted in frames).
+  EXPECT_TRUE(wait_until(
+      long_wait,
+      [&] {
+        return reads(peak * 0.1, 0.0) &&
+               std::abs(levels[0]["peak_since"].get<double>() - peak * 0.1) < 0.002 &&
+               levels[1]["peak_since"].get<double>() == 0.0;
+      },
+      [&] { return levels.dump(); }))
+      << "meters reading peak " << peak * 0.1 << " on channel 0, silence on channel 1";
 
   const json filters = api_ok(client, {{"request", "list_filters"}})["filters"];
   EXPECT_EQ(filters.size(), 2u);

@@ -45,7 +45,10 @@ root = "$PWD/web"
 TOML
 "$build/daemon/tapstream" run --config "$work/live.toml" >"$work/daemon.out" 2>"$work/daemon.err" &
 daemon=$!
-for _ in $(seq 100); do grep -q "web: http" "$work/daemon.out" && break; sleep 0.1; done
+# Up once it says so (30 s at most: CI runs this beside a build).
+for _ in $(seq 300); do grep -q "web: http" "$work/daemon.out" && break; sleep 0.1; done
+grep -q "web: http" "$work/daemon.out" ||
+  { echo "web-e2e: the daemon did not start its web server in 30 s" >&2; cat "$work/daemon.err" >&2; exit 1; }
 sleep 1  # a second at full level before the fader moves
 result=$(node web/e2e/page.mjs "http://127.0.0.1:$port/" "$work/three-taps.txt" "$work/broken.txt" "$shots")
 echo "page: $result"
