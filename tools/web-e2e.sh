@@ -81,7 +81,9 @@ if abs(drop - 21.16) > 0.5:
     problems.append(f"level fell by {drop:.2f} dB, expected 21.16 (fader -20 dB, filter -1.16 dB)")
 if "installed" not in result["upload_message"] or result["first_filter_taps"] != "3":
     problems.append(f"swap not shown: {result['upload_message']!r}, taps {result['first_filter_taps']}")
-if "not-a-number" not in result["bad_upload_message"]:
+# The refusal names the file and the line; no reply quotes a file's text
+# (docs/security.md), so the bad token itself is not expected.
+if "broken.txt:2: cannot parse" not in result["bad_upload_message"]:
     problems.append(f"refusal not shown: {result['bad_upload_message']!r}")
 if not 0 < result["script_bytes"] < 200_000:
     problems.append(f"JavaScript of {result['script_bytes']} bytes (target < 200 KB)")
