@@ -588,6 +588,8 @@ TEST_F(SoundFileTest, ACancelFlagEndsAReadWaitingOnAStalledFifo) {
   // 1000 frames asked, 100 there, the writer still open: libsndfile waits for the rest.
   std::vector<float> block(1000);
   std::thread canceller([&] {
+    // The stimulus, not a wait: the cancel comes while the read is (most
+    // likely) already blocked; either order must end the read.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     cancel = true;
   });
