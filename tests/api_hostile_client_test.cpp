@@ -47,28 +47,6 @@ using testing::WebsocketClient;
 constexpr int rate = 48000;
 constexpr const char* secret = "SECRET-MARKER-7f3a";
 
-void write_silent_wav(const fs::path& file, double seconds) {
-  const auto frames = static_cast<std::uint32_t>(seconds * rate);
-  const std::uint32_t bytes = frames * 2 * 2;
-  std::ofstream out(file, std::ios::binary);
-  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  u32(36 + bytes);
-  out.write("WAVEfmt ", 8);
-  u32(16);
-  u16(1);
-  u16(2);
-  u32(rate);
-  u32(rate * 4);
-  u16(4);
-  u16(16);
-  out.write("data", 4);
-  u32(bytes);
-  const std::vector<char> zeros(bytes, 0);
-  out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-}
-
 // The error of a request that must be refused: "type: message".
 std::string refusal(const json& reply) {
   EXPECT_FALSE(reply.value("ok", true)) << reply.dump();
@@ -79,7 +57,7 @@ std::string refusal(const json& reply) {
 class HostileClient : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_silent_wav(dir_ / "in.wav", 120);
+    testing::write_stereo_wav(dir_ / "in.wav", rate, 120);
     std::ofstream(dir_ / "unit.txt") << "1.0\n";
     std::ofstream(dir_ / "other.txt") << "0.5\n";
     std::ofstream(dir_ / "three.txt") << "0.5\n0.25\n0.125\n";
@@ -115,15 +93,14 @@ class HostileClient : public ::testing::Test {
     daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
                                                                (dir_ / "live.toml").string()},
                                       dir_ / "daemon.out", dir_ / "daemon.err");
-    ASSERT_TRUE(daemon_->started());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     // The web server starts first, then the control socket.
-    while (read_text(dir_ / "daemon.out").find("web: http") == std::string::npos ||
-           !fs::exists(socket())) {
-      ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(testing::wait_for_daemon(
+        *daemon_,
+        [&] {
+          return read_text(dir_ / "daemon.out").find("web: http") != std::string::npos &&
+                 fs::exists(socket());
+        },
+        dir_ / "daemon.err"));
   }
 
   void stop() {
@@ -456,11 +433,12 @@ TEST_F(HostileClient, TheWatcherDoesNotSayAFileChangedAndNothingChanged) {
                   {"data", "0.5\n0.5\n"}});
   // The configuration's file, which no channel runs now, is rewritten.
   std::ofstream(dir_ / "unit.txt") << "0.9\n";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (read_text(dir_ / "daemon.err").find("unit.txt written on disk") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_text(dir_ / "daemon.err");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        return read_text(dir_ / "daemon.err").find("unit.txt written on disk") != std::string::npos;
+      },
+      [&] { return read_text(dir_ / "daemon.err"); }));
   const std::string log = read_text(dir_ / "daemon.err");
   EXPECT_EQ(log.find("no filter file changed"), std::string::npos) << log;
   EXPECT_NE(log.find("channel 0 keeps"), std::string::npos) << log;

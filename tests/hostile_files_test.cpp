@@ -290,17 +290,13 @@ TEST(HostileFiles, ProcessWaitingOnAFifoInputEndsOnASignalAndLeavesNoOutput) {
         ASSERT_EQ(::write(writer, stalled_start.data(), stalled_start.size()),
                   ssize_t(stalled_start.size()));
         // Waiting for more: the header was read once the run says what its input is.
-        const auto deadline = Clock::now() + std::chrono::seconds(20);
-        while (read_text(err).find("engine:") == std::string::npos && Clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        ASSERT_NE(read_text(err).find("engine:"), std::string::npos) << read_text(err);
+        ASSERT_TRUE(testing::wait_until(
+            testing::long_wait, [&] { return read_text(err).find("engine:") != std::string::npos; },
+            [&] { return read_text(err); }));
       } else {
-        const auto deadline = Clock::now() + std::chrono::seconds(20);
-        while (!holds_open(child.pid(), dir / "in.wav") && Clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        ASSERT_TRUE(holds_open(child.pid(), dir / "in.wav")) << read_text(err);
+        ASSERT_TRUE(testing::wait_until(
+            testing::long_wait, [&] { return holds_open(child.pid(), dir / "in.wav"); },
+            [&] { return "the input FIFO not open yet; " + read_text(err); }));
       }
       const auto signalled = Clock::now();
       child.signal(signal_number);
@@ -336,22 +332,15 @@ TEST(HostileFiles, ProcessWaitingOnAFifoOutputEndsOnASignal) {
       reader = ::open((dir / "out.wav").c_str(), O_RDONLY);  // waits for the writer
       ASSERT_GE(reader, 0) << std::strerror(errno);
       // The pipe fills (64 KiB) and the writer waits: seen as a full pipe.
-      const auto deadline = Clock::now() + std::chrono::seconds(20);
       int queued = 0;
-      while (Clock::now() < deadline) {
-        ASSERT_EQ(::ioctl(reader, FIONREAD, &queued), 0);
-        if (queued >= 65536) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      ASSERT_GE(queued, 65536) << read_text(err);
+      ASSERT_TRUE(testing::wait_until(
+          testing::long_wait,
+          [&] { return ::ioctl(reader, FIONREAD, &queued) == 0 && queued >= 65536; },
+          [&] { return std::to_string(queued) + " bytes in the pipe; " + read_text(err); }));
     } else {
       // Its engine is ready (-v says so) just before it opens its output.
-      const auto deadline = Clock::now() + std::chrono::seconds(20);
-      while (read_text(err).find("engine:") == std::string::npos && child.running() &&
-             Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      ASSERT_TRUE(child.running()) << read_text(err);
+      ASSERT_TRUE(testing::wait_for_daemon(
+          child, [&] { return read_text(err).find("engine:") != std::string::npos; }, err));
     }
     const auto signalled = Clock::now();
     child.signal(SIGTERM);
@@ -383,7 +372,7 @@ TEST(HostileFiles, ProcessStillReadsAFifoInputToItsEnd) {
     for (std::size_t at = 0; fd >= 0 && at < bytes.size(); at += 20000) {
       const std::size_t n = std::min<std::size_t>(20000, bytes.size() - at);
       if (::write(fd, bytes.data() + at, n) != ssize_t(n)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the stimulus: a slow writer
     }
     if (fd >= 0) ::close(fd);
   });
@@ -544,14 +533,10 @@ class HostileDaemonTest : public ::testing::Test {
     daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
                                                                (dir_ / "live.toml").string()},
                                       dir_ / "daemon.out", dir_ / "daemon.err");
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    const auto running = [&] {
-      return read_text(dir_ / "daemon.err").find("running:") != std::string::npos;
-    };
-    while (!running() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(running()) << read_text(dir_ / "daemon.err");
+    ASSERT_TRUE(testing::wait_for_daemon(
+        *daemon_,
+        [&] { return read_text(dir_ / "daemon.err").find("running:") != std::string::npos; },
+        dir_ / "daemon.err"));
   }
 
   fs::path socket() const { return dir_ / "ctl" / "control.sock"; }
@@ -595,13 +580,14 @@ TEST_F(HostileDaemonTest, NonFiniteInputIsCountedInStatusAndNeverReachesTheOutpu
   ASSERT_NO_FATAL_FAILURE(start(input));
   // Until the bad samples were counted and 0.2 s of output (past them) made.
   nlohmann::json status;
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (Clock::now() < deadline) {
-    status = ctl({"status"});
-    const auto frames = status.value("blocks", 0) * status.value("block_frames", 0);
-    if (status.value("nonfinite_inputs", 0) >= 2 && frames >= 9600) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  EXPECT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        status = ctl({"status"});
+        const auto frames = status.value("blocks", 0) * status.value("block_frames", 0);
+        return status.value("nonfinite_inputs", 0) >= 2 && frames >= 9600;
+      },
+      [&] { return status.dump(); }, std::chrono::milliseconds(50)));
   EXPECT_EQ(status.value("nonfinite_inputs", -1), 2) << status;
   ctl({"stop"});
   EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(20)), 0) << read_text(dir_ / "daemon.err");

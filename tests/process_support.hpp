@@ -1,7 +1,8 @@
 #pragma once
 // Test support for the suites that run the tapstream binary or other programs
 // as child processes: a private temporary directory, a child process with its
-// output in files, and reading a whole file back.
+// output in files, reading a whole file back, and waiting until a daemon is
+// ready.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "tests/wait_for.hpp"
 
 extern char** environ;
 
@@ -108,5 +111,25 @@ class Child {
   pid_t pid_ = -1;
   int exit_status_ = -1;
 };
+
+// Waits until the daemon `daemon` is ready (`ready()`: its log says what the
+// test needs); fails at once when it exits, and at the long deadline, with
+// its log `log` (its stderr).
+template <class Ready>
+::testing::AssertionResult wait_for_daemon(Child& daemon, Ready&& ready,
+                                           const std::filesystem::path& log) {
+  if (!daemon.started()) return ::testing::AssertionFailure() << "the daemon did not start";
+  bool exited = false;
+  auto waited = wait_until(
+      long_wait,
+      [&] {
+        exited = !daemon.running();
+        return exited || ready();
+      },
+      [&] { return read_text(log); });
+  if (!waited) return waited;
+  if (exited) return ::testing::AssertionFailure() << "the daemon exited: " << read_text(log);
+  return ::testing::AssertionSuccess();
+}
 
 }  // namespace tapstream::testing

@@ -13,10 +13,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "tests/process_support.hpp"
 #include "tests/wait_for.hpp"
 #include "tests/websocket_client.hpp"
 
@@ -33,6 +39,38 @@ inline int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
   return ntohs(address.sin_port);
+}
+
+// A 16-bit PCM stereo WAV of `seconds` at `rate`, both channels carrying
+// `sample(frame)` (in -1..1; nothing: silence): the input a paced file
+// endpoint plays to a daemon under test.
+inline void write_stereo_wav(const std::filesystem::path& file, int rate, double seconds,
+                             const std::function<double(std::uint32_t frame)>& sample = {}) {
+  const auto frames = static_cast<std::uint32_t>(seconds * rate);
+  const std::uint32_t bytes = frames * 2 * 2;
+  std::ofstream out(file, std::ios::binary);
+  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
+  out.write("RIFF", 4);
+  u32(36 + bytes);
+  out.write("WAVEfmt ", 8);
+  u32(16);
+  u16(1);  // PCM
+  u16(2);  // channels
+  u32(static_cast<std::uint32_t>(rate));
+  u32(static_cast<std::uint32_t>(rate) * 4);
+  u16(4);
+  u16(16);
+  out.write("data", 4);
+  u32(bytes);
+  std::vector<std::int16_t> samples(std::size_t(frames) * 2, 0);
+  if (sample) {
+    for (std::uint32_t i = 0; i < frames; ++i) {
+      const auto s = static_cast<std::int16_t>(std::lround(32767 * sample(i)));
+      samples[2 * i] = samples[2 * i + 1] = s;
+    }
+  }
+  out.write(reinterpret_cast<const char*>(samples.data()), static_cast<std::streamsize>(bytes));
 }
 
 // The reply to `request`, parsed (an empty object, and a failure, if none came).

@@ -46,36 +46,12 @@ using testing::WebsocketClient;
 constexpr int rate = 48000;
 constexpr double amplitude = 0.5;
 
-void write_sine_wav(const fs::path& file, double seconds) {
-  const std::uint32_t frames = static_cast<std::uint32_t>(seconds * rate);
-  const std::uint32_t bytes = frames * 2 * 2;
-  std::ofstream out(file, std::ios::binary);
-  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  u32(36 + bytes);
-  out.write("WAVEfmt ", 8);
-  u32(16);
-  u16(1);
-  u16(2);
-  u32(rate);
-  u32(rate * 4);
-  u16(4);
-  u16(16);
-  out.write("data", 4);
-  u32(bytes);
-  for (std::uint32_t i = 0; i < frames; ++i) {
-    const auto s = static_cast<std::int16_t>(
-        std::lround(32767 * amplitude * std::sin(2 * M_PI * 440.0 * i / rate)));
-    u16(static_cast<std::uint16_t>(s));
-    u16(static_cast<std::uint16_t>(s));
-  }
-}
-
 class WebApi : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_sine_wav(dir_ / "in.wav", 120);
+    testing::write_stereo_wav(dir_ / "in.wav", rate, 120, [](std::uint32_t i) {
+      return amplitude * std::sin(2 * M_PI * 440.0 * i / rate);
+    });
     std::ofstream(dir_ / "unit.txt") << "1.0\n";
     port_ = free_port();
   }
@@ -94,15 +70,10 @@ class WebApi : public ::testing::Test {
     daemon_ = std::make_unique<Child>(std::vector<std::string>{TAPSTREAM_BINARY, "run", "--config",
                                                                (dir_ / "live.toml").string()},
                                       dir_ / "daemon.out", dir_ / "daemon.err");
-    ASSERT_TRUE(daemon_->started());
-    ASSERT_TRUE(testing::wait_until(
-        testing::long_wait,
-        [&] {
-          return !daemon_->running() ||
-                 read_text(dir_ / "daemon.out").find("web: http") != std::string::npos;
-        },
-        [&] { return read_text(dir_ / "daemon.err"); }));
-    ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
+    ASSERT_TRUE(testing::wait_for_daemon(
+        *daemon_,
+        [&] { return read_text(dir_ / "daemon.out").find("web: http") != std::string::npos; },
+        dir_ / "daemon.err"));
   }
 
   void stop() {

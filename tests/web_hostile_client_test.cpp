@@ -114,28 +114,6 @@ std::uint64_t peak_rss_kib(pid_t pid) {
   return 0;
 }
 
-void write_silence_wav(const fs::path& file, double seconds) {
-  const auto frames = static_cast<std::uint32_t>(seconds * 48000);
-  const std::uint32_t bytes = frames * 4;
-  std::ofstream out(file, std::ios::binary);
-  const auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
-  const auto u16 = [&](std::uint16_t v) { out.write(reinterpret_cast<const char*>(&v), 2); };
-  out.write("RIFF", 4);
-  u32(36 + bytes);
-  out.write("WAVEfmt ", 8);
-  u32(16);
-  u16(1);
-  u16(2);
-  u32(48000);
-  u32(48000 * 4);
-  u16(4);
-  u16(16);
-  out.write("data", 4);
-  u32(bytes);
-  const std::string zeros(bytes, '\0');
-  out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-}
-
 class HostileClient : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -146,7 +124,7 @@ class HostileClient : public ::testing::Test {
       files.rlim_cur = 1024;
       ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
     }
-    write_silence_wav(dir_ / "in.wav", 120);
+    testing::write_stereo_wav(dir_ / "in.wav", 48000, 120);
     std::ofstream(dir_ / "unit.txt") << "1.0\n";
     // A page of our own, with things beside it that must never be served.
     fs::create_directories(root_ / "e2e");
@@ -178,13 +156,10 @@ class HostileClient : public ::testing::Test {
       argv.push_back(arg);
     }
     daemon_ = std::make_unique<Child>(argv, dir_ / "daemon.out", dir_ / "daemon.err");
-    ASSERT_TRUE(daemon_->started());
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (read_text(dir_ / "daemon.out").find("web: http") == std::string::npos) {
-      ASSERT_TRUE(daemon_->running()) << read_text(dir_ / "daemon.err");
-      ASSERT_LT(Clock::now(), deadline) << read_text(dir_ / "daemon.err");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ASSERT_TRUE(testing::wait_for_daemon(
+        *daemon_,
+        [&] { return read_text(dir_ / "daemon.out").find("web: http") != std::string::npos; },
+        dir_ / "daemon.err"));
   }
 
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -196,13 +171,11 @@ class HostileClient : public ::testing::Test {
   }
 
   // Waits for `text` in the daemon's log (stderr).
-  bool logged(const std::string& text) {
-    const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (read_text(dir_ / "daemon.err").find(text) == std::string::npos) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return true;
+  ::testing::AssertionResult logged(const std::string& text) {
+    return testing::wait_until(
+        testing::long_wait,
+        [&] { return read_text(dir_ / "daemon.err").find(text) != std::string::npos; },
+        [&] { return "no \"" + text + "\" in the log:\n" + read_text(dir_ / "daemon.err"); });
   }
 
   TempDir dir_{"tapstream-hostile"};
@@ -425,14 +398,14 @@ TEST_F(HostileClient, WebsocketClientsBeyondTheLimitAreTurnedAwayAndTheOthersSta
   EXPECT_EQ(api_ok(*clients.back(), {{"request", "get_state"}})["state"], "running");
   clients.clear();
   // Their places free up as they close.
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
   std::unique_ptr<WebsocketClient> late;
-  while (true) {
-    late = std::make_unique<WebsocketClient>(port_, "/ws");
-    if (late->open() || Clock::now() > deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(late->open());
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        late = std::make_unique<WebsocketClient>(port_, "/ws");
+        return late->open();
+      },
+      "a websocket connection accepted after the others closed", std::chrono::milliseconds(20)));
   EXPECT_EQ(api_ok(*late, {{"request", "get_state"}})["state"], "running");
 }
 
@@ -444,15 +417,18 @@ TEST_F(HostileClient, AFloodOfConnectionsLeavesTheDaemonItsDescriptorsAndTheAudi
   const fs::path socket = dir_ / "sock/control.sock";
   // The control socket opens just after the web server: wait for it.
   std::string first;
-  const auto ready_by = Clock::now() + std::chrono::seconds(10);
-  while (first.empty()) {
-    try {
-      first = control_request(socket, R"({"request":"get_stats"})");
-    } catch (const ControlSocketError& e) {
-      ASSERT_LT(Clock::now(), ready_by) << e.what();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  std::string refused;
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        try {
+          first = control_request(socket, R"({"request":"get_stats"})");
+        } catch (const ControlSocketError& e) {
+          refused = e.what();
+        }
+        return !first.empty();
+      },
+      [&] { return refused; }, std::chrono::milliseconds(20)));
   const json before = json::parse(first);
 
   std::vector<int> flood;
@@ -465,26 +441,29 @@ TEST_F(HostileClient, AFloodOfConnectionsLeavesTheDaemonItsDescriptorsAndTheAudi
   // While it lasts, the control socket answers and the audio goes on.
   const std::uint64_t blocks_before = before["result"]["blocks"].get<std::uint64_t>();
   std::uint64_t blocks = blocks_before;
-  const auto audio_by = Clock::now() + std::chrono::seconds(5);
-  while (blocks <= blocks_before && Clock::now() < audio_by) {
-    std::string reply;
-    ASSERT_NO_THROW(
-        reply = control_request(socket, R"({"request":"get_stats"})", std::chrono::seconds(5)));
-    blocks = json::parse(reply)["result"]["blocks"].get<std::uint64_t>();
-    if (blocks <= blocks_before) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_GT(blocks, blocks_before) << "no audio block in 5 s of the flood";
+  EXPECT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        std::string reply;
+        // Every try must be answered: the flood may not starve the control socket.
+        EXPECT_NO_THROW(
+            reply = control_request(socket, R"({"request":"get_stats"})", std::chrono::seconds(5)));
+        if (!reply.empty()) blocks = json::parse(reply)["result"]["blocks"].get<std::uint64_t>();
+        return blocks > blocks_before;
+      },
+      [&] { return "no audio block during the flood; blocks " + std::to_string(blocks); },
+      std::chrono::milliseconds(20)));
   for (const int fd : flood) ::close(fd);
 
   // Once the flood has gone, clients are served again.
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
   std::unique_ptr<WebsocketClient> client;
-  while (true) {
-    client = std::make_unique<WebsocketClient>(port_, "/ws");
-    if (client->open() || Clock::now() > deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(client->open());
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait,
+      [&] {
+        client = std::make_unique<WebsocketClient>(port_, "/ws");
+        return client->open();
+      },
+      "a websocket connection accepted after the flood", std::chrono::milliseconds(20)));
   EXPECT_EQ(api_ok(*client, {{"request", "get_state"}})["state"], "running");
   EXPECT_TRUE(daemon_->running());
 }
