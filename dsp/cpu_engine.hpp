@@ -73,9 +73,10 @@ class CpuPartitionCosts final : public PartitionCostModel {
   // A tail step gets its own partition's length of stream time, as in
   // zita-convolver and the CUDA engine: then a step costs no more of its slack
   // than the segment's share of the average load, so a load the cores can
-  // carry on average never makes a step late. One call of slack (the
-  // default) gave 64 channels x 65536 taps at 64-frame calls a 4096-frame step
-  // of 2.4 times its 1.3 ms: 3921 late periods in 10 minutes on 2 cores.
+  // carry on average never makes a step late. With one call of slack (the
+  // default) a long step of many channels can cost more than its slack and
+  // miss every deadline it meets (docs/history.md, "One call of slack was not
+  // enough").
   std::size_t min_slack_frames(std::size_t partition_frames,
                                std::size_t head_frames) const override;
 

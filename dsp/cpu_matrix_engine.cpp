@@ -34,8 +34,8 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// Rough costs on the development machine (docs/performance.md, matrix
-// section): an FFTW real transform pair of N points and one complex
+// Rough costs on the development machine, enough to rank partition sizes
+// against each other: an FFTW real transform pair of N points and one complex
 // multiply-add of a bin, in nanoseconds.
 double fft_pair_ns(std::size_t n) {
   return 0.25 * double(n) * std::log2(double(n));

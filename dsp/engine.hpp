@@ -45,7 +45,8 @@ struct CpuEngineOptions {
 };
 
 // How the CUDA engine's small calls (zero-copy, direct form) reach the device
-// and are waited for; automatic is the measured best (persistent).
+// and are waited for; automatic is the measured best (persistent; docs/performance.md,
+// "Small calls").
 enum class CudaSmallCalls {
   automatic,
   persistent,  // a kernel launched once serves every call (kernels/persistent_direct)
@@ -54,7 +55,7 @@ enum class CudaSmallCalls {
 };
 
 // The routing matrix's spectral multiply-accumulate on the GPU; automatic is
-// the measured best (tiled).
+// the measured best (tiled; docs/performance.md, "Routing matrix").
 enum class CudaMatrixKernel { automatic, tiled, cublas };
 
 // The CUDA engines' tuning. The defaults are the measured best; the other
@@ -78,7 +79,7 @@ struct CudaEngineOptions {
   // Calls of at most this many samples (channels x frames) skip the copies:
   // the kernel reads and writes the pinned staging through mapped memory. Past
   // about a thousand samples its reads over the bus cost more than the two
-  // copies save (docs/performance.md, "zero-copy").
+  // copies save (docs/performance.md, "Zero-copy threshold").
   std::size_t zero_copy_samples = 1024;
   // Whether short filters over long planar blocks may use the cp.async
   // streaming tile kernel.

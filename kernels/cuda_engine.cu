@@ -66,11 +66,10 @@ constexpr std::size_t kMaxSlotFrames = 131072;
 //   fft    = C F (16 M / P + kFftBytesPerSample) / kBytesPerUs + kFftLaunches kLaunchUs
 // (M taps, P the FFT partition). The FFT term is its memory traffic: the
 // frequency-domain delay line and the filter spectra (8 bytes per bin each, M/P
-// partitions) plus the transforms. Calibrated on an H100 (8 ch x 2^21 frames,
-// one call, device events): tuned direct 0.252 ms at 256 taps and 1.84 ms at
-// 2048 (model: 0.22 and 1.72), FFT 0.53 to 0.61 ms from 256 to 16384 taps
-// (model: 0.68); the crossover falls between 256 and 2048 taps at large blocks,
-// and further out for short blocks, where launches dominate.
+// partitions) plus the transforms. The constants are fitted to whole-signal
+// calls of both paths (docs/performance.md, "Cost models"); the crossover falls
+// between 256 and 2048 taps at large blocks, and further out for short blocks,
+// where launches dominate.
 constexpr double kDirectMacsPerUs = 1.9e7;
 constexpr double kGlobalTapsPenalty = 1.2;
 constexpr double kBytesPerUs = 2.0e6;
@@ -80,31 +79,26 @@ constexpr double kFftLaunches = 4.0;
 
 // Whether Algorithm::automatic may choose the non-uniformly partitioned path
 // (for calls of at most kMaxPartitionedBlock frames, where its head in direct
-// form stays short). On: its exactness suites and compute-sanitizer passed on
-// the H100/H200 and it measured 17 us p50 at 8 ch x 64 frames x 65536 taps
-// against 118 us for the direct form the cost model chose before (see
-// docs/performance.md, "Issue 8"). EngineOptions::cuda.partitioned = false
-// turns it off.
+// form stays short). On: at small calls and long filters it is several times
+// faster per call than the direct form the cost model chose before it was
+// weighed in (docs/performance.md, "Cost models").
+// EngineOptions::cuda.partitioned = false turns it off.
 constexpr std::size_t kMaxPartitionedBlock = 1024;
 // The models above count work and assume the device full; with few channels
 // and short calls the direct and uniform FFT paths are latency-bound instead:
 // each output walks all M taps one after another, each FFT bin all M / P
-// partitions. Measured on the H100/H200 (2026-11-23): direct 8 ch x 64 frames
-// x 65536 taps 118 us (model 24), 2 x 256 x 2048 14.7 us = the 11 us round
-// trip + 3.7; the automatic choice at 1-4 ch x 256 frames x 262144 taps
-// (1024 partitions) 316 us. Used only to weigh the partitioned path, whose
-// model is measured per step, against them.
+// partitions; the work model alone priced the direct form at a fraction of
+// what such calls take (docs/performance.md, "Cost models"). Used only to
+// weigh the partitioned path, whose model is measured per step, against them.
 constexpr double kDirectSerialUsPerTap = 1.8e-3;
 constexpr double kFftSerialUsPerPartition = 0.3;
 
 // How a small call (zero-copy, direct form) reaches the device and is waited
 // for. EngineOptions::cuda.small_calls picks one (for measurements);
-// persistent is the default: the fastest of the three at every
-// small shape measured (H100, docs/performance.md "Small calls under the
-// launch floor": 2 ch x 256 frames x 2048 taps 13.1 / 19.1 us p50 / p99
-// against 16.8 / 28.5 for a launch). Calls the persistent kernel cannot take
-// (a swap's crossfade, too much work for its few blocks) fall back to a
-// launch with a spin wait.
+// persistent is the default: the fastest of the three at every small shape
+// measured, since no driver call sits on a call's path (docs/performance.md,
+// "Small calls"). Calls the persistent kernel cannot take (a swap's crossfade,
+// too much work for its few blocks) fall back to a launch with a spin wait.
 using SmallCalls = CudaSmallCalls;
 constexpr SmallCalls kDefaultSmallCalls = SmallCalls::persistent;
 // The persistent kernel holds this many blocks (one SM each at most) while
@@ -122,8 +116,8 @@ double direct_cost_us(std::size_t C, std::size_t F, std::size_t M, bool global) 
 
 // The fused overlap-save kernel (one partition, whole segments) moves fewer
 // bytes but grows with its in-shared-memory FFT; its cost as bytes per sample at
-// kBytesPerUs, from the H100 measurements of 8 ch x 2^22 frames (0.30 ms up to
-// P = 4096, 0.48 ms at 8192, 0.55 ms at 16384).
+// kBytesPerUs, fitted to its offline times by P (docs/performance.md, "Cost
+// models").
 double fused_bytes_per_sample(std::size_t P) {
   if (P <= 4096) return 18.5;
   return P <= 8192 ? 28.5 : 32.6;
@@ -136,9 +130,9 @@ double fft_cost_us(std::size_t C, std::size_t F, std::size_t M, const cuda::FftC
   }
   // The multi-partition kernels: the same two shared-memory transforms, plus
   // the spectra's round trips through device memory (X and Y, each written and
-  // read: 32 bytes a sample). Measured on an H100 (8 ch x 2^22 frames, 4096-frame
-  // partitions): 0.636 ms at 65536 taps, 0.768 at 131072, where this says 0.86:
-  // pessimistic by 10-25 %, which only ever favours this path's rivals.
+  // read: 32 bytes a sample). Pessimistic by 10-25 % against the measured
+  // times (docs/performance.md, "Cost models"), which only ever favours this
+  // path's rivals.
   if (fft.segment_kernels() && F >= P) {
     return double(C) * double(F) * (fused_bytes_per_sample(P) + 32.0) / kBytesPerUs +
            3.0 * kLaunchUs;

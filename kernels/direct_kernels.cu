@@ -337,7 +337,8 @@ __global__ void __launch_bounds__(kThreads) tuned_kernel(DirectArgs a, int P, in
 // For a short filter over a long block (offline: 8 channels x 2^22 frames at
 // 32 taps) the tuned kernel is a memory copy with a little arithmetic, and a
 // block that computes one tile keeps the SM's loads and stores in separate
-// phases: 68 % of the copy bandwidth on an H100. Here each block walks tiles
+// phases, well short of the copy bandwidth (docs/history.md, "Streaming tile
+// kernel for short filters"). Here each block walks tiles
 // (grid-stride, as many blocks as fit on the device) and copies the next
 // tile's window to shared memory with cp.async while it computes the current
 // one, so loads stay in flight all the time. Same tile, register window and
@@ -481,8 +482,9 @@ constexpr unsigned long long kStopWord = ~0ull;
 // in all): before the doorbell, while the host turns around, not after it.
 // Only block (0, 0) polls the host's words over the bus and relays them in
 // device memory (counters[2..3]); the other blocks poll that copy in L2: with
-// every block polling the bus, its reads queued behind the polls (H100, 8
-// blocks: 96 us a call). One fence after the word acquires all of it: the
+// every block polling the bus, its reads queued behind the polls, and a call
+// took several times as long as a launch (docs/history.md, "Small calls: the
+// persistent kernel"). One fence after the word acquires all of it: the
 // host's input (system scope) and the other blocks' carries.
 __device__ unsigned long long wait_for_call(const PersistentArgs& p, unsigned served,
                                             unsigned carries, bool relays) {
@@ -578,8 +580,9 @@ __global__ void __launch_bounds__(kThreads)
       tuned_tile<false>(a, P, K, tile, c, scratch);
 
     // One fence for the block, by thread 0 after the barrier (fences are
-    // cumulative: it orders the stores the barrier made visible to thread 0);
-    // a system fence per thread cost ~40 ns each, in series (90 us a call).
+    // cumulative: it orders the stores the barrier made visible to thread 0),
+    // not a system fence per thread (thousands of them, in series on the
+    // call's path).
     __syncthreads();
     if (traced) p.control->trace[2] = (unsigned long long)global_time_ns();
     if (threadIdx.x == 0) {

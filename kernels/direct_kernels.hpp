@@ -115,8 +115,8 @@ struct PersistentArgs {
   long long idle_timeout_ns = 0;  // returns after this long without a call
   bool trace = false;             // fill PersistentControl::trace
   // Staging loads: 2 plain (the fence after the doorbell makes them see the
-  // input), 0 ld.cv, 1 ld.relaxed.sys: both measured slower (H100, 2 x 256 x
-  // 2048: 26 us a call against 17, the compute after them 2-3x slower).
+  // input), 0 ld.cv, 1 ld.relaxed.sys: both measured slower, the compute after
+  // them too (docs/history.md, "Small calls: the persistent kernel").
   int input_loads = 2;
 };
 

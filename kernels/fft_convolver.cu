@@ -15,7 +15,8 @@
 // forward FFT, one fused multiply-accumulate and one inverse FFT over every
 // segment and channel of the run. With one partition (K == 1) such a run is
 // instead one kernel per run (fused_overlap_save.hpp): windows, both transforms,
-// the multiply and the copy-out in shared memory, about 3x faster on an H100.
+// the multiply and the copy-out in shared memory, about 3x faster (docs/history.md,
+// "Fused single-partition overlap-save kernel").
 // With K > 1 partitions of 256..16384 frames (K up to 16, or 32), such a run is
 // three kernels (multi_partition_overlap_save.hpp): the forward transforms in
 // shared memory, a MAC sliding along the segments with the filter and the last
@@ -48,10 +49,9 @@ namespace {
 
 constexpr std::size_t kMinPartition = 64;
 constexpr std::size_t kMaxPartition = 32768;
-// Filters longer than this get two partitions of half their length: measured on
-// an H100 (8 channels x 2^22 frames), 16384 taps ran 1.3-1.45x faster with
-// 8192-frame partitions than with one 16384-frame partition, and 131072 taps
-// 1.24x faster with 32768 than with 65536 (whole-signal calls).
+// Filters longer than this get two partitions of half their length, which the
+// cuFFT passes run faster than one partition of the filter's length
+// (docs/performance.md, "Cost models").
 constexpr std::size_t kSinglePartitionTaps = 8192;
 
 // Big blocks get big partitions (fewer, larger transforms per frame), but no
@@ -76,11 +76,9 @@ std::size_t choose_fused_partition(std::size_t max_block_frames, std::size_t max
 // For the multi-partition kernels (K > 1, runs of whole segments): the
 // smallest partition of at least 4096 frames whose K the MAC is built for,
 // when blocks are long enough to fill it; 0 where they do not apply (filters
-// that fit one fused partition, or more than 32 x 16384 taps). Measured on an
-// H100 (8 channels x 2^22 frames, commit 75b8bf7): 131072 taps 0.768 ms at
-// 32 x 4096, 0.838 at 16 x 8192, 0.914 at 8 x 16384; 65536 taps 0.636 /
-// 0.803 / 0.909; the shorter transforms win, down to 4096 (the 8192-point
-// transform's block leaves room for more blocks per SM).
+// that fit one fused partition, or more than 32 x 16384 taps). The shorter
+// transforms win, down to 4096 (the 8192-point transform's block leaves room
+// for more blocks per SM; docs/performance.md, "Offline throughput").
 constexpr std::size_t kMinSegmentKernelPartition = 4096;
 std::size_t choose_segment_kernel_partition(std::size_t max_block_frames, std::size_t max_taps) {
   for (std::size_t partition = kMinSegmentKernelPartition; partition <= kMaxPartition;

@@ -27,10 +27,10 @@ class FftConvolver {
   // from max_block_frames and max_taps). With fused_callbacks, runs of whole
   // segments go through cuFFT callbacks (kernels/fft_callbacks.hpp) where the
   // device and the library allow it, else through separate kernels (fused()
-  // and description() say which). Off by default: with cuFFT 13.0 on an H100
-  // the callback plans ran 1.2-1.6x slower than the separate kernels (cuFFT
-  // switches to a complex-to-complex transform with extra pre/post passes) and
-  // take 2-4 s to JIT-link.
+  // and description() say which). Off by default: the callback plans ran
+  // slower than the separate kernels (cuFFT switches to a complex-to-complex
+  // transform with extra pre/post passes) and take seconds to JIT-link
+  // (docs/history.md, "cuFFT callbacks").
   // With use_fused_kernel,
   // a filter that fits one partition runs whole segments through one kernel
   // (kernels/fused_overlap_save.hpp) instead of the cuFFT passes, and the

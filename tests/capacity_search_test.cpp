@@ -44,9 +44,9 @@ TEST(CapacitySearch, FindsTheLargestCountWithinASixteenthAndConfirmsIt) {
   EXPECT_EQ(engine.long_runs[0], found.channels);
 }
 
-// The H100 host's CPU engine (2026-11-24): 58 channels passed the probes, no
-// long run from 58 down to 37 fitted, and the search used to stop there with
-// no answer (reported as 0 channels).
+// A CPU engine on a 16-core host: 58 channels passed the probes, no long run
+// from 58 down to 37 fitted, and the search used to stop there with no answer
+// (reported as 0 channels; docs/history.md, "Capacity on the H100, run by run").
 TEST(CapacitySearch, StepsDownPastFourEighthsByHalvesUntilALongRunFits) {
   MadeUpEngine engine{58, 20, {}};
   const CapacitySearch found = search(engine);

@@ -11,7 +11,7 @@
 // block's CPU time is a few percent of the period). The tight wall-clock
 // figures (p50 / p99 / p99.9 against half the period, one call per period)
 // are the capacity benchmark's: `tapstream bench capacity` (bench/capacity_bench),
-// results in docs/performance.md.
+// results in docs/performance.md, "Live capacity".
 
 #include <gtest/gtest.h>
 #include <time.h>

@@ -102,8 +102,8 @@ LiveRun stream(std::unique_ptr<MatrixEngine> engine, const RoutingMatrix& matrix
 // equal `want` within the suites' exactness bound: relative error (norm of
 // the difference over the norm of `want`) <= 1e-5. Sample by sample, two
 // float32 engines that sum in different orders differ by ~1e-5 of the
-// signal's scale where the signal is small (CUDA against CPU matrix engine,
-// H100: 1.05e-5 at a sample of -0.0065, over a per-sample bound of 1.0065e-5);
+// signal's scale where the signal is small (CUDA against CPU matrix engine:
+// 1.05e-5 at a sample of -0.0065, over a per-sample bound of 1.0065e-5);
 // one wrong sample of a glitch still costs ~1e-3.
 inline void expect_delayed_equal(const LiveRun& run, const std::vector<float>& want,
                                  std::size_t outputs, std::size_t from_frame, std::size_t to_frame,

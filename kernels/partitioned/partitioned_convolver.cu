@@ -37,22 +37,21 @@ namespace tapstream::cuda {
 
 namespace {
 
-// Measured on the H100 (bench/cuda_partitioned_bench, 2026-11-23, see
-// docs/performance.md "Issue 8"): a tail step's device time is
+// Fitted to bench/cuda_partitioned_bench's step timings (docs/performance.md,
+// "Cost models"): a tail step's device time is
 //   kStepFixedNs + channels x P x (kTransformNsPerSample + count x kMacNsPerSample)
 // (x kLongTransformFactor for 2P >= 65536-point transforms); fitted to the
 // steps of >= 80 us over 1..4096 channels and P = 64..65536 within 15 %.
-// kStepFixedNs is the step as one graph replay of 7 small kernels (predicted:
-// the un-graphed step measured 24 us, all of it the host's launches).
+// kStepFixedNs is the step as one graph replay of 7 small kernels (un-graphed,
+// the host's launches alone took longer than a small step's device work).
 constexpr double kStepFixedNs = 12000.0;
 constexpr double kTransformNsPerSample = 0.028;
 constexpr double kMacNsPerSample = 0.0062;
 constexpr double kLongTransformFactor = 1.3;
 // The head kernel: a launch and its mapped reads, then multiply-adds at
 // kHeadMacsPerNs once it has kHeadBlocksForFullRate blocks of 128 frames
-// (measured: 5 us at <= 512 channels x 64 frames x 256 taps; 4096 channels
-// 18 us; 4096 x 1024 x 4096 taps 3.2 ms, ~5300 MAC/ns); fewer blocks get a
-// proportional share.
+// (the measured points: docs/performance.md, "Cost models"); fewer blocks get
+// a proportional share.
 constexpr double kHeadLaunchNs = 5000.0;
 constexpr double kHeadMacsPerNs = 5000.0;
 constexpr double kHeadBlocksForFullRate = 264.0;
@@ -136,7 +135,7 @@ void enqueue_finish(const StepBuffers& b, StepIndex j, bool with_current, const 
 // A step as one graph: the transform, the multiply-accumulate, the ring
 // update and the counter's advance, the step index read from *counter, so
 // that a step costs the host one graph launch instead of seven launches (two
-// of them cuFFT's, ~24 us of host time on the H100 whatever the size).
+// of them cuFFT's, whose host time exceeded small steps' device time).
 GraphExec capture_step(const StepBuffers& b, const float2* spectra, float* out_ring,
                        std::int64_t* counter, cudaStream_t t) {
   const StepIndex j{0, counter};
@@ -347,8 +346,9 @@ struct PartitionedConvolver::State {
 
   // Plans the uploads' batched transforms. An upload of 8 ch x 65536 taps in
   // 128-frame partitions (the GPU plan at 64-frame calls has 510 of them) took
-  // 5.1 ms of the engine thread's time with a scatter and a transform per
-  // partition (H100), four periods of 64 frames: late periods at every swap.
+  // several periods of the engine thread's time with a scatter and a transform
+  // per partition: late periods at every swap (docs/history.md, "A swap's
+  // upload").
   // The scratch is bounded, so many channels of long filters take a few
   // batches.
   void prepare_filter_transforms() {

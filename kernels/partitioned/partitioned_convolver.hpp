@@ -41,8 +41,8 @@
 
 namespace tapstream::cuda {
 
-// The GPU's costs for plan_partitions, measured on an H100 (see
-// docs/performance.md, "Issue 8"): a tail step's fixed cost and its time per
+// The GPU's costs for plan_partitions, measured (docs/performance.md, "Cost
+// models"): a tail step's fixed cost and its time per
 // sample of transform and per partition of multiply-accumulate, and the direct
 // head kernel's launch and rate.
 class GpuPartitionCosts final : public PartitionCostModel {
