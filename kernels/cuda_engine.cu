@@ -1,5 +1,5 @@
-// The CUDA engine: direct form (kernels/direct_kernels) or partitioned FFT
-// (kernels/fft_convolver) behind the Engine interface.
+// The CUDA engine: direct form (kernels/device/direct_kernels) or partitioned
+// FFT (kernels/convolvers/fft_convolver) behind the Engine interface.
 //
 // Filter state on the device: each channel's history (the last max_taps - 1 input
 // samples) lives in one of two device buffers; block k reads history[h] and its
@@ -27,13 +27,14 @@
 #include <stdexcept>
 
 #include "dsp/engine_tuning.hpp"
+#include "kernels/convolvers/fft_convolver.hpp"
+#include "kernels/convolvers/partitioned_convolver.hpp"
+#include "kernels/convolvers/persistent_direct.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
-#include "kernels/direct_kernels.hpp"
-#include "kernels/fft_convolver.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
-#include "kernels/persistent_direct.hpp"
+#include "kernels/device/architecture_probe.hpp"
+#include "kernels/device/direct_kernels.hpp"
 
 namespace tapstream {
 
@@ -774,10 +775,6 @@ class CudaEngineImpl final : public CudaEngine {
 
 namespace {
 
-// Never launched: asking for its attributes tells whether this build holds
-// code the device can run (cudaErrorNoKernelImageForDevice when it does not).
-__global__ void architecture_probe() {}
-
 std::string runtime_version_text() {
   int version = 0;
   cudaRuntimeGetVersion(&version);
@@ -815,8 +812,7 @@ bool cuda_device_available(std::string* reason) {
     cudaError_t error = cudaGetDeviceCount(&count);
     if (error == cudaSuccess && count == 0) error = cudaErrorNoDevice;
     if (error == cudaSuccess) {
-      cudaFuncAttributes attributes{};
-      error = cudaFuncGetAttributes(&attributes, architecture_probe);
+      error = cuda::probe_architecture();
       if (error == cudaSuccess) return true;
     }
     if (reason) *reason = unavailable_sentence(error);

@@ -1,13 +1,13 @@
-// The CUDA FFT convolver (kernels/fft_convolver.hpp) against a float64
+// The CUDA FFT convolver (kernels/convolvers/fft_convolver.hpp) against a float64
 // reference: random shapes, block sizes that vary within one stream, shared and
 // per-channel filters, filter swaps with and without crossfade, and reset.
 // Long filters are checked at sampled output positions (the float64 reference
 // is O(taps) per output). Skips where there is no CUDA device.
 //
-// The fused single-partition kernel (kernels/fused_overlap_save.hpp) is
+// The fused single-partition kernel (kernels/device/fused_overlap_save.hpp) is
 // checked for every partition it supports, in streams that mix its runs of
 // whole segments with partial segments and crossfades; the multi-partition
-// kernels (kernels/multi_partition_overlap_save.hpp) likewise for K = 2..32.
+// kernels (kernels/device/multi_partition_overlap_save.hpp) likewise for K = 2..32.
 //
 // DISABLED_PrintsThroughputOfBenchmarkShapes times the benchmark's offline
 // shapes with CUDA events and prints them (run it with
@@ -30,9 +30,9 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/convolvers/fft_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
-#include "kernels/fft_convolver.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
@@ -529,7 +529,7 @@ TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheCallerTurnsItOff)
 }
 
 // Runs of whole segments through the multi-partition kernels
-// (kernels/multi_partition_overlap_save.hpp): K = 2, 3, 8, 16 and 32 at
+// (kernels/device/multi_partition_overlap_save.hpp): K = 2, 3, 8, 16 and 32 at
 // partitions across the supported range, shared and per-channel filters, in
 // one whole-signal call (the spectra before each MAC chunk from the same run),
 // in calls of whole segments after a partial start (each run's first spectra

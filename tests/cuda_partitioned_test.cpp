@@ -1,5 +1,5 @@
 // Exactness of the CUDA engine's non-uniformly partitioned streaming path
-// (kernels/partitioned/): against a float64 reference of the whole-stream
+// (kernels/convolvers/partitioned_convolver.hpp): against a float64 reference of the whole-stream
 // convolution, with calls of varying size (1..max_block_frames), per-channel
 // filters, interleaved and planar layouts (the mapped zero-copy path and the
 // copy path), filter swaps landing while tail partitions are still in flight
@@ -21,10 +21,10 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
 #include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"
 

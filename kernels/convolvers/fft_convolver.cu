@@ -33,15 +33,15 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/convolvers/fft_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
-#include "kernels/fft_callbacks.hpp"
-#include "kernels/fft_convolver.hpp"
-#include "kernels/fused_overlap_save.hpp"
-#include "kernels/multi_partition_overlap_save.hpp"
-#include "kernels/overlap_save_windows.hpp"
-#include "kernels/spectral_mac.hpp"
+#include "kernels/device/fft_callbacks.hpp"
+#include "kernels/device/fused_overlap_save.hpp"
+#include "kernels/device/multi_partition_overlap_save.hpp"
+#include "kernels/device/overlap_save_windows.hpp"
+#include "kernels/device/spectral_mac.hpp"
 
 namespace tapstream::cuda {
 namespace {

@@ -25,7 +25,7 @@ class FftConvolver {
   // Holds filters of up to max_taps taps (bank.max_taps() <= max_taps) for
   // bank.channels() channels; partition_frames is a power of two (0: choose
   // from max_block_frames and max_taps). With fused_callbacks, runs of whole
-  // segments go through cuFFT callbacks (kernels/fft_callbacks.hpp) where the
+  // segments go through cuFFT callbacks (kernels/device/fft_callbacks.hpp) where the
   // device and the library allow it, else through separate kernels (fused()
   // and description() say which). Off by default: with cuFFT 13.0 on an H100
   // the callback plans ran 1.2-1.6x slower than the separate kernels (cuFFT
@@ -33,11 +33,11 @@ class FftConvolver {
   // take 2-4 s to JIT-link.
   // With use_fused_kernel,
   // a filter that fits one partition runs whole segments through one kernel
-  // (kernels/fused_overlap_save.hpp) instead of the cuFFT passes, and the
+  // (kernels/device/fused_overlap_save.hpp) instead of the cuFFT passes, and the
   // partition chosen (partition_frames == 0) is the filter's length rounded up
   // to a power of two when the blocks are at least that long. Likewise a filter
   // of K > 1 partitions of 256..16384 frames (K up to 16, or 32) runs whole
-  // segments through three kernels (kernels/multi_partition_overlap_save.hpp:
+  // segments through three kernels (kernels/device/multi_partition_overlap_save.hpp:
   // shared-memory FFTs and a MAC sliding along the segments), and the partition
   // chosen for filters longer than 16384 taps is then the smallest of at least
   // 4096 frames with such a K, when the blocks are at least that long. Partial

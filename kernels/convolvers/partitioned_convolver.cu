@@ -27,11 +27,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
-#include "kernels/partitioned/partitioned_kernels.hpp"
+#include "kernels/device/partitioned_kernels.hpp"
 
 namespace tapstream::cuda {
 

@@ -37,7 +37,7 @@
 
 #include "dsp/filter_bank.hpp"
 #include "dsp/partition_plan.hpp"
-#include "kernels/direct_kernels.hpp"
+#include "kernels/device/direct_kernels.hpp"
 
 namespace tapstream::cuda {
 
