@@ -234,7 +234,7 @@ class CudaEngineImpl final : public CudaEngine {
   ~CudaEngineImpl() override {
     persistent_.reset();  // stops the kernel
     for (auto& s : streams_) cudaStreamSynchronize(s.get());
-    if (partitioned_) partitioned_->synchronize_tail();
+    if (partitioned_) partitioned_->synchronize();
   }
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
@@ -377,7 +377,7 @@ class CudaEngineImpl final : public CudaEngine {
   void synchronize() override {
     DeviceGuard guard(device_);
     for (auto& s : streams_) s.synchronize();
-    if (partitioned_) partitioned_->synchronize_tail();
+    if (partitioned_) partitioned_->synchronize();
   }
 
   CUstream_st* stream() const override { return streams_[0].get(); }
@@ -676,8 +676,15 @@ class CudaEngineImpl final : public CudaEngine {
     cudaStream_t stream = streams_[s].get();
     wait_chain(s);
     if (partitioned_) {
-      partitioned_->process(x, y, y_channel_stride, y_frame_stride, frames, offset, call_frames,
-                            stream);
+      cuda::DeviceBlock block;
+      block.in = x;
+      block.out = y;
+      block.out_channel_stride = y_channel_stride;
+      block.out_frame_stride = y_frame_stride;
+      block.frames = frames;
+      block.call_offset = offset;
+      block.call_frames = call_frames;
+      partitioned_->process(block, stream);
     } else if (fft_) {
       // The convolver wants planar device memory: (de)interleave (or read the
       // mapped host staging) through the slot's scratch when it is not.
@@ -693,7 +700,7 @@ class CudaEngineImpl final : public CudaEngine {
       }
       float* fout = stage_out ? fft_out_[s].get() : y;
       const std::size_t fout_stride = stage_out ? frames : std::size_t(y_channel_stride);
-      fft_->process(fin, fin_stride, fout, fout_stride, frames, stream);
+      fft_->process(cuda::planar_block(fin, fin_stride, fout, fout_stride, frames), stream);
       if (stage_out)
         cuda::launch_copy_samples({fout, (long long)frames, 1}, y, y_channel_stride, y_frame_stride,
                                   int(channels_), int(frames), stream);

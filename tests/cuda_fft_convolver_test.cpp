@@ -107,7 +107,8 @@ Signal run_stream(FftConvolver& convolver, const Signal& x, const std::vector<st
     TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
         in.get(), max_block * sizeof(float), x.samples.data() + position, x.frames * sizeof(float),
         frames * sizeof(float), x.channels, cudaMemcpyHostToDevice, stream.get()));
-    convolver.process(in.get(), max_block, out.get(), max_block, frames, stream.get());
+    convolver.process(cuda::planar_block(in.get(), max_block, out.get(), max_block, frames),
+                      stream.get());
     TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
         y.samples.data() + position, y.frames * sizeof(float), out.get(), max_block * sizeof(float),
         frames * sizeof(float), x.channels, cudaMemcpyDeviceToHost, stream.get()));
@@ -675,10 +676,15 @@ TEST(FftConvolver, RejectsBadArgumentsWithClearErrors) {
   EXPECT_THROW(convolver.set_filters(random_bank(3, 100, true, 2), false), std::invalid_argument);
   EXPECT_THROW(convolver.set_filters(random_bank(2, 101, true, 2), false), std::invalid_argument);
   DeviceBuffer<float> buffer(2 * 128);
-  EXPECT_THROW(convolver.process(buffer.get(), 64, buffer.get() + 128, 64, 0, nullptr),
-               std::invalid_argument);
-  EXPECT_THROW(convolver.process(buffer.get(), 65, buffer.get() + 128, 65, 65, nullptr),
-               std::invalid_argument);
+  EXPECT_THROW(
+      convolver.process(cuda::planar_block(buffer.get(), 64, buffer.get() + 128, 64, 0), nullptr),
+      std::invalid_argument);
+  EXPECT_THROW(
+      convolver.process(cuda::planar_block(buffer.get(), 65, buffer.get() + 128, 65, 65), nullptr),
+      std::invalid_argument);
+  cuda::DeviceBlock interleaved = cuda::planar_block(buffer.get(), 64, buffer.get() + 128, 64, 64);
+  interleaved.in = {buffer.get(), 1, 2};
+  EXPECT_THROW(convolver.process(interleaved, nullptr), std::invalid_argument);
 }
 
 // Offline throughput of the benchmark's shapes: 8 channels x 2^22 frames,
@@ -731,8 +737,9 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
         continue;
       auto pass = [&] {
         for (std::size_t at = 0; at < frames; at += s.block) {
-          convolver.process(in.get() + at, frames, out.get() + at, frames,
-                            std::min(s.block, frames - at), stream.get());
+          convolver.process(cuda::planar_block(in.get() + at, frames, out.get() + at, frames,
+                                               std::min(s.block, frames - at)),
+                            stream.get());
         }
       };
       pass();  // warm-up (and module load)

@@ -111,8 +111,8 @@ class ConvolverEngine final : public Engine {
     const std::size_t bytes = channels_ * frames * sizeof(float);
     TAPSTREAM_CUDA_CHECK(
         cudaMemcpyAsync(in_.get(), in.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
-    convolver_.process({in_.get(), (long long)frames, 1}, out_.get(), (long long)frames, 1, frames,
-                       0, frames, stream_.get());
+    convolver_.process(cuda::planar_block(in_.get(), frames, out_.get(), frames, frames),
+                       stream_.get());
     TAPSTREAM_CUDA_CHECK(
         cudaMemcpyAsync(out.data(), out_.get(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();
