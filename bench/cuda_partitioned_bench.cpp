@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "dsp/filter_bank.hpp"
+#include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_engine.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
 
 namespace {
 

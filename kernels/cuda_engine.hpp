@@ -38,7 +38,7 @@ std::string cuda_failure_sentence(const std::string& what);
 // Names accepted by EngineOptions::kernel for the direct-form path, "auto" first:
 // "auto" (= "tuned"), "naive", "constant", "shared_tile", "cached_tile", "tuned"; besides
 // these, "partitioned" forces the non-uniformly partitioned streaming path
-// (kernels/partitioned/) whatever the cost model says.
+// (kernels/convolvers/partitioned_convolver.hpp) whatever the cost model says.
 std::vector<std::string> cuda_kernel_variants();
 
 class CudaEngine : public Engine {

@@ -17,7 +17,7 @@
 namespace tapstream::cuda {
 
 // A load or store callback (JIT LTO) linked into a plan's kernels: the symbol's
-// name in `ltoir` (see kernels/fft_callbacks.hpp) and where it applies.
+// name in `ltoir` (see kernels/device/fft_callbacks.hpp) and where it applies.
 struct FftCallback {
   const char* symbol;
   cufftXtCallbackType type;

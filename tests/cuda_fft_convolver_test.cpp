@@ -1,13 +1,13 @@
-// The CUDA FFT convolver (kernels/fft_convolver.hpp) against a float64
+// The CUDA FFT convolver (kernels/convolvers/fft_convolver.hpp) against a float64
 // reference: random shapes, block sizes that vary within one stream, shared and
 // per-channel filters, filter swaps with and without crossfade, and reset.
 // Long filters are checked at sampled output positions (the float64 reference
 // is O(taps) per output). Skips where there is no CUDA device.
 //
-// The fused single-partition kernel (kernels/fused_overlap_save.hpp) is
+// The fused single-partition kernel (kernels/device/fused_overlap_save.hpp) is
 // checked for every partition it supports, in streams that mix its runs of
 // whole segments with partial segments and crossfades; the multi-partition
-// kernels (kernels/multi_partition_overlap_save.hpp) likewise for K = 2..32.
+// kernels (kernels/device/multi_partition_overlap_save.hpp) likewise for K = 2..32.
 //
 // DISABLED_PrintsThroughputOfBenchmarkShapes times the benchmark's offline
 // shapes with CUDA events and prints them (run it with
@@ -30,9 +30,9 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/convolvers/fft_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
-#include "kernels/fft_convolver.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {
@@ -107,7 +107,8 @@ Signal run_stream(FftConvolver& convolver, const Signal& x, const std::vector<st
     TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
         in.get(), max_block * sizeof(float), x.samples.data() + position, x.frames * sizeof(float),
         frames * sizeof(float), x.channels, cudaMemcpyHostToDevice, stream.get()));
-    convolver.process(in.get(), max_block, out.get(), max_block, frames, stream.get());
+    convolver.process(cuda::planar_block(in.get(), max_block, out.get(), max_block, frames),
+                      stream.get());
     TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(
         y.samples.data() + position, y.frames * sizeof(float), out.get(), max_block * sizeof(float),
         frames * sizeof(float), x.channels, cudaMemcpyDeviceToHost, stream.get()));
@@ -529,7 +530,7 @@ TEST(FftConvolver, FusedKernelIsTheDefaultForOnePartitionAndTheCallerTurnsItOff)
 }
 
 // Runs of whole segments through the multi-partition kernels
-// (kernels/multi_partition_overlap_save.hpp): K = 2, 3, 8, 16 and 32 at
+// (kernels/device/multi_partition_overlap_save.hpp): K = 2, 3, 8, 16 and 32 at
 // partitions across the supported range, shared and per-channel filters, in
 // one whole-signal call (the spectra before each MAC chunk from the same run),
 // in calls of whole segments after a partial start (each run's first spectra
@@ -675,10 +676,15 @@ TEST(FftConvolver, RejectsBadArgumentsWithClearErrors) {
   EXPECT_THROW(convolver.set_filters(random_bank(3, 100, true, 2), false), std::invalid_argument);
   EXPECT_THROW(convolver.set_filters(random_bank(2, 101, true, 2), false), std::invalid_argument);
   DeviceBuffer<float> buffer(2 * 128);
-  EXPECT_THROW(convolver.process(buffer.get(), 64, buffer.get() + 128, 64, 0, nullptr),
-               std::invalid_argument);
-  EXPECT_THROW(convolver.process(buffer.get(), 65, buffer.get() + 128, 65, 65, nullptr),
-               std::invalid_argument);
+  EXPECT_THROW(
+      convolver.process(cuda::planar_block(buffer.get(), 64, buffer.get() + 128, 64, 0), nullptr),
+      std::invalid_argument);
+  EXPECT_THROW(
+      convolver.process(cuda::planar_block(buffer.get(), 65, buffer.get() + 128, 65, 65), nullptr),
+      std::invalid_argument);
+  cuda::DeviceBlock interleaved = cuda::planar_block(buffer.get(), 64, buffer.get() + 128, 64, 64);
+  interleaved.in = {buffer.get(), 1, 2};
+  EXPECT_THROW(convolver.process(interleaved, nullptr), std::invalid_argument);
 }
 
 // Offline throughput of the benchmark's shapes: 8 channels x 2^22 frames,
@@ -731,8 +737,9 @@ TEST(FftConvolver, DISABLED_PrintsThroughputOfBenchmarkShapes) {
         continue;
       auto pass = [&] {
         for (std::size_t at = 0; at < frames; at += s.block) {
-          convolver.process(in.get() + at, frames, out.get() + at, frames,
-                            std::min(s.block, frames - at), stream.get());
+          convolver.process(cuda::planar_block(in.get() + at, frames, out.get() + at, frames,
+                                               std::min(s.block, frames - at)),
+                            stream.get());
         }
       };
       pass();  // warm-up (and module load)

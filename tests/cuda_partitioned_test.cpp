@@ -1,5 +1,5 @@
 // Exactness of the CUDA engine's non-uniformly partitioned streaming path
-// (kernels/partitioned/): against a float64 reference of the whole-stream
+// (kernels/convolvers/partitioned_convolver.hpp): against a float64 reference of the whole-stream
 // convolution, with calls of varying size (1..max_block_frames), per-channel
 // filters, interleaved and planar layouts (the mapped zero-copy path and the
 // copy path), filter swaps landing while tail partitions are still in flight
@@ -21,10 +21,10 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
 #include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"
 
@@ -111,8 +111,8 @@ class ConvolverEngine final : public Engine {
     const std::size_t bytes = channels_ * frames * sizeof(float);
     TAPSTREAM_CUDA_CHECK(
         cudaMemcpyAsync(in_.get(), in.data(), bytes, cudaMemcpyHostToDevice, stream_.get()));
-    convolver_.process({in_.get(), (long long)frames, 1}, out_.get(), (long long)frames, 1, frames,
-                       0, frames, stream_.get());
+    convolver_.process(cuda::planar_block(in_.get(), frames, out_.get(), frames, frames),
+                       stream_.get());
     TAPSTREAM_CUDA_CHECK(
         cudaMemcpyAsync(out.data(), out_.get(), bytes, cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();

@@ -1,6 +1,6 @@
 // Small streaming calls of the CUDA engine (zero-copy, direct form) in each of
 // its ways to reach the device (EngineOptions::cuda.small_calls): the persistent
-// kernel that serves call after call without a launch (kernels/persistent_direct),
+// kernel that serves call after call without a launch (kernels/convolvers/persistent_direct),
 // a launch with a spin wait, a launch with an event wait. Each must give the
 // float64 reference for calls of varying size in both layouts; the persistent
 // kernel also across its idle timeout (it returns and is relaunched), filter

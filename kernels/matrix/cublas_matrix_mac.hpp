@@ -1,6 +1,6 @@
 #pragma once
 // The routing matrix's per-bin products through cuBLAS, the variant measured
-// against the tiled kernel (kernels/matrix/matrix_mac.hpp, same layouts): one
+// against the tiled kernel (kernels/device/matrix_mac.hpp, same layouts): one
 // cublasCgemmBatched over bins, each bin Y(1 x outputs) = X(1 x k) * H(k x
 // outputs), H read transposed from its [k][outputs_padded] rows. The window
 // X moves with the delay-line slot, so the A operands are a device pointer
@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_resources.hpp"
-#include "kernels/matrix/matrix_mac.hpp"
+#include "kernels/device/matrix_mac.hpp"
 
 namespace tapstream::cuda {
 

@@ -28,10 +28,10 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
+#include "kernels/device/matrix_chunks.hpp"
+#include "kernels/device/matrix_mac.hpp"
 #include "kernels/matrix/cublas_matrix_mac.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
-#include "kernels/matrix/matrix_chunks.hpp"
-#include "kernels/matrix/matrix_mac.hpp"
 
 namespace tapstream {
 namespace {

@@ -2,7 +2,7 @@
 // The CUDA engine's native routing matrix (see dsp/matrix_engine.hpp for the
 // contract): uniformly partitioned overlap-save with one delay line per
 // input and one inverse transform per output, the per-bin sum over inputs
-// and partitions computed by the tiled kernel (kernels/matrix/matrix_mac) or
+// and partitions computed by the tiled kernel (kernels/device/matrix_mac) or
 // by cuBLAS (kernels/matrix/cublas_matrix_mac). Plain C++ header.
 
 #include <memory>

@@ -6,7 +6,7 @@
 // filter spectra (the multiply-accumulate), and stores only the valid half of
 // each window straight into the caller's output. That removes the window,
 // multiply-accumulate and output passes through device memory of the plain path
-// (kernels/overlap_save_windows, kernels/spectral_mac): about 26 instead of 77
+// (kernels/device/overlap_save_windows, kernels/device/spectral_mac): about 26 instead of 77
 // bytes per output sample.
 //
 // The callbacks are compiled once per process with NVRTC into LTO IR, which

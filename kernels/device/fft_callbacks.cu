@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/fft_callbacks.hpp"
+#include "kernels/device/fft_callbacks.hpp"
 
 namespace tapstream::cuda {
 namespace {

@@ -5,14 +5,17 @@
 //   y(c, f) = sum_{k < taps} h_c[k] * x(c, f - k),
 // where x(c, j) for j >= 0 is the block's input and for j < 0 the channel's
 // history (the input samples before the block, kept on the device). The variants
-// differ only in where taps and samples are read from (they are kept side by side
-// for the benchmark and for teaching); all must pass the same exactness tests.
+// differ only in where taps and samples are read from (the teaching variants of
+// PMPP chapter 7 live in kernels/teaching/, kept for the benchmark and for
+// teaching); all must pass the same exactness tests.
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <string>
 #include <vector>
+
+#include "kernels/device/sample_view.hpp"
 
 namespace tapstream::cuda {
 
@@ -36,15 +39,6 @@ inline constexpr std::size_t kConstantBankFloats = 8192;
 
 // Taps are stored with each channel's filter zero-padded to a multiple of this.
 inline constexpr int kTapPadding = 8;
-
-// A strided view of a block's samples: sample (c, f) at
-// data[c * channel_stride + f * frame_stride]. Interleaved and planar layouts are
-// both such views, so kernels (de)interleave for free.
-struct SampleView {
-  const float* data = nullptr;
-  long long channel_stride = 0;
-  long long frame_stride = 1;
-};
 
 struct DirectArgs {
   SampleView in;
@@ -85,7 +79,7 @@ struct DirectArgs {
 void launch_direct(DirectKernel kernel, const DirectArgs& args, cudaStream_t stream);
 
 // A persistent tuned kernel for small calls: launched once, it serves call
-// after call without a launch each (kernels/persistent_direct.hpp is its host
+// after call without a launch each (kernels/convolvers/persistent_direct.hpp is its host
 // side). The call's input and output are mapped host memory; the host writes
 // the input, then the doorbell; the kernel answers in `done`.
 struct PersistentControl {

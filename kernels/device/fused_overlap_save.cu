@@ -6,8 +6,8 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/fused_overlap_save.hpp"
-#include "kernels/shared_memory_fft.cuh"
+#include "kernels/device/fused_overlap_save.hpp"
+#include "kernels/device/shared_memory_fft.cuh"
 
 namespace tapstream::cuda {
 namespace {

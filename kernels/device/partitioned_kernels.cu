@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/partitioned/partitioned_kernels.hpp"
+#include "kernels/device/partitioned_kernels.hpp"
 
 namespace tapstream::cuda {
 namespace {

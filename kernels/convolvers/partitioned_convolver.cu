@@ -27,11 +27,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
-#include "kernels/partitioned/partitioned_convolver.hpp"
-#include "kernels/partitioned/partitioned_kernels.hpp"
+#include "kernels/device/partitioned_kernels.hpp"
 
 namespace tapstream::cuda {
 
@@ -542,12 +542,9 @@ PartitionedConvolver::PartitionedConvolver(const FilterBank& bank, std::size_t m
 
 PartitionedConvolver::~PartitionedConvolver() = default;
 
-void PartitionedConvolver::process(const SampleView& in, float* out, long long out_channel_stride,
-                                   long long out_frame_stride, std::size_t frames,
-                                   std::size_t call_offset, std::size_t call_frames,
-                                   cudaStream_t stream) {
-  state_->process(in, out, out_channel_stride, out_frame_stride, frames, call_offset, call_frames,
-                  stream);
+void PartitionedConvolver::process(const DeviceBlock& block, cudaStream_t stream) {
+  state_->process(block.in, block.out, block.out_channel_stride, block.out_frame_stride,
+                  block.frames, block.call_offset, block.call_frames, stream);
 }
 
 void PartitionedConvolver::set_filters(const FilterBank& bank, bool crossfade) {
@@ -566,7 +563,7 @@ void PartitionedConvolver::reset(cudaStream_t stream) {
   state_->reset(stream);
 }
 
-void PartitionedConvolver::synchronize_tail() {
+void PartitionedConvolver::synchronize() {
   state_->synchronize_all();
 }
 

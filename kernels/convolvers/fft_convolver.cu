@@ -34,15 +34,15 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/convolvers/fft_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
-#include "kernels/fft_callbacks.hpp"
-#include "kernels/fft_convolver.hpp"
-#include "kernels/fused_overlap_save.hpp"
-#include "kernels/multi_partition_overlap_save.hpp"
-#include "kernels/overlap_save_windows.hpp"
-#include "kernels/spectral_mac.hpp"
+#include "kernels/device/fft_callbacks.hpp"
+#include "kernels/device/fused_overlap_save.hpp"
+#include "kernels/device/multi_partition_overlap_save.hpp"
+#include "kernels/device/overlap_save_windows.hpp"
+#include "kernels/device/spectral_mac.hpp"
 
 namespace tapstream::cuda {
 namespace {
@@ -487,9 +487,17 @@ FftConvolver::FftConvolver(const FilterBank& bank, std::size_t max_taps,
 
 FftConvolver::~FftConvolver() = default;
 
-void FftConvolver::process(const float* in, std::size_t in_stride, float* out,
-                           std::size_t out_stride, std::size_t frames, cudaStream_t stream) {
+void FftConvolver::process(const DeviceBlock& block, cudaStream_t stream) {
   State& s = *state_;
+  if (block.in.frame_stride != 1 || block.out_frame_stride != 1)
+    throw std::invalid_argument("FFT convolver: planar blocks only (frame strides in " +
+                                std::to_string(block.in.frame_stride) + ", out " +
+                                std::to_string(block.out_frame_stride) + ")");
+  const float* in = block.in.data;
+  const std::size_t in_stride = std::size_t(block.in.channel_stride);
+  float* out = block.out;
+  const std::size_t out_stride = std::size_t(block.out_channel_stride);
+  const std::size_t frames = block.frames;
   if (frames == 0 || frames > s.max_block_frames)
     throw std::invalid_argument("FFT convolver: block of " + std::to_string(frames) +
                                 " frames is outside 1.." + std::to_string(s.max_block_frames));

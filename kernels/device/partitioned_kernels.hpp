@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/direct_kernels.hpp"
+#include "kernels/device/direct_kernels.hpp"
 
 namespace tapstream::cuda {
 

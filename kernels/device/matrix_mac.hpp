@@ -9,7 +9,7 @@
 // - H is [bins][k][outputs_padded] with k = (partitions - 1 - j) * inputs + i,
 //   outputs padded to an even count (zeros) so that a 16-byte load holds two
 //   outputs' values: per bin one contiguous matrix, streamed once per block.
-// - X is the mirrored delay line (kernels/matrix/matrix_chunks.hpp): the
+// - X is the mirrored delay line (kernels/device/matrix_chunks.hpp): the
 //   window at positions slot+1 .. slot+partitions is [k][bins].
 //
 // The tiled kernel: a block of 256 threads per (bin, tile of 64 outputs,
@@ -22,7 +22,7 @@
 
 #include <cstddef>
 
-#include "kernels/matrix/matrix_chunks.hpp"
+#include "kernels/device/matrix_chunks.hpp"
 
 namespace tapstream::cuda {
 

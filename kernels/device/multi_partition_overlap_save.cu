@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/multi_partition_overlap_save.hpp"
-#include "kernels/shared_memory_fft.cuh"
+#include "kernels/device/multi_partition_overlap_save.hpp"
+#include "kernels/device/shared_memory_fft.cuh"
 
 namespace tapstream::cuda {
 namespace {

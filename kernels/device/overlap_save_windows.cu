@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/overlap_save_windows.hpp"
+#include "kernels/device/overlap_save_windows.hpp"
 
 namespace tapstream::cuda {
 namespace {

@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/spectral_mac.hpp"
+#include "kernels/device/spectral_mac.hpp"
 
 namespace tapstream::cuda {
 namespace {

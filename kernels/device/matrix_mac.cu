@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/matrix/matrix_mac.hpp"
+#include "kernels/device/matrix_mac.hpp"
 
 namespace tapstream::cuda {
 namespace {

@@ -1,5 +1,5 @@
 #include "kernels/cuda_check.hpp"
-#include "kernels/matrix/matrix_chunks.hpp"
+#include "kernels/device/matrix_chunks.hpp"
 
 namespace tapstream::cuda {
 namespace {

@@ -2,6 +2,13 @@
 // chunk of at most kAccumulationChunk taps is summed into a fresh partial that is
 // then added to the total, which keeps float32 rounding of 131072-tap filters well
 // inside the 1e-5 relative error bound.
+//
+// The production kernels (tuned, its streaming and persistent forms, the
+// carry and the (de)interleaving copy) live here; the teaching variants of
+// PMPP chapter 7 live in kernels/teaching/ and are compiled into this
+// translation unit, since they read the same __constant__ banks (a
+// __constant__ variable belongs to one translation unit without relocatable
+// device code, which would change how every kernel is compiled).
 
 #include <algorithm>
 #include <cstdint>
@@ -10,137 +17,13 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
-#include "kernels/direct_kernels.hpp"
+#include "kernels/device/direct_kernels.hpp"
+#include "kernels/device/direct_primitives.cuh"
+#include "kernels/teaching/pmpp_chapter7_kernels.cuh"
 
 namespace tapstream::cuda {
 
 namespace {
-
-__constant__ float c_taps[2][kConstantBankFloats];
-
-constexpr int kAccumulationChunk = 256;
-constexpr int kThreads = 256;
-constexpr int kOutputsPerThread = 8;  // tuned kernel's coarsening factor
-
-// Input sample (c, j) of the block, from the history for j < 0; zero before the
-// history starts (only reached by zero-padded taps).
-__device__ __forceinline__ float load_x(const DirectArgs& a, const float* in_c,
-                                        const float* history_c, long long j) {
-  if (j >= 0) return j < a.frames ? in_c[j * a.in.frame_stride] : 0.0f;
-  if (j >= -a.history_len) return history_c[j];
-  return 0.0f;
-}
-
-template <bool kConstant>
-__device__ __forceinline__ float load_tap(const DirectArgs& a, long long index) {
-  if constexpr (kConstant) {
-    return c_taps[a.constant_bank][index];
-  } else {
-    return __ldg(a.global_taps + index);
-  }
-}
-
-__device__ __forceinline__ void store_y(const DirectArgs& a, int c, long long f, float y) {
-  float* p = a.out + c * a.out_channel_stride + f * a.out_frame_stride;
-  if (a.blend) {
-    const float w = float(double(a.blend_offset + f + 1) / double(a.blend_frames));
-    *p = *p * (1.0f - w) + y * w;
-  } else {
-    *p = y;
-  }
-}
-
-struct ChannelPointers {
-  const float* in;
-  const float* history;
-  long long taps;
-};
-
-__device__ __forceinline__ ChannelPointers channel_pointers(const DirectArgs& a, int c) {
-  return {a.in.data + c * a.in.channel_stride,
-          a.history ? a.history + c * a.history_stride + a.history_end : nullptr,
-          c * a.taps_channel_stride};
-}
-
-// naive and constant: one thread per output.
-template <bool kConstant>
-__global__ void __launch_bounds__(kThreads) simple_kernel(DirectArgs a) {
-  const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const int c = blockIdx.y;
-  if (f >= a.frames) return;
-  const ChannelPointers p = channel_pointers(a, c);
-  float total = 0.0f;
-  for (int k0 = 0; k0 < a.taps; k0 += kAccumulationChunk) {
-    const int k1 = min(a.taps, k0 + kAccumulationChunk);
-    float acc = 0.0f;
-    for (int k = k0; k < k1; ++k)
-      acc = fmaf(load_tap<kConstant>(a, p.taps + k), load_x(a, p.in, p.history, f - k), acc);
-    total += acc;
-  }
-  store_y(a, c, f, total);
-}
-
-// shared_tile: a block computes kThreads consecutive outputs; for each chunk of
-// kThreads taps it stages the window of kThreads + chunk - 1 samples those outputs
-// need (tile plus halo) in shared memory.
-template <bool kConstant>
-__global__ void __launch_bounds__(kThreads) shared_tile_kernel(DirectArgs a) {
-  constexpr int K = kThreads;
-  __shared__ float window[kThreads + K];
-  const int t = threadIdx.x;
-  const int c = blockIdx.y;
-  const long long n0 = (long long)blockIdx.x * kThreads;
-  const ChannelPointers p = channel_pointers(a, c);
-  float total = 0.0f;
-  for (int k0 = 0; k0 < a.taps; k0 += K) {
-    const int kc = min(K, a.taps - k0);
-    // window[i] = x(n0 - k0 - (K - 1) + i)
-    const long long j0 = n0 - k0 - (K - 1);
-    __syncthreads();
-    for (int i = t; i < kThreads + K - 1; i += kThreads)
-      window[i] = load_x(a, p.in, p.history, j0 + i);
-    __syncthreads();
-    float acc = 0.0f;
-    for (int kk = 0; kk < kc; ++kk)
-      acc = fmaf(load_tap<kConstant>(a, p.taps + k0 + kk), window[t - kk + K - 1], acc);
-    total += acc;
-  }
-  if (n0 + t < a.frames) store_y(a, c, n0 + t, total);
-}
-
-// cached_tile: only the block's own input tile is staged; samples before it (the
-// halo) are read through the read-only data cache.
-template <bool kConstant>
-__global__ void __launch_bounds__(kThreads) cached_tile_kernel(DirectArgs a) {
-  __shared__ float tile[kThreads];
-  const int t = threadIdx.x;
-  const int c = blockIdx.y;
-  const long long n0 = (long long)blockIdx.x * kThreads;
-  const ChannelPointers p = channel_pointers(a, c);
-  tile[t] = load_x(a, p.in, p.history, n0 + t);
-  __syncthreads();
-  float total = 0.0f;
-  for (int k0 = 0; k0 < a.taps; k0 += kAccumulationChunk) {
-    const int k1 = min(a.taps, k0 + kAccumulationChunk);
-    float acc = 0.0f;
-    for (int k = k0; k < k1; ++k) {
-      const int i = t - k;
-      float x;
-      if (i >= 0) {
-        x = tile[i];
-      } else {
-        const long long j = n0 + i;
-        if (j >= 0)
-          x = __ldg(p.in + j * a.in.frame_stride);
-        else
-          x = j >= -a.history_len ? __ldg(p.history + j) : 0.0f;
-      }
-      acc = fmaf(load_tap<kConstant>(a, p.taps + k), x, acc);
-    }
-    total += acc;
-  }
-  if (n0 + t < a.frames) store_y(a, c, n0 + t, total);
-}
 
 // The carry (see launch_carry_history) for history samples [begin, end) of channel c.
 __device__ __forceinline__ void carry_range(const DirectArgs& a, int c, int begin, int end,
@@ -640,10 +523,6 @@ __global__ void copy_samples_kernel(SampleView src, float* dst, long long dst_ch
       src.data[c * src.channel_stride + f * src.frame_stride];
 }
 
-unsigned blocks_for(long long n, int per_block) {
-  return unsigned((n + per_block - 1) / per_block);
-}
-
 // Shared memory of the tuned kernel: G windows of T + K floats, plus G tap
 // chunks of K floats when the taps are staged.
 std::size_t tuned_shared_bytes(int P, int K, bool constant_taps) {
@@ -677,28 +556,6 @@ void tuned_shape(const DirectArgs& a, int* P_out, int* K_out) {
   }
   *P_out = best_P;
   *K_out = best_K;
-}
-
-template <bool kConstant>
-void launch_with_taps(DirectKernel kernel, const DirectArgs& a, cudaStream_t stream) {
-  const dim3 grid(blocks_for(a.frames, kThreads), a.channels);
-  switch (kernel) {
-    case DirectKernel::naive:
-    case DirectKernel::constant:
-      simple_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
-      TAPSTREAM_CUDA_CHECK_LAUNCH("simple_kernel");
-      break;
-    case DirectKernel::shared_tile:
-      shared_tile_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
-      TAPSTREAM_CUDA_CHECK_LAUNCH("shared_tile_kernel");
-      break;
-    case DirectKernel::cached_tile:
-      cached_tile_kernel<kConstant><<<grid, kThreads, 0, stream>>>(a);
-      TAPSTREAM_CUDA_CHECK_LAUNCH("cached_tile_kernel");
-      break;
-    case DirectKernel::tuned:
-      break;  // launch_tuned
-  }
 }
 
 // Whether stream_tuned_kernel takes the block: a short filter, planar input

@@ -37,7 +37,7 @@
 
 #include "dsp/filter_bank.hpp"
 #include "dsp/partition_plan.hpp"
-#include "kernels/direct_kernels.hpp"
+#include "kernels/convolvers/device_convolver.hpp"
 
 namespace tapstream::cuda {
 
@@ -79,35 +79,35 @@ struct StepTiming {
 StepTiming measure_tail_step(std::size_t channels, std::size_t P, std::size_t count, int reps);
 StepTiming measure_head(std::size_t channels, std::size_t frames, std::size_t head_taps, int reps);
 
-class PartitionedConvolver {
+class PartitionedConvolver final : public DeviceConvolver {
  public:
   PartitionedConvolver(const FilterBank& bank, std::size_t max_taps, std::size_t max_block_frames,
                        PartitionPlan plan);
-  ~PartitionedConvolver();
+  ~PartitionedConvolver() override;
   PartitionedConvolver(const PartitionedConvolver&) = delete;
   PartitionedConvolver& operator=(const PartitionedConvolver&) = delete;
 
-  // Filters `frames` (1..max_block_frames) new frames of every channel on
-  // `stream`: sample (c, f) read from `in` and written to
-  // out[c * out_channel_stride + f * out_frame_stride]. A call may be cut into
-  // pieces: this piece is frames [call_offset, call_offset + frames) of a call
-  // of call_frames (only the crossfade after a swap looks at the call).
-  void process(const SampleView& in, float* out, long long out_channel_stride,
-               long long out_frame_stride, std::size_t frames, std::size_t call_offset,
-               std::size_t call_frames, cudaStream_t stream);
+  // The head kernel reads any view of device or mapped host memory.
+  bool takes_any_view() const override { return true; }
+
+  // Filters block.frames (1..max_block_frames) new frames of every channel on
+  // `stream`; a crossfade after a swap spans the block's call.
+  void process(const DeviceBlock& block, cudaStream_t stream) override;
 
   // Transforms the new filters on the tail stream (no host synchronisation
   // with tail work in flight); they take effect at the next call.
-  void set_filters(const FilterBank& bank, bool crossfade);
+  void set_filters(const FilterBank& bank, bool crossfade) override;
 
   // Forgets the stream (as if it started again); orders after `stream`.
-  void reset(cudaStream_t stream);
+  void reset(cudaStream_t stream) override;
 
-  // Waits for the tail stream (for teardown and tests).
-  void synchronize_tail();
+  // Waits for the tail streams (for teardown and tests).
+  void synchronize() override;
+
+  Algorithm algorithm() const override { return Algorithm::fft; }
 
   const PartitionPlan& plan() const;
-  std::string description() const;
+  std::string description() const override;
 
  private:
   struct State;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <sstream>
 
-#include "kernels/persistent_direct.hpp"
+#include "kernels/convolvers/persistent_direct.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Host side of the persistent direct-form kernel (launch_persistent_tuned in
-// kernels/direct_kernels): launched once, it filters call after call of a
+// kernels/device/direct_kernels): launched once, it filters call after call of a
 // small streaming block with no launch per call; the host rings a doorbell
 // in mapped pinned memory and spins on the word the kernel answers in.
 //
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "kernels/cuda_resources.hpp"
-#include "kernels/direct_kernels.hpp"
+#include "kernels/device/direct_kernels.hpp"
 
 namespace tapstream::cuda {
 
