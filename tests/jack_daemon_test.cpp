@@ -65,19 +65,26 @@ Child start_daemon(const fs::path& dir) {
 ::testing::AssertionResult wait_for_ports(Child& daemon, const std::string& server,
                                           const std::string& pattern, std::size_t count,
                                           const fs::path& log = {}) {
+  // One probe client for the whole wait, opened once the server answers: a
+  // client opened and closed at every poll (hundreds while a loaded machine
+  // starts the daemon) churns the server's client table for nothing.
+  jack_client_t* probe = nullptr;
   std::size_t seen = 0;
   const auto up = testing::wait_until(
       testing::long_wait,
       [&] {
         if (!daemon.running()) return true;
-        if (jack_client_t* probe = open_client("probe", server)) {
-          seen = find_ports(probe, pattern.c_str(), 0).size();
-          jack_client_close(probe);
-        }
+        if (probe == nullptr) probe = open_client("probe", server);
+        if (probe != nullptr) seen = find_ports(probe, pattern.c_str(), 0).size();
         return seen == count &&
                (log.empty() || read_text(log).find("devices open") != std::string::npos);
       },
-      [&] { return std::to_string(seen) + " ports " + pattern; }, std::chrono::milliseconds(50));
+      [&] {
+        return std::to_string(seen) + " ports " + pattern + (probe ? "" : " (no server)") +
+               "; the daemon's log:\n" + (log.empty() ? "" : read_text(log));
+      },
+      std::chrono::milliseconds(50));
+  if (probe != nullptr) jack_client_close(probe);
   if (!up) return up;
   if (!daemon.running()) return ::testing::AssertionFailure() << "the daemon exited";
   return ::testing::AssertionSuccess();

@@ -293,20 +293,20 @@ TEST(JackEndToEnd, TheDaemonReconnectsWhenTheJackServerRestarts) {
   // Waits until the server answers and the daemon's ports are registered
   // (false at once if the daemon exits).
   const auto daemon_ports_up = [&](Child& daemon) {
+    // One probe client for the whole wait (see jack_daemon_test's wait_for_ports).
+    jack_client_t* probe = nullptr;
     std::size_t seen = 0;
-    return testing::wait_until(
-               testing::long_wait,
-               [&] {
-                 if (!daemon.running()) return true;
-                 if (jack_client_t* probe = open_client("probe", server)) {
-                   seen = find_ports(probe, "tapstream.*:", 0).size();
-                   jack_client_close(probe);
-                 }
-                 return seen == 2 * channels;
-               },
-               [&] { return std::to_string(seen) + " daemon ports"; },
-               std::chrono::milliseconds(100)) &&
-           daemon.running();
+    const bool up = testing::wait_until(
+        testing::long_wait,
+        [&] {
+          if (!daemon.running()) return true;
+          if (probe == nullptr) probe = open_client("probe", server);
+          if (probe != nullptr) seen = find_ports(probe, "tapstream.*:", 0).size();
+          return seen == 2 * channels;
+        },
+        [&] { return std::to_string(seen) + " daemon ports"; }, std::chrono::milliseconds(100));
+    if (probe != nullptr) jack_client_close(probe);
+    return up && daemon.running();
   };
 
   auto first = std::make_unique<Child>(jackd_argv, dir / "jackd1.out", dir / "jackd1.err");
