@@ -4,6 +4,7 @@
 #include "daemon/control/control_socket.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -343,6 +344,51 @@ TEST_F(ControlSocketTest, SocketIsOwnerOnlyInAnOwnerOnlyDirectoryAndRemovedOnSto
   EXPECT_FALSE(fs::exists(fs::symlink_status(socket_)));
   server.stop();  // twice is fine
   EXPECT_THROW(control_request(socket_, "status"), ControlSocketError);
+}
+
+// The socket's name appears only once the server listens, so a client that
+// connects the moment it sees the name (as a script waiting for the file
+// does) is never refused: the name is created by a rename of a socket that
+// already listens, never by bind() (inotify tells the two apart: a bound name
+// is IN_CREATE, a renamed one IN_MOVED_TO).
+TEST_F(ControlSocketTest, TheNameAppearsOnlyOnceTheServerListens) {
+  fs::create_directories(socket_.parent_path());
+  fs::permissions(socket_.parent_path(), fs::perms::owner_all);
+  const int watch = ::inotify_init1(IN_CLOEXEC);
+  ASSERT_GE(watch, 0);
+  ASSERT_GE(::inotify_add_watch(watch, socket_.parent_path().c_str(), IN_CREATE | IN_MOVED_TO), 0);
+  for (int start = 0; start < 5; ++start) {
+    SCOPED_TRACE("start " + std::to_string(start));
+    std::uint32_t appeared_by = 0;
+    int connected = -1;
+    std::thread client([&] {
+      alignas(inotify_event) char events[4096];
+      while (appeared_by == 0) {
+        const ssize_t n = ::read(watch, events, sizeof events);
+        if (n <= 0) return;
+        for (ssize_t at = 0; at < n && appeared_by == 0;) {
+          const auto* event = reinterpret_cast<const inotify_event*>(events + at);
+          at += ssize_t(sizeof(inotify_event) + event->len);
+          if (event->len == 0 || socket_.filename() != event->name) continue;
+          appeared_by = event->mask & (IN_CREATE | IN_MOVED_TO);
+          const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          sockaddr_un address{};
+          address.sun_family = AF_UNIX;
+          std::strncpy(address.sun_path, socket_.c_str(), sizeof address.sun_path - 1);
+          connected = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+          ::close(fd);
+        }
+      }
+    });
+    ControlServer server(socket_, handlers_);
+    server.start();
+    client.join();
+    EXPECT_EQ(appeared_by, std::uint32_t{IN_MOVED_TO}) << "the name was made by bind()";
+    EXPECT_EQ(connected, 0) << "refused just after the name appeared";
+    EXPECT_FALSE(fs::exists(fs::symlink_status(fs::path(socket_.string() + "~"))));
+    server.stop();
+  }
+  ::close(watch);
 }
 
 TEST_F(ControlSocketTest, RefusesADirectoryThatOthersCanWrite) {

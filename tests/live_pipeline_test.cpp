@@ -464,7 +464,10 @@ void write_taps(const fs::path& file, const std::vector<float>& taps) {
 // filter file, long enough to swap filters while it runs.
 class DaemonRun {
  public:
-  static constexpr std::size_t channels = 2, block = 256, margin = 2048;
+  // The ring's margin: 250 ms, so that a paced run survives a loaded machine
+  // (a 2048-frame margin underran once in a flake hunt: the swaps are what
+  // these tests check, and an underrun shifts the output they compare).
+  static constexpr std::size_t channels = 2, block = 256, margin = 12000;
   static constexpr int rate = 48000;
 
   explicit DaemonRun(std::uint64_t seed, double seconds = 2.0)

@@ -216,20 +216,34 @@ ControlServer::~ControlServer() {
 
 void ControlServer::start() {
   if (thread_.joinable()) return;
-  const sockaddr_un address = socket_address(path_);
+  const sockaddr_un address = socket_address(path_);  // checks the length of the name
   prepare_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."));
   remove_stale_socket(path_);
 
+  // Bound and listening under a name of its own first, then renamed into
+  // place: a client that sees the socket's name can connect at once (between
+  // bind and listen a connect is refused, and a script that waits for the
+  // file would race the daemon). Where that name does not fit sun_path, the
+  // socket is bound in place.
+  fs::path bound_path = path_;
+  bound_path += "~";
+  if (bound_path.string().size() >= sizeof(address.sun_path)) bound_path = path_;
+  const sockaddr_un bound_address = socket_address(bound_path);
+  if (bound_path != path_ && ::unlink(bound_path.c_str()) != 0 && errno != ENOENT) {
+    throw ControlSocketError("cannot remove " + bound_path.string() + ": " + errno_text(errno));
+  }
   Fd listen_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (listen_fd.get() < 0) throw ControlSocketError("socket(AF_UNIX): " + errno_text(errno));
-  if (::bind(listen_fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    throw ControlSocketError("cannot bind control socket " + path_.string() + ": " +
+  if (::bind(listen_fd.get(), reinterpret_cast<const sockaddr*>(&bound_address),
+             sizeof bound_address) != 0) {
+    throw ControlSocketError("cannot bind control socket " + bound_path.string() + ": " +
                              errno_text(errno));
   }
   // The directory is 0700, so nobody else can reach the socket between bind and chmod.
-  if (::chmod(path_.c_str(), 0600) != 0 || ::listen(listen_fd.get(), 16) != 0) {
+  if (::chmod(bound_path.c_str(), 0600) != 0 || ::listen(listen_fd.get(), 16) != 0 ||
+      (bound_path != path_ && ::rename(bound_path.c_str(), path_.c_str()) != 0)) {
     const int error = errno;
-    ::unlink(path_.c_str());
+    ::unlink(bound_path.c_str());
     throw ControlSocketError("cannot set up control socket " + path_.string() + ": " +
                              errno_text(error));
   }
