@@ -132,6 +132,7 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
   std::string name() const override { return "cpu"; }
+  RealtimeEngine* realtime() override { return this; }
   std::string description() const override {
     return "cpu: non-uniform partitioned FFT, " + plan_.describe() +
            " (head in the call, tails on " + std::to_string(segments_.size()) +

@@ -28,6 +28,7 @@
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {
@@ -71,7 +72,7 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
   options.block_frames = block;
   options.margin_frames = block;
   options.realtime = false;
-  LivePipeline pipeline(make_cpu_engine(first, engine), options);
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(make_cpu_engine(first, engine)), options);
   FilterSwapper swapper(pipeline, config, first);
   pipeline.start();
 

@@ -675,14 +675,14 @@ int run_daemon(RunArgs args) {
     if (config.has_matrix()) {
       RoutingMatrix matrix = load_configured_matrix(config);
       engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
-      auto engine = make_matrix_engine(config.backend, matrix, engine_options);
+      auto engine = make_engine(config.backend, matrix, engine_options);
       spdlog::info("engine: {}", engine->description());
       live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
       filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
     } else {
       const FilterBank bank = load_configured_bank(config);
       engine_options.max_taps = engine_max_taps(config, bank.max_taps());
-      auto engine = make_engine(config.backend, bank, engine_options);
+      auto engine = make_engine(config.backend, RoutingMatrix::diagonal(bank), engine_options);
       spdlog::info("engine: {}", engine->description());
       live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
       filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);

@@ -117,7 +117,8 @@ std::string FilterSwapper::install_locked(std::shared_ptr<const FilterBank> bank
   } catch (const std::exception& e) {
     return reject(what, e.what());
   }
-  const std::uint64_t sequence = pipeline_.mailbox().post(bank);
+  const std::uint64_t sequence = pipeline_.mailbox().post(
+      std::make_shared<const RoutingMatrix>(RoutingMatrix::diagonal(*bank)));
   if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
     return reject(what, pipeline_.mailbox().rejected() == sequence
                             ? "the engine refused it (see the log)"

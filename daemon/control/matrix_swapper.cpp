@@ -132,9 +132,9 @@ std::string MatrixSwapper::install_locked(std::shared_ptr<const RoutingMatrix> n
   } catch (const std::exception& e) {
     return reject(what, without_file_text(e.what()));
   }
-  const std::uint64_t sequence = pipeline_.matrix_mailbox().post(next);
-  if (!pipeline_.matrix_mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
-    return reject(what, pipeline_.matrix_mailbox().rejected() == sequence
+  const std::uint64_t sequence = pipeline_.mailbox().post(next);
+  if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
+    return reject(what, pipeline_.mailbox().rejected() == sequence
                             ? "the engine refused it (see the log)"
                             : "the engine did not take it within 5 s");
   }

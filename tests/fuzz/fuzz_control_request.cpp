@@ -16,6 +16,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace {
@@ -37,7 +38,8 @@ struct Daemon {
     LivePipelineOptions options;
     options.block_frames = 64;
     options.realtime = false;
-    pipeline = std::make_unique<LivePipeline>(make_cpu_engine(*bank, engine), options);
+    pipeline = std::make_unique<LivePipeline>(
+        std::make_unique<DiagonalEngine>(make_cpu_engine(*bank, engine)), options);
     ApiHooks hooks;
     hooks.filters = [this] { return bank; };
     hooks.load_filter = [](std::optional<std::size_t>, const std::filesystem::path& file) {
