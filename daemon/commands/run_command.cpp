@@ -383,17 +383,10 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.input_channels = pipeline.input_channels();
   status.latency_frames = pipeline.latency_frames();
   status.latency_mode = pipeline.latency_mode() == LatencyMode::zero ? "zero" : "buffered";
-  const auto matrix = swapper.current();
-  if (swapper.per_channel()) {
-    for (const MatrixPath& path : matrix->paths()) {
-      status.filters.push_back({path.taps.size(), path.source});
-    }
-  } else {
-    status.matrix_file = swapper.matrix_file().string();
-    for (const MatrixPath& path : matrix->paths()) {
-      status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
-                              path.delay_frames, path.invert});
-    }
+  status.matrix_file = swapper.matrix_file().string();
+  for (const MatrixPath& path : swapper.current()->paths()) {
+    status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
+                            path.delay_frames, path.invert});
   }
   const LiveStats stats = pipeline.stats();
   status.blocks = stats.blocks;
@@ -483,18 +476,8 @@ void check_startable(const LiveConfig& config) {
 ApiHooks make_api_hooks(Swapper& swapper, const DeviceLink& devices, const RunArgs& args,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
-  if (swapper.per_channel()) {
-    hooks.filters = [&swapper] { return swapper.current()->diagonal_bank(); };
-  } else {
-    // A path's effective filter (delay, gain, polarity folded in) as a channel of its own.
-    hooks.filters = [&swapper] {
-      return std::make_shared<const FilterBank>(swapper.current()->path_bank());
-    };
-    hooks.matrix = [&swapper] { return swapper.current(); };
-  }
-  hooks.load_filter = [&swapper](std::optional<std::size_t> channel, const fs::path& file) {
-    return swapper.load(channel ? LoadRequest::channel(*channel, file) : LoadRequest::all(file));
-  };
+  hooks.matrix = [&swapper] { return swapper.current(); };
+  hooks.load = [&swapper](const LoadRequest& request) { return swapper.load(request); };
   hooks.config = [&swapper] { return swapper.config(); };
   // The command line's --input, --output and --latency hold over the API's
   // configuration as over the file's.
@@ -813,29 +796,25 @@ int run_daemon(RunArgs args) {
       return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
                          devices.output_name(), started);
     };
-    handlers.load = [&](std::optional<std::size_t> channel, const fs::path& file) {
-      const std::string error =
-          swapper.load(channel ? LoadRequest::channel(*channel, file) : LoadRequest::all(file));
+    handlers.load = [&](const LoadRequest& request) {
+      const std::string error = swapper.load(request);
       if (!error.empty()) throw std::runtime_error(error);
-      return fmt::format("{} installed for {} at block {}", file.string(),
-                         channel ? "channel " + std::to_string(*channel) : "all channels",
-                         pipeline.stats().last_swap_block);
+      const std::uint64_t block = pipeline.stats().last_swap_block;
+      switch (request.target) {
+        case LoadRequest::Target::channel:
+          return fmt::format("{} installed for channel {} at block {}", request.file.string(),
+                             request.input, block);
+        case LoadRequest::Target::all_channels:
+          return fmt::format("{} installed for all channels at block {}", request.file.string(),
+                             block);
+        case LoadRequest::Target::path:
+          return fmt::format("{} installed for input {} -> output {} at block {}",
+                             request.file.string(), request.input, request.output, block);
+        case LoadRequest::Target::matrix:
+          break;
+      }
+      return fmt::format("matrix {} installed at block {}", request.file.string(), block);
     };
-    if (!swapper.per_channel()) {
-      handlers.load_path = [&pipeline, &swapper](std::size_t input, std::size_t output,
-                                                 const fs::path& file) {
-        const std::string error = swapper.load(LoadRequest::path(input, output, file));
-        if (!error.empty()) throw std::runtime_error(error);
-        return fmt::format("{} installed for input {} -> output {} at block {}", file.string(),
-                           input, output, pipeline.stats().last_swap_block);
-      };
-      handlers.load_matrix = [&pipeline, &swapper](const fs::path& file) {
-        const std::string error = swapper.load(LoadRequest::whole_matrix(file));
-        if (!error.empty()) throw std::runtime_error(error);
-        return fmt::format("matrix {} installed at block {}", file.string(),
-                           pipeline.stats().last_swap_block);
-      };
-    }
     handlers.reload = reload_configuration;
     handlers.stop = [&] {
       stop_requested.store(true);

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/control/load_request.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/filter_bank.hpp"
 #include "dsp/routing_matrix.hpp"
@@ -72,33 +73,6 @@ RoutingMatrix load_configured_filters(const LiveConfig& config);
 // length). Throws ConfigError when the first matrix is longer than an
 // explicit max_taps.
 std::size_t engine_max_taps(const LiveConfig& config, std::size_t first_max_taps);
-
-// One `load`: what it replaces and the file it comes from.
-struct LoadRequest {
-  enum class Target {
-    channel,       // channel `input` (the path input -> input)
-    all_channels,  // every channel (a filter per channel only)
-    path,          // the path input -> output
-    matrix,        // a whole matrix file with the running paths
-  };
-  Target target = Target::all_channels;
-  std::size_t input = 0;
-  std::size_t output = 0;
-  std::filesystem::path file;
-
-  static LoadRequest channel(std::size_t c, std::filesystem::path file) {
-    return {Target::channel, c, c, std::move(file)};
-  }
-  static LoadRequest all(std::filesystem::path file) {
-    return {Target::all_channels, 0, 0, std::move(file)};
-  }
-  static LoadRequest path(std::size_t input, std::size_t output, std::filesystem::path file) {
-    return {Target::path, input, output, std::move(file)};
-  }
-  static LoadRequest whole_matrix(std::filesystem::path file) {
-    return {Target::matrix, 0, 0, std::move(file)};
-  }
-};
 
 class Swapper {
  public:
