@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu_cost_model.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/deadline_counter.hpp"
 #include "tests/reference.hpp"
