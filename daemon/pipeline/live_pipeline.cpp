@@ -13,6 +13,7 @@
 
 #include "dsp/deadline_counter.hpp"
 #include "dsp/non_finite.hpp"
+#include "dsp/thread_priority.hpp"
 
 namespace tapstream {
 
@@ -294,15 +295,11 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
 }
 
 void LivePipeline::note_callback_priority() noexcept {
-  if (callback_priority_seen_) return;
+  // The rule of dsp/thread_priority.hpp: read by the callback itself, now and then.
+  if (callback_priority_seen_ && ++callback_calls_since_priority_ < kPriorityRereadCalls) return;
   callback_priority_seen_ = true;
-  int policy = SCHED_OTHER;
-  sched_param param{};
-  // Once: a system call, but no lock, allocation or wait.
-  if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 &&
-      (policy == SCHED_FIFO || policy == SCHED_RR)) {
-    callback_priority_.store(param.sched_priority, std::memory_order_relaxed);
-  }
+  callback_calls_since_priority_ = 0;
+  callback_priority_.store(own_realtime_priority(), std::memory_order_relaxed);
 }
 
 void LivePipeline::device_callback(const float* input, float* output, std::size_t frames,
@@ -443,8 +440,10 @@ void LivePipeline::follow_callback_priority() {
   if (callback == applied_callback_priority_) return;
   applied_callback_priority_ = callback;
   // The device's callback (JACK's process thread) must never wait for us:
-  // run just below it, and the engine's own helpers below us.
-  const int wanted = std::clamp(callback - 1, 1, options_.realtime_priority);
+  // run just below it, and the engine's own helpers below us; a callback that
+  // is not real-time leaves us at realtime_priority (dsp/thread_priority.hpp).
+  const int wanted = callback > 0 ? priority_below(callback, 0, options_.realtime_priority)
+                                  : options_.realtime_priority;
   if (!realtime_granted_.load(std::memory_order_relaxed) || wanted == current_priority_) return;
   sched_param param{};
   param.sched_priority = wanted;

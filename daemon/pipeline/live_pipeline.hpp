@@ -218,7 +218,8 @@ class LivePipeline {
   // Polls for input for up to options_.engine_spin; true when some came.
   bool spin_for_input() noexcept;
   void request_realtime();
-  // Device callback: records its thread's real-time priority (first call).
+  // Device callback: records its thread's real-time priority (first call,
+  // then now and then: dsp/thread_priority.hpp).
   void note_callback_priority() noexcept;
   // Engine thread: moves itself just below the callback's priority.
   void follow_callback_priority();
@@ -248,6 +249,7 @@ class LivePipeline {
 
   // Callback side only.
   bool callback_priority_seen_ = false;
+  unsigned callback_calls_since_priority_ = 0;
   // Written once by the callback, read by the engine thread (relaxed: a
   // priority to follow, nothing else depends on it); 0: not real-time.
   std::atomic<int> callback_priority_{0};
