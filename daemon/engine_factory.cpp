@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include "dsp/cpu_engine.hpp"
 #include "dsp/cpu_matrix_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #ifdef TAPSTREAM_CUDA_MODULE
 #include "daemon/cuda_module/cuda_module.hpp"
 #endif
@@ -117,13 +117,12 @@ std::size_t offline_block_frames(const std::string& engine, std::size_t channels
 namespace {
 
 // The options with the block chosen for `engine` when the caller left it at 0.
-EngineOptions for_engine(const char* engine, const FilterBank& bank, EngineOptions options) {
+EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions options) {
   if (options.max_block_frames == 0) {
-    options.max_block_frames = offline_block_frames(engine, bank.channels());
+    options.max_block_frames = offline_block_frames(engine, channels);
   }
   return options;
 }
-
 // Builds the engine `backend` names: the CUDA one through the module's
 // `make_cuda` when a GPU works (for auto: also when building it works),
 // otherwise `make_cpu`, logging auto's fallback once with its reason.
@@ -169,65 +168,40 @@ Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cp
 
 }  // namespace
 
-std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
-                                    const EngineOptions& options) {
-  return make_any<std::unique_ptr<Engine>>(
-      backend,
-      [&](const auto& module) {
-        return module.make_engine(bank, for_engine("cuda", bank, options));
-      },
-      [&] { return make_cpu_engine(bank, for_engine("cpu", bank, options)); });
-}
-
-std::unique_ptr<MatrixEngine> make_matrix_engine(Backend backend, const RoutingMatrix& matrix,
-                                                 const EngineOptions& options) {
+std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& matrix,
+                                          const EngineOptions& options) {
   const std::size_t channels = std::max(matrix.inputs(), matrix.outputs());
-  const auto with_block = [&](const char* engine) {
-    EngineOptions chosen = options;
-    if (chosen.max_block_frames == 0)
-      chosen.max_block_frames = offline_block_frames(engine, channels);
-    return chosen;
-  };
+  if (!matrix.is_diagonal()) {
+    return make_any<std::unique_ptr<MatrixEngine>>(
+        backend,
+        [&](const auto& module) {
+          return module.make_matrix_engine(matrix, for_engine("cuda", channels, options));
+        },
+        [&] { return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options)); });
+  }
+  const std::shared_ptr<const FilterBank> bank = matrix.diagonal_bank();
   return make_any<std::unique_ptr<MatrixEngine>>(
       backend,
-      [&](const auto& module) { return module.make_matrix_engine(matrix, with_block("cuda")); },
-      [&] { return make_cpu_matrix_engine(matrix, with_block("cpu")); });
+      [&](const auto& module) -> std::unique_ptr<MatrixEngine> {
+        std::unique_ptr<Engine> engine =
+            module.make_engine(*bank, for_engine("cuda", channels, options));
+        EngineTransport transport;
+        transport.staging_input = module.staging(*engine, true);
+        transport.staging_output = module.staging(*engine, false);
+        transport.pinned = {module.allocate_pinned, module.free_pinned};
+        transport.call_host_us = module.last_call_host_us;
+        return std::make_unique<DiagonalEngine>(std::move(engine), transport);
+      },
+      [&]() -> std::unique_ptr<MatrixEngine> {
+        return std::make_unique<DiagonalEngine>(
+            make_cpu_engine(*bank, for_engine("cpu", channels, options)));
+      });
 }
 
-BlockAllocator block_allocator(const Engine& engine) {
-#ifdef TAPSTREAM_CUDA_MODULE
-  if (engine.name() == "cuda" && cuda_module().module != nullptr) {
-    const CudaModule* module = cuda_module().module;
-    return [module](std::size_t floats) {
-      return BlockMemory(module->allocate_pinned(floats), module->free_pinned);
-    };
-  }
-#else
-  (void)engine;
-#endif
-  return ordinary_block_memory;
-}
-
-EngineStaging engine_staging(Engine& engine) {
-#ifdef TAPSTREAM_CUDA_MODULE
-  if (engine.name() == "cuda" && cuda_module().module != nullptr) {
-    const CudaModule* module = cuda_module().module;
-    return {module->staging(engine, true), module->staging(engine, false)};
-  }
-#else
-  (void)engine;
-#endif
-  return {};
-}
-
-double engine_call_host_us(const Engine& engine) {
-#ifdef TAPSTREAM_CUDA_MODULE
-  if (engine.name() == "cuda" && cuda_module().module != nullptr)
-    return cuda_module().module->last_call_host_us(engine);
-#else
-  (void)engine;
-#endif
-  return std::numeric_limits<double>::quiet_NaN();
+BlockAllocator block_allocator(const MatrixEngine& engine) {
+  const PinnedMemory pinned = engine.pinned_memory();
+  if (pinned.allocate == nullptr || pinned.free == nullptr) return ordinary_block_memory;
+  return [pinned](std::size_t floats) { return BlockMemory(pinned.allocate(floats), pinned.free); };
 }
 
 }  // namespace tapstream

@@ -19,21 +19,19 @@ enum class Backend { cpu, cuda, automatic };
 // "cpu", "cuda" or "auto"; throws std::invalid_argument naming the value otherwise.
 Backend parse_backend(const std::string& name);
 
+// The engine for `matrix` on `backend`: a diagonal matrix (a filter per
+// channel) runs on the per-channel engines (dsp/cpu_engine, the CUDA engine)
+// through DiagonalEngine, any other on the native matrix engines
+// (dsp/cpu_matrix_engine, kernels/matrix/cuda_matrix_engine).
 // cuda: throws if no usable GPU (or CUDA not built in). automatic: the CUDA
 // engine when a GPU works, otherwise the CPU engine, logging the fallback once
 // with its reason. The CUDA start-up (loading, device, engine) is logged at
 // debug level with its time. With options.max_block_frames 0 the factory picks
-// the block for offline work on the engine it makes (offline_block_frames);
-// the engine's max_block_frames() then says which.
-std::unique_ptr<Engine> make_engine(Backend backend, const FilterBank& bank,
-                                    const EngineOptions& options);
-
-// The same for a routing matrix: the CUDA matrix engine
-// (kernels/matrix/cuda_matrix_engine) or the CPU's native one
-// (dsp/cpu_matrix_engine). The block is chosen for the larger of the matrix's
-// input and output counts.
-std::unique_ptr<MatrixEngine> make_matrix_engine(Backend backend, const RoutingMatrix& matrix,
-                                                 const EngineOptions& options);
+// the block for offline work on the engine it makes (offline_block_frames,
+// for the larger of the matrix's input and output counts); the engine's
+// max_block_frames() then says which.
+std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& matrix,
+                                          const EngineOptions& options);
 
 // Frames per offline block for an engine (cpu or cuda) and channel count:
 // large enough that the per-call cost vanishes, small enough that six blocks
@@ -43,22 +41,9 @@ std::unique_ptr<MatrixEngine> make_matrix_engine(Backend backend, const RoutingM
 // block is at least as long as the filter.
 std::size_t offline_block_frames(const std::string& engine, std::size_t channels);
 
-// Memory for blocks to and from `engine`: page-locked for a CUDA engine (its
-// copies then run straight from and to it, asynchronously), else ordinary.
-BlockAllocator block_allocator(const Engine& engine);
-
-// A CUDA engine's own page-locked staging buffers (channels x max_block_frames
-// floats each): calls whose `in` and `out` are these copy nothing on the host,
-// and small ones go zero-copy. Empty for other engines.
-struct EngineStaging {
-  std::span<float> input;
-  std::span<float> output;
-};
-EngineStaging engine_staging(Engine& engine);
-
-// The CPU-side part of a CUDA engine's last process() call in microseconds
-// (host copies, launches, enqueueing; the rest is the device's work and the
-// wait for it); NaN for other engines.
-double engine_call_host_us(const Engine& engine);
+// Memory for blocks to and from `engine`: its pinned_memory() when it has
+// one (a CUDA engine: its copies then run straight from and to it,
+// asynchronously), else ordinary.
+BlockAllocator block_allocator(const MatrixEngine& engine);
 
 }  // namespace tapstream

@@ -17,8 +17,8 @@
 // boundaries; a call covering a whole aligned segment is plain UPOLS.
 //
 // The algorithm and P are fixed at construction from max_block_frames and
-// max_taps by a cost model whose constants were measured on the development
-// machine (docs/cpu-engine.md); set_filters() can therefore swap banks without
+// max_taps by the CPU cost model (dsp/cpu_cost_model, constants measured on
+// the development machine, docs/cpu-engine.md); set_filters() can therefore swap banks without
 // reallocating the stream state. A crossfade call runs the old and the new
 // filters on the same input state (history / FDL are filter independent; each
 // bank has its own tails) and blends the outputs:
@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu_cost_model.hpp"
 #include "dsp/cpu_simd.hpp"
 #include "dsp/cpu_worker_pool.hpp"
 #include "dsp/fftw_plan.hpp"
@@ -62,42 +63,6 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// ---- cost model (nanoseconds per sample of one channel) ----
-// Measured with `cpu_engine_bench --calibrate` (CPU time) on the development
-// machine (Xeon, AVX-512, 2 cores; docs/cpu-engine.md). FFT pairs (forward +
-// inverse, measured FFTW plans) by size, since FFTW's speed per point is far
-// from a smooth N log N (8192 points is its sweet spot here); a complex bin
-// multiply-add of the delay line, in and out of L2; one tap of one
-// direct-form output (computed 16 outputs at a time).
-constexpr double kNsPerFftPair[] = {
-    // N = 32, 64, ..., 131072
-    350, 434, 539, 755, 1252, 2363, 4857, 10549, 20015, 49340, 101263, 226961, 521670};
-constexpr double kNsPerSpectralBin = 0.2;
-constexpr double kNsPerSpectralBinOutOfCache = 0.5;
-constexpr double kCacheBytes = 1 << 20;  // delay line + spectra of one channel
-constexpr double kNsPerDirectTap = 0.03;
-constexpr double kNsPerCallOverhead = 40.0;
-
-double fft_pair_ns(std::size_t n) {
-  std::size_t i = 0;
-  for (std::size_t size = 32; size < n && i + 1 < std::size(kNsPerFftPair); size *= 2) ++i;
-  return kNsPerFftPair[i];
-}
-
-double fft_cost_per_sample(std::size_t block, std::size_t taps, std::size_t p) {
-  const double partitions = double(div_up(taps, p));
-  const double fft_pair = fft_pair_ns(2 * p);
-  const double bins = double(p + 1);
-  const double mac = 2.0 * partitions * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
-                                                                  : kNsPerSpectralBinOutOfCache;
-  // Each call costs one FFT pair and one multiply-add per chunk (a call is cut
-  // at segment boundaries); each completed segment adds the tail's products.
-  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
-  const double per_call = kNsPerCallOverhead + chunks * (fft_pair + mac * bins) +
-                          double(block) / double(p) * (partitions - 1.0) * mac * bins;
-  return per_call / double(block);
-}
-
 // Below this much estimated work per call, waking other threads costs more
 // than it saves (a futex wake-up and join cost several microseconds).
 constexpr double kParallelNs = 30000.0;
@@ -105,24 +70,6 @@ constexpr double kParallelNs = 30000.0;
 std::size_t thread_limit(const CpuEngineOptions& options) {
   if (options.threads >= 1) return options.threads;
   return std::max(1u, std::thread::hardware_concurrency());
-}
-
-double direct_cost_per_sample(std::size_t block, std::size_t taps) {
-  return kNsPerCallOverhead / double(block) +
-         kNsPerDirectTap * double(taps) * double(round_up(block, 16)) / double(block);
-}
-
-std::size_t best_partition(std::size_t block, std::size_t taps) {
-  std::size_t best = 16;
-  double best_cost = fft_cost_per_sample(block, taps, best);
-  for (std::size_t p = 32; p <= 65536; p *= 2) {
-    const double c = fft_cost_per_sample(block, taps, p);
-    if (c < best_cost) {
-      best_cost = c;
-      best = p;
-    }
-  }
-  return best;
 }
 
 class CpuEngine final : public CpuHeadEngine {
@@ -232,9 +179,9 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool 
                                 std::to_string(bank.max_taps()) + " taps, more than max_taps " +
                                 std::to_string(max_taps_));
   }
-  const std::size_t best_p = best_partition(max_block_, max_taps_);
-  const double direct_ns = direct_cost_per_sample(max_block_, max_taps_);
-  const double fft_ns = fft_cost_per_sample(max_block_, max_taps_, best_p);
+  const std::size_t best_p = cpu_best_partition(max_block_, max_taps_);
+  const double direct_ns = cpu_direct_cost_ns(max_block_, max_taps_);
+  const double fft_ns = cpu_fft_cost_ns(max_block_, max_taps_, best_p);
   if (algorithm_ == Algorithm::automatic) {
     algorithm_ = direct_ns <= fft_ns ? Algorithm::direct : Algorithm::fft;
   }
@@ -508,36 +455,6 @@ std::string CpuEngine::description() const {
 }
 
 }  // namespace
-
-double CpuPartitionCosts::head_ns(std::size_t block_frames, std::size_t partition_frames,
-                                  std::size_t count) const {
-  // One transform pair and one product per call, the older partitions' sum
-  // once per completed partition (as CpuEngine::fft_channel does).
-  const double bins = double(partition_frames + 1);
-  const double mac = 2.0 * double(count) * bins * 8.0 <= kCacheBytes ? kNsPerSpectralBin
-                                                                     : kNsPerSpectralBinOutOfCache;
-  const double calls = double(div_up(block_frames, partition_frames));
-  return kNsPerCallOverhead + calls * (fft_pair_ns(2 * partition_frames) + mac * bins) +
-         double(block_frames) / double(partition_frames) * (double(count) - 1.0) * mac * bins;
-}
-
-double CpuPartitionCosts::tail_step_ns(std::size_t partition_frames, std::size_t count) const {
-  const double bins = double(partition_frames + 1);
-  // Every channel's delay line and the (shared) spectra of the segment.
-  const double bytes = double(channels_ + 1) * double(count) * bins * 8.0;
-  const double mac = bytes <= kCacheBytes ? kNsPerSpectralBin : kNsPerSpectralBinOutOfCache;
-  return kNsPerCallOverhead + fft_pair_ns(2 * partition_frames) + mac * bins * double(count);
-}
-
-std::size_t CpuPartitionCosts::min_slack_frames(std::size_t partition_frames,
-                                                std::size_t head_frames) const {
-  return std::max(partition_frames, head_frames);
-}
-
-double cpu_uniform_cost_ns_per_frame(std::size_t block_frames, std::size_t taps) {
-  return std::min(direct_cost_per_sample(block_frames, taps),
-                  fft_cost_per_sample(block_frames, taps, best_partition(block_frames, taps)));
-}
 
 std::unique_ptr<CpuHeadEngine> make_cpu_head_engine(const FilterBank& bank,
                                                     const EngineOptions& options) {

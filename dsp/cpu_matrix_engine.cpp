@@ -90,9 +90,11 @@ class CpuMatrixEngine final : public MatrixEngine {
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
   void reset() override;
 
-  const RoutingMatrix& matrix() const override { return active_->matrix; }
+  std::size_t inputs() const override { return active_->matrix.inputs(); }
+  std::size_t outputs() const override { return active_->matrix.outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
+  std::string name() const override { return "cpu"; }
   std::string description() const override {
     return "cpu: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
            std::to_string(active_->matrix.paths().size()) + " paths, partitioned FFT, " +

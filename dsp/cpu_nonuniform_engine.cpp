@@ -78,6 +78,7 @@
 #include "dsp/cpu_simd.hpp"
 #include "dsp/deadline_counter.hpp"
 #include "dsp/fftw_plan.hpp"
+#include "dsp/thread_priority.hpp"
 
 namespace tapstream {
 namespace {
@@ -132,6 +133,7 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
   std::string name() const override { return "cpu"; }
+  RealtimeEngine* realtime() override { return this; }
   std::string description() const override {
     return "cpu: non-uniform partitioned FFT, " + plan_.describe() +
            " (head in the call, tails on " + std::to_string(segments_.size()) +
@@ -457,19 +459,18 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
 void NonUniformCpuEngine::follow_caller_priority() {
   // A new caller, or now and then (a caller may change its own priority).
   const pthread_t self = pthread_self();
-  if (priority_set_ && pthread_equal(self, priority_caller_) && ++calls_since_priority_ < 1024) {
+  // The rule of dsp/thread_priority.hpp. System calls on thread ids, not
+  // pthread_{get,set}schedparam, which take glibc's per-thread lock: this may
+  // run in an audio callback.
+  if (priority_set_ && pthread_equal(self, priority_caller_) &&
+      ++calls_since_priority_ < kPriorityRereadCalls) {
     return;
   }
   priority_caller_ = self;
   priority_set_ = true;
   calls_since_priority_ = 0;
-  // System calls on thread ids, not pthread_{get,set}schedparam, which take
-  // glibc's per-thread lock: this may run in an audio callback.
-  const int policy = sched_getscheduler(0);
-  sched_param caller{};
-  if (policy < 0 || sched_getparam(0, &caller) != 0) return;
-  const bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
-  const int key = realtime ? caller.sched_priority : 0;
+  const int key = own_realtime_priority();  // 0: not real-time
+  const bool realtime = key > 0;
   if (key == worker_priority_key_) return;
   for (const auto& seg : segments_) {
     if (seg->thread_id.load(std::memory_order_acquire) == 0) return;  // not started: next time
@@ -478,7 +479,7 @@ void NonUniformCpuEngine::follow_caller_priority() {
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};
-    param.sched_priority = realtime ? std::max(1, caller.sched_priority - 1 - int(seg->index)) : 0;
+    param.sched_priority = realtime ? priority_below(key, int(seg->index), key) : 0;
     // Refused without the privilege: the worker keeps its niceness instead.
     sched_setscheduler(seg->thread_id.load(std::memory_order_relaxed),
                        realtime ? SCHED_FIFO : SCHED_OTHER, &param);

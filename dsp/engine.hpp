@@ -114,6 +114,8 @@ struct EngineOptions {
   CudaEngineOptions cuda;
 };
 
+class RealtimeEngine;
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -138,6 +140,9 @@ class Engine {
   // algorithm (for logs and status), e.g. "cpu: partitioned FFT, 1024-point, 17 partitions".
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
+  // The engine's real-time face (see RealtimeEngine), or null when it has
+  // none (the CUDA engine, the CPU engine's uniform form).
+  virtual RealtimeEngine* realtime() { return nullptr; }
 };
 
 // Engine::process's argument check, shared by the CPU engines: throws
@@ -157,7 +162,7 @@ inline void check_process_call(const char* engine, std::span<const float> in, st
 }
 
 // What an engine offers to be run inside an audio callback (the CPU engine's
-// non-uniform form; see realtime_engine()). Threads: process_by() on the
+// non-uniform form; see Engine::realtime()). Threads: process_by() on the
 // audio thread (the Engine's one caller), post_filters() on one other thread
 // (the pipeline's swap thread) at the same time; any thread may call
 // preparing_filters(). Each implementation says why its orderings suffice.
@@ -184,11 +189,5 @@ class RealtimeEngine {
   // True while a posted bank is still being prepared (tests wait on it).
   virtual bool preparing_filters() const = 0;
 };
-
-// `engine`'s real-time face, or null when it has none (the CUDA engine, the
-// CPU engine's uniform form, the routing matrix).
-inline RealtimeEngine* realtime_engine(Engine& engine) {
-  return dynamic_cast<RealtimeEngine*>(&engine);
-}
 
 }  // namespace tapstream

@@ -30,9 +30,11 @@ class MatrixFilter final : public MatrixEngine {
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
   void reset() override { engine_->reset(); }
 
-  const RoutingMatrix& matrix() const override { return matrix_; }
+  std::size_t inputs() const override { return matrix_.inputs(); }
+  std::size_t outputs() const override { return matrix_.outputs(); }
   std::size_t max_block_frames() const override { return engine_->max_block_frames(); }
   std::size_t max_taps() const override { return engine_->max_taps(); }
+  std::string name() const override { return engine_->name(); }
   std::string description() const override;
 
  private:

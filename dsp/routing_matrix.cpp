@@ -1,5 +1,6 @@
 #include "dsp/routing_matrix.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -75,7 +76,32 @@ RoutingMatrix RoutingMatrix::diagonal(const FilterBank& bank) {
     paths[c].taps.assign(taps.begin(), taps.end());
     paths[c].source = bank.source(c);
   }
-  return make(bank.channels(), bank.channels(), std::move(paths), bank.max_taps());
+  RoutingMatrix matrix = make(bank.channels(), bank.channels(), std::move(paths), bank.max_taps());
+  matrix.diagonal_bank_ = std::make_shared<const FilterBank>(bank);
+  return matrix;
+}
+
+std::shared_ptr<const FilterBank> RoutingMatrix::diagonal_bank() const {
+  if (!is_diagonal()) {
+    throw std::invalid_argument("the matrix (" + std::to_string(inputs_) + " -> " +
+                                std::to_string(outputs_) + ", " + std::to_string(paths_.size()) +
+                                " paths) is not diagonal (path c: input c -> output c)");
+  }
+  if (diagonal_bank_) return diagonal_bank_;
+  std::vector<std::vector<float>> taps;
+  taps.reserve(paths_.size());
+  for (const MatrixPath& path : paths_) taps.push_back(path.effective_taps());
+  const bool same = std::all_of(taps.begin(), taps.end(),
+                                [&](const std::vector<float>& t) { return t == taps.front(); });
+  if (same) {
+    return std::make_shared<const FilterBank>(
+        FilterBank::shared(std::move(taps.front()), paths_.size(), paths_.front().source));
+  }
+  std::vector<std::string> sources;
+  sources.reserve(paths_.size());
+  for (const MatrixPath& path : paths_) sources.push_back(path.source);
+  return std::make_shared<const FilterBank>(
+      FilterBank::per_channel(std::move(taps), std::move(sources)));
 }
 
 bool RoutingMatrix::is_diagonal() const {

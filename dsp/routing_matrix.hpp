@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ class RoutingMatrix {
   static RoutingMatrix make(std::size_t inputs, std::size_t outputs, std::vector<MatrixPath> paths,
                             std::size_t max_taps = std::size_t(1) << 20);
   // One path per channel, channel c -> channel c through the bank's filter.
+  // The matrix keeps the bank too: diagonal_bank() returns it as it is.
   static RoutingMatrix diagonal(const FilterBank& bank);
 
   std::size_t inputs() const { return inputs_; }
@@ -49,6 +51,13 @@ class RoutingMatrix {
   bool is_diagonal() const;
   // One channel per path, in paths() order, holding its effective taps.
   FilterBank path_bank() const;
+  // A diagonal matrix as the per-channel engines take it: channel c holds
+  // path c's effective taps, in one shared filter (which engines treat
+  // specially: one copy, one spectrum) when every path's are the same. A
+  // matrix made by diagonal(bank) returns that bank without building one, so
+  // the thread that installs it copies nothing. Throws std::invalid_argument
+  // unless is_diagonal().
+  std::shared_ptr<const FilterBank> diagonal_bank() const;
   // "path 3 (input 0 -> output 2)" for messages.
   static std::string describe_path(std::size_t index, const MatrixPath& path);
 
@@ -58,6 +67,7 @@ class RoutingMatrix {
   std::size_t outputs_ = 0;
   std::size_t max_taps_ = 0;
   std::vector<MatrixPath> paths_;
+  std::shared_ptr<const FilterBank> diagonal_bank_;  // set by diagonal(bank)
 };
 
 }  // namespace tapstream

@@ -45,18 +45,19 @@ class ControlSocketTest : public testing::Test {
       status.block_frames = 256;
       status.channels = 2;
       status.latency_frames = 512;
-      status.filters = {{4096, "/f/left.txt"}, {128, "/f/we\"ird\nname\xff.txt"}};
+      status.input_channels = 2;
+      status.paths = {{0, 0, "/f/left.txt", 4096}, {1, 1, "/f/we\"ird\nname\xff.txt", 128}};
       status.blocks = ++status_calls_;
       status.processing.count = 10;
       status.processing.p99_us = 123.5;
       return status;
     };
-    handlers_.load = [this](std::optional<std::size_t> channel, const fs::path& file) {
+    handlers_.load = [this](const LoadRequest& request) {
       std::lock_guard lock(mutex_);
-      loads_.emplace_back(channel, file);
-      if (file.filename() == "bad.txt")
-        throw std::runtime_error(file.string() + ":3: cannot parse 'x'");
-      return std::string("queued ") + file.filename().string();
+      loads_.push_back(request);
+      if (request.file.filename() == "bad.txt")
+        throw std::runtime_error(request.file.string() + ":3: cannot parse 'x'");
+      return std::string("queued ") + request.file.filename().string();
     };
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -67,7 +68,7 @@ class ControlSocketTest : public testing::Test {
   ControlHandlers handlers_;
   std::atomic<int> status_calls_{0};
   std::mutex mutex_;
-  std::vector<std::pair<std::optional<std::size_t>, fs::path>> loads_;
+  std::vector<LoadRequest> loads_;
 };
 
 // A raw client, to send what control_request() would refuse to.
@@ -137,7 +138,10 @@ TEST_F(ControlSocketTest, StatusRepliesWithOneLineOfJsonFromTheHandler) {
   EXPECT_EQ(reply.find('\n'), std::string::npos);
   for (const char* part :
        {"\"backend\":\"cpu\"", "\"sample_rate\":48000", "\"block_frames\":256", "\"channels\":2",
-        "\"latency_frames\":512", "\"channel\":0,\"taps\":4096,\"file\":\"/f/left.txt\"",
+        "\"latency_frames\":512", "\"inputs\":2", "\"outputs\":2",
+        "\"channel\":0,\"input\":0,\"output\":0,\"file\":\"/f/left.txt\",\"taps\":4096",
+        "\"matrix\":{\"file\":\"\",\"paths\":[{\"input\":0,\"output\":0,\"file\":\"/f/left.txt\","
+        "\"taps\":4096",
         "\"file\":\"/f/we\\\"ird\\nname\xef\xbf\xbd.txt\"", "\"blocks\":1", "\"underruns\":0",
         "\"overruns\":0", "\"swaps\":0", "\"p99\":123.5", "\"input\":\"default device\""}) {
     EXPECT_NE(reply.find(part), std::string::npos) << part << " not in " << reply;
@@ -153,29 +157,25 @@ TEST_F(ControlSocketTest, LoadPassesChannelAndFileToTheHandlerAndRepliesOk) {
   EXPECT_TRUE(is_ok(control_request(socket_, "  load   all   /filters/b.wav  ")));
   std::lock_guard lock(mutex_);
   ASSERT_EQ(loads_.size(), 2u);
-  EXPECT_EQ(loads_[0].first, std::optional<std::size_t>(1));
-  EXPECT_EQ(loads_[0].second, fs::path("/filters/my filter.txt"));
-  EXPECT_EQ(loads_[1].first, std::nullopt);
-  EXPECT_EQ(loads_[1].second, fs::path("/filters/b.wav"));
+  EXPECT_EQ(loads_[0].target, LoadRequest::Target::channel);
+  EXPECT_EQ(loads_[0].input, 1u);
+  EXPECT_EQ(loads_[0].file, fs::path("/filters/my filter.txt"));
+  EXPECT_EQ(loads_[1].target, LoadRequest::Target::all_channels);
+  EXPECT_EQ(loads_[1].file, fs::path("/filters/b.wav"));
 }
 
-TEST_F(ControlSocketTest, LoadPathAndLoadMatrixReachTheirHandlersOnlyWithARoutingMatrix) {
-  const ControlServer per_channel(socket_, handlers_);
-  EXPECT_NE(per_channel.handle_request("load path 0 1 /x.txt")
-                .find("load path needs a routing "
-                      "matrix"),
-            std::string::npos);
-  EXPECT_NE(per_channel.handle_request("load matrix /m.toml")
-                .find("load matrix needs a routing "
-                      "matrix"),
-            std::string::npos);
+TEST_F(ControlSocketTest, LoadPathAndLoadMatrixReachTheOneLoadHandlerAsTheirRequests) {
+  // Whether the daemon takes them (a matrix file needs a matrix daemon) is the
+  // daemon's answer (daemon_swaps_test), not the socket's.
   std::vector<std::string> calls;
-  handlers_.load_path = [&](std::size_t input, std::size_t output, const fs::path& file) {
-    calls.push_back(std::to_string(input) + "->" + std::to_string(output) + " " + file.string());
-    return std::string("path");
-  };
-  handlers_.load_matrix = [&](const fs::path& file) {
-    calls.push_back("matrix " + file.string());
+  handlers_.load = [&](const LoadRequest& request) {
+    if (request.target == LoadRequest::Target::path) {
+      calls.push_back(std::to_string(request.input) + "->" + std::to_string(request.output) + " " +
+                      request.file.string());
+      return std::string("path");
+    }
+    EXPECT_EQ(request.target, LoadRequest::Target::matrix);
+    calls.push_back("matrix " + request.file.string());
     return std::string("matrix");
   };
   const ControlServer matrix(socket_, handlers_);
@@ -210,9 +210,10 @@ TEST_F(ControlSocketTest, AJsonObjectRequestMeansWhatTheTextLineMeans) {
   EXPECT_EQ(Json::parse(control_request(socket_, R"({"command":"status"})"))["sample_rate"], 48000);
   std::lock_guard lock(mutex_);
   ASSERT_EQ(loads_.size(), 2u);
-  EXPECT_EQ(loads_[0].first, std::optional<std::size_t>(1));
-  EXPECT_EQ(loads_[0].second, fs::path("/f/a b.txt"));
-  EXPECT_EQ(loads_[1].first, std::nullopt);
+  EXPECT_EQ(loads_[0].target, LoadRequest::Target::channel);
+  EXPECT_EQ(loads_[0].input, 1u);
+  EXPECT_EQ(loads_[0].file, fs::path("/f/a b.txt"));
+  EXPECT_EQ(loads_[1].target, LoadRequest::Target::all_channels);
 }
 
 TEST_F(ControlSocketTest, ReloadAndStopCallTheirHandlersAndTakeNoArguments) {
@@ -512,7 +513,7 @@ TEST_F(ControlSocketTest, CtlCommandPrintsTheReplyAndExitsNonZeroOnAnError) {
   EXPECT_TRUE(is_error(line)) << line;
   std::lock_guard lock(mutex_);
   ASSERT_FALSE(loads_.empty());
-  EXPECT_EQ(loads_.back().second, root_ / "bad.txt");
+  EXPECT_EQ(loads_.back().file, root_ / "bad.txt");
 
   EXPECT_NE(std::system((std::string(TAPSTREAM_BINARY) + " ctl --socket " +
                          (root_ / "none.sock").string() + " status 2>/dev/null")

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu_cost_model.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/deadline_counter.hpp"
 #include "tests/reference.hpp"
@@ -42,7 +43,7 @@ std::unique_ptr<Engine> nonuniform(const FilterBank& bank, std::size_t block, st
 
 // Waits until `engine`'s preparer holds no bank; fails if `limit` passed first.
 ::testing::AssertionResult prepared_within(Engine& engine, std::chrono::seconds limit) {
-  const RealtimeEngine* rt = realtime_engine(engine);
+  const RealtimeEngine* rt = engine.realtime();
   if (rt == nullptr) return ::testing::AssertionFailure() << "not a real-time engine";
   return testing::wait_until(
       limit, [&] { return !rt->preparing_filters(); }, "the posted bank prepared",
@@ -251,7 +252,7 @@ DeadlineRun run_with_deadlines(Engine& engine, const std::vector<std::vector<flo
                                const std::vector<std::vector<double>>& want, std::size_t block,
                                std::uint64_t seed, DeadlineFor deadline_for, std::size_t exact_tail,
                                std::size_t min_call = 1) {
-  RealtimeEngine* rt = realtime_engine(engine);
+  RealtimeEngine* rt = engine.realtime();
   EXPECT_NE(rt, nullptr);
   DeadlineRun result;
   if (rt == nullptr) return result;
@@ -439,7 +440,7 @@ TEST(CpuNonUniformEngine, BanksPostedFromAnotherThreadCrossfadeWhileCallsRun) {
   std::vector<std::vector<double>> refs;
   for (const auto& h : filters) refs.push_back(reference_convolution(x, h));
   auto engine = nonuniform(FilterBank::shared(filters[0], 1), block, taps);
-  RealtimeEngine* rt = realtime_engine(*engine);
+  RealtimeEngine* rt = engine->realtime();
   ASSERT_NE(rt, nullptr);
 
   std::atomic<int> request{-1};  // bank index for the poster, -1: none

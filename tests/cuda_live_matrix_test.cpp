@@ -32,7 +32,7 @@ std::unique_ptr<MatrixEngine> cuda_engine_for(const RoutingMatrix& matrix, std::
   options.max_block_frames = block;
   options.max_taps = 4096;
   try {
-    return make_matrix_engine(Backend::cuda, matrix, options);
+    return make_engine(Backend::cuda, matrix, options);
   } catch (const std::exception& e) {
     *reason = e.what();
     return nullptr;
@@ -69,12 +69,12 @@ TEST(CudaLiveMatrix, APostedMatrixCrossfadesOverOneBlockAndNoSampleIsLost) {
   auto engine = cuda_engine_for(before, &reason);
   if (!engine) GTEST_SKIP() << "no usable GPU: " << reason;
   bool posted = false;
-  const LiveRun run = stream(
-      std::move(engine), before, in, LatencyMode::buffered, [&](LivePipeline& p, std::size_t at) {
-        if (posted || at < 12000) return;
-        posted = true;
-        p.matrix_mailbox().post(std::make_shared<const RoutingMatrix>(after));
-      });
+  const LiveRun run = stream(std::move(engine), before, in, LatencyMode::buffered,
+                             [&](LivePipeline& p, std::size_t at) {
+                               if (posted || at < 12000) return;
+                               posted = true;
+                               p.mailbox().post(std::make_shared<const RoutingMatrix>(after));
+                             });
   ASSERT_TRUE(posted);
   EXPECT_EQ(run.stats.swaps, 1u);
   const std::size_t swap = run.stats.last_swap_block * block;

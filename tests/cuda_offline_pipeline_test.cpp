@@ -22,22 +22,22 @@ namespace {
 using testing::random_signal;
 using testing::relative_error;
 
-std::unique_ptr<Engine> cuda_engine_or_skip_reason(const FilterBank& bank, std::size_t block,
-                                                   std::string* reason) {
+std::unique_ptr<MatrixEngine> cuda_engine_or_skip_reason(const FilterBank& bank, std::size_t block,
+                                                         std::string* reason) {
   EngineOptions options;
   options.max_block_frames = block;
   try {
-    return make_engine(Backend::cuda, bank, options);
+    return make_engine(Backend::cuda, RoutingMatrix::diagonal(bank), options);
   } catch (const std::exception& e) {
     *reason = e.what();
     return nullptr;
   }
 }
 
-std::vector<float> run(Engine& engine, const std::vector<float>& input, std::size_t block,
+std::vector<float> run(MatrixEngine& engine, const std::vector<float>& input, std::size_t block,
                        bool pinned) {
   std::size_t position = 0;
-  const std::size_t channels = engine.channels();
+  const std::size_t channels = engine.inputs();
   std::vector<float> output;
   OfflineOptions options;
   options.block_frames = block;
@@ -63,7 +63,7 @@ TEST(CudaOfflinePipeline, PinnedBlocksThroughTheCudaModuleMatchTheCpuEngineAtAny
     const std::vector<float> input = random_signal(kFrames * kChannels, seed + 1);
     EngineOptions cpu_options;
     cpu_options.max_block_frames = 4096;
-    const auto cpu = make_engine(Backend::cpu, bank, cpu_options);
+    const auto cpu = make_engine(Backend::cpu, RoutingMatrix::diagonal(bank), cpu_options);
     const std::vector<float> want = run(*cpu, input, 4096, false);
     for (const std::size_t block : {std::size_t(1000), std::size_t(65536)}) {
       for (const bool pinned : {true, false}) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,9 +46,11 @@ class DaemonSwapsTest : public ::testing::Test {
     writer.commit();
   }
 
-  void write_config(const std::string& filter_lines) {
+  // `channels`: false for a routing matrix (its inputs and outputs are the stream's).
+  void write_config(const std::string& filter_lines, bool channels = true) {
     std::ofstream(dir_ / "live.toml")
-        << "sample_rate = 48000\nchannels = 2\n[input]\nfile = \"in.wav\"\nrealtime = true\n"
+        << "sample_rate = 48000\n"
+        << (channels ? "channels = 2\n" : "") << "[input]\nfile = \"in.wav\"\nrealtime = true\n"
         << "[output]\nfile = \"out.wav\"\n[filter]\n"
         << filter_lines << "\n[engine]\nbackend = \"cpu\"\n[control]\nsocket = \""
         << socket().string() << "\"\n";
@@ -172,6 +175,88 @@ TEST_F(DaemonSwapsTest, ReloadRereadsOnlyChangedFilesAndKeepsPerChannelLoads) {
   daemon_->signal(SIGTERM);
   EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 128 + SIGTERM)
       << read_text(dir_ / "daemon.err");
+}
+
+TEST_F(DaemonSwapsTest, AFilterPerChannelTakesLoadPathOnItsDiagonalAndRefusesOtherPathsByName) {
+  save_text_taps(dir_ / "a.txt", taps_of_length(10), "a");
+  save_text_taps(dir_ / "b.txt", taps_of_length(20), "b");
+  save_text_taps(dir_ / "c.txt", taps_of_length(30), "c");
+  write_config("files = [\"a.txt\", \"b.txt\"]\nwatch = false");
+  ASSERT_NO_FATAL_FAILURE(start());
+
+  const auto diagonal = ctl({"load", "path", "1", "1", (dir_ / "c.txt").string()});
+  EXPECT_TRUE(diagonal.value("ok", false)) << diagonal;
+  EXPECT_NE(diagonal.value("message", "").find("installed for input 1 -> output 1 at block"),
+            std::string::npos)
+      << diagonal;
+  auto status = ctl({"status"});
+  EXPECT_EQ(status["matrix"]["paths"][1]["taps"], 30) << status;
+  EXPECT_EQ(status["matrix"]["paths"][1]["file"], (dir_ / "c.txt").string()) << status;
+  EXPECT_EQ(status["filters"][1]["taps"], 30) << "the alias lists the same paths: " << status;
+  EXPECT_EQ(status["filters"][0]["taps"], 10) << status;
+
+  const std::string crossed = error_of(ctl({"load", "path", "0", "1", (dir_ / "c.txt").string()}));
+  EXPECT_NE(crossed.find("input 0 -> output 1 is not a path of the running filters (one filter "
+                         "per channel: paths 0->0, 1->1)"),
+            std::string::npos)
+      << crossed;
+  const std::string beyond = error_of(ctl({"load", "path", "2", "2", (dir_ / "c.txt").string()}));
+  EXPECT_NE(beyond.find("input 2 -> output 2 is not a path"), std::string::npos) << beyond;
+  const std::string matrix = error_of(ctl({"load", "matrix", (dir_ / "m.toml").string()}));
+  EXPECT_NE(matrix.find("load matrix needs a routing matrix"), std::string::npos) << matrix;
+
+  status = ctl({"status"});
+  EXPECT_EQ(status.value("swaps", -1), 1) << status;
+  EXPECT_EQ(status.value("rejected_swaps", -1), 2) << "the two missing paths: " << status;
+  EXPECT_TRUE(ctl({"stop"}).value("ok", false));
+  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 0) << read_text(dir_ / "daemon.err");
+}
+
+// The names of an object's keys, and of those of each object in its arrays,
+// as "key" and "key[].inner".
+std::set<std::string> key_names(const nlohmann::json& object, const std::string& prefix = "") {
+  std::set<std::string> names;
+  for (const auto& [key, value] : object.items()) {
+    names.insert(prefix + key);
+    if (value.is_object()) {
+      for (const auto& inner : key_names(value, prefix + key + ".")) names.insert(inner);
+    } else if (value.is_array()) {
+      for (const auto& element : value) {
+        if (!element.is_object()) continue;
+        for (const auto& inner : key_names(element, prefix + key + "[].")) names.insert(inner);
+      }
+    }
+  }
+  return names;
+}
+
+TEST_F(DaemonSwapsTest, StatusHasTheSameKeysForAFilterPerChannelAndARoutingMatrix) {
+  save_text_taps(dir_ / "a.txt", taps_of_length(10), "a");
+  write_config("file = \"a.txt\"\nwatch = false");
+  ASSERT_NO_FATAL_FAILURE(start());
+  const auto per_channel = ctl({"status"});
+  EXPECT_EQ(per_channel.value("inputs", 0), 2) << per_channel;
+  EXPECT_EQ(per_channel.value("outputs", 0), 2) << per_channel;
+  ASSERT_EQ(per_channel["matrix"]["paths"].size(), 2u) << per_channel;
+  EXPECT_EQ(per_channel["matrix"]["paths"][1]["input"], 1) << per_channel;
+  EXPECT_EQ(per_channel["matrix"]["paths"][1]["output"], 1) << per_channel;
+  EXPECT_EQ(per_channel["matrix"]["file"], "") << per_channel;
+  EXPECT_TRUE(ctl({"stop"}).value("ok", false));
+  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 0) << read_text(dir_ / "daemon.err");
+
+  std::ofstream(dir_ / "m.toml") << "inputs = 2\noutputs = 2\n"
+                                 << "[[path]]\ninput = 0\noutput = 1\nfile = \"a.txt\"\n"
+                                 << "[[path]]\ninput = 1\noutput = 0\nfile = \"a.txt\"\n"
+                                 << "gain_db = -6.0\n";
+  write_config("matrix = \"m.toml\"\nwatch = false", false);
+  ASSERT_NO_FATAL_FAILURE(start());
+  const auto matrix = ctl({"status"});
+  EXPECT_EQ(matrix["matrix"]["file"], (dir_ / "m.toml").string()) << matrix;
+  EXPECT_EQ(matrix["filters"][1]["output"], 0) << "the alias lists the paths: " << matrix;
+  EXPECT_EQ(key_names(per_channel), key_names(matrix)) << per_channel.dump() << "\n"
+                                                       << matrix.dump();
+  EXPECT_TRUE(ctl({"stop"}).value("ok", false));
+  EXPECT_EQ(daemon_->wait_for(std::chrono::seconds(10)), 0) << read_text(dir_ / "daemon.err");
 }
 
 }  // namespace

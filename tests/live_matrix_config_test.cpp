@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
-#include "daemon/control/filter_swapper.hpp"
-#include "daemon/control/matrix_swapper.hpp"
+#include "daemon/control/swapper.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/process_support.hpp"

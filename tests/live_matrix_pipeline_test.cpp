@@ -69,7 +69,7 @@ TEST(LiveMatrixPipeline, APostedMatrixCrossfadesOverOneBlockAndNoSampleIsLost) {
              [&](LivePipeline& p, std::size_t at) {
                if (posted || at < 12000) return;
                posted = true;  // taken at the next block boundary, while the stream goes on
-               p.matrix_mailbox().post(std::make_shared<const RoutingMatrix>(after));
+               p.mailbox().post(std::make_shared<const RoutingMatrix>(after));
              });
   ASSERT_TRUE(posted);
   EXPECT_EQ(run.stats.swaps, 1u);
@@ -99,13 +99,12 @@ TEST(LiveMatrixPipeline, AMatrixTheEngineRefusesLeavesTheRunningOne) {
        make_path(1, 2, random_signal(10, seed + 2))});
   const std::vector<float> in = random_signal(2 * 12000, seed + 10);
   bool posted = false;
-  const LiveRun run =
-      stream(cpu_engine_for(running), running, in, LatencyMode::buffered,
-             [&](LivePipeline& p, std::size_t at) {
-               if (posted || at < 5000) return;
-               posted = true;
-               p.matrix_mailbox().post(std::make_shared<const RoutingMatrix>(rerouted));
-             });
+  const LiveRun run = stream(cpu_engine_for(running), running, in, LatencyMode::buffered,
+                             [&](LivePipeline& p, std::size_t at) {
+                               if (posted || at < 5000) return;
+                               posted = true;
+                               p.mailbox().post(std::make_shared<const RoutingMatrix>(rerouted));
+                             });
   EXPECT_EQ(run.stats.swaps, 0u);
   EXPECT_EQ(run.stats.rejected_swaps, 1u);
   expect_delayed_equal(run, offline(running, in), 3, 0, run.output.size() / 3 - run.latency,

@@ -20,6 +20,7 @@
 #include "daemon/io/file_endpoints.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"
@@ -94,12 +95,12 @@ LivePipelineOptions pipeline_options(std::size_t block, std::size_t margin) {
   return options;
 }
 
-std::unique_ptr<Engine> engine_for(const FilterBank& bank, std::size_t block,
-                                   std::size_t max_taps = 0) {
+std::unique_ptr<MatrixEngine> engine_for(const FilterBank& bank, std::size_t block,
+                                         std::size_t max_taps = 0) {
   EngineOptions options;
   options.max_block_frames = block;
   options.max_taps = max_taps;
-  return make_cpu_engine(bank, options);
+  return std::make_unique<DiagonalEngine>(make_cpu_engine(bank, options));
 }
 
 // Pushes `input` and pulls everything back through the unpaced side, as
@@ -313,8 +314,8 @@ TEST(LivePipeline, SwapThroughTheMailboxSwitchesAtOneBlockBoundaryWithCrossfade)
   pipeline.start();
   std::uint64_t sequence = 0;
   const auto output = stream_unpaced(pipeline, input, 96, frames / 3, [&] {
-    sequence = pipeline.mailbox().post(
-        std::make_shared<const FilterBank>(FilterBank::shared(new_taps, channels)));
+    sequence = pipeline.mailbox().post(std::make_shared<const RoutingMatrix>(
+        RoutingMatrix::diagonal(FilterBank::shared(new_taps, channels))));
   });
   pipeline.stop();
   EXPECT_EQ(pipeline.mailbox().acknowledged(), sequence);
@@ -341,8 +342,8 @@ TEST(LivePipeline, ABankTheEngineRefusesLeavesTheOldFilterRunning) {
   std::uint64_t sequence = 0;
   const auto output = stream_unpaced(pipeline, input, 64, frames / 2, [&] {
     // Too long for the engine (max_taps 100): refused at the block boundary.
-    sequence = pipeline.mailbox().post(std::make_shared<const FilterBank>(
-        FilterBank::shared(random_signal(500, seed + 2), channels)));
+    sequence = pipeline.mailbox().post(std::make_shared<const RoutingMatrix>(
+        RoutingMatrix::diagonal(FilterBank::shared(random_signal(500, seed + 2), channels))));
   });
   pipeline.stop();
   EXPECT_EQ(pipeline.mailbox().rejected(), sequence);

@@ -15,6 +15,7 @@
 
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"
 
@@ -105,7 +106,8 @@ TEST(LiveZeroLatency, EachPeriodsOutputReturnsInsideItsOwnCallback) {
   const auto h = random_signal(taps, seed);
   EngineOptions engine_options;
   engine_options.max_block_frames = block;
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options),
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(
+                            make_cpu_engine(FilterBank::shared(h, channels), engine_options)),
                         zero_options(block));
   EXPECT_EQ(pipeline.latency_frames(), 0u);
   pipeline.start();
@@ -134,7 +136,9 @@ TEST(LiveZeroLatency, AnEngineThreadThatPollsForInputAnswersExactlyAndStopsAtOnc
   options.engine_in_callback = false;
   // Far longer than the test: polling that ignored stop() would show.
   options.engine_spin = std::chrono::seconds(30);
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options), options);
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(
+                            make_cpu_engine(FilterBank::shared(h, channels), engine_options)),
+                        options);
   pipeline.start();
   ASSERT_FALSE(pipeline.engine_in_callback());
   const auto x = random_signal(channels * block * periods, seed + 1);
@@ -156,9 +160,9 @@ TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligne
   const auto h = random_signal(100, 5);
   EngineOptions engine_options;
   engine_options.max_block_frames = block;
-  auto engine = std::make_unique<StallingEngine>(
+  auto engine = std::make_unique<DiagonalEngine>(std::make_unique<StallingEngine>(
       make_cpu_engine(FilterBank::shared(h, channels), engine_options), stalled,
-      std::chrono::milliseconds(600));
+      std::chrono::milliseconds(600)));
   LivePipelineOptions options = zero_options(block);
   // 64 ms periods, 32 ms deadlines: the 600 ms stall misses many, and the
   // periods after it keep theirs even on a loaded machine.
@@ -206,7 +210,8 @@ TEST(LiveZeroLatency, APeriodThatChangesIsFollowed) {
   const auto h = random_signal(500, 8);
   EngineOptions engine_options;
   engine_options.max_block_frames = block;
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options),
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(
+                            make_cpu_engine(FilterBank::shared(h, channels), engine_options)),
                         zero_options(block));
   pipeline.start();
   std::vector<std::size_t> periods;
@@ -237,8 +242,9 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
   engine_options.max_block_frames = block;
   engine_options.max_taps = taps;
   engine_options.realtime_calls = true;
-  auto engine = make_cpu_engine(FilterBank::shared(h_old, channels), engine_options);
-  const RealtimeEngine* realtime = realtime_engine(*engine);  // the pipeline's from here on
+  auto engine = std::make_unique<DiagonalEngine>(
+      make_cpu_engine(FilterBank::shared(h_old, channels), engine_options));
+  const RealtimeMatrixEngine* realtime = engine->realtime();  // the pipeline's from here on
   ASSERT_NE(realtime, nullptr);
   LivePipeline pipeline(std::move(engine), zero_options(block));
   EXPECT_TRUE(pipeline.engine_in_callback());
@@ -248,15 +254,15 @@ TEST(LiveZeroLatency, TheCpuEngineRunsInsideTheCallbackAndSwapsWithoutAHandOff) 
   std::uint64_t sequence = 0;
   for (std::size_t p = 0; p < periods; ++p) {
     if (p == 100)
-      sequence = pipeline.mailbox().post(
-          std::make_shared<const FilterBank>(FilterBank::shared(h_new, channels)));
+      sequence = pipeline.mailbox().post(std::make_shared<const RoutingMatrix>(
+          RoutingMatrix::diagonal(FilterBank::shared(h_new, channels))));
     if (p == 300) {
       // The swap thread has had 200 periods; make sure it has handed the bank
       // over, and that the engine's preparer (a low-priority thread, slow on
       // a loaded machine) has it ready, so that it takes over at the next call.
       ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
       ASSERT_TRUE(testing::wait_until(
-          testing::long_wait, [&] { return !realtime->preparing_filters(); },
+          testing::long_wait, [&] { return !realtime->preparing_matrix(); },
           "the engine's preparer done", std::chrono::milliseconds(1)));
     }
     LivePipeline::device_callback(x.data() + p * block * channels, y.data() + p * block * channels,
@@ -312,7 +318,9 @@ TEST(LiveZeroLatency, InsideTheCallbackALateTailPlaysSilenceAndTheStreamStaysAli
   engine_options.realtime_calls = true;
   LivePipelineOptions options = zero_options(block);
   options.zero_deadline_fraction = 1e-9;
-  LivePipeline pipeline(make_cpu_engine(FilterBank::shared(h, channels), engine_options), options);
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(
+                            make_cpu_engine(FilterBank::shared(h, channels), engine_options)),
+                        options);
   ASSERT_TRUE(pipeline.engine_in_callback());
   pipeline.start();
   const auto x = random_signal(channels * block * periods, seed + 1);

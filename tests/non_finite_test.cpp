@@ -23,6 +23,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "dsp/filter_bank.hpp"
 
 namespace tapstream {
@@ -167,7 +168,8 @@ TEST(NonFinite, OneBadSampleLiveIsZeroedBeforeTheEngineAndCounted) {
       engine_options.max_block_frames = block;
       engine_options.max_taps = taps.size();
       engine_options.realtime_calls = true;  // zero mode then runs it in the callback
-      LivePipeline pipeline(make_cpu_engine(FilterBank::shared(taps, channels), engine_options),
+      LivePipeline pipeline(std::make_unique<DiagonalEngine>(make_cpu_engine(
+                                FilterBank::shared(taps, channels), engine_options)),
                             options_for(latency, block));
       EXPECT_EQ(pipeline.engine_in_callback(), latency == LatencyMode::zero);
       pipeline.start();

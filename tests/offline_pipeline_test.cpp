@@ -23,6 +23,7 @@
 #include "daemon/commands/progress.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/cpu_matrix_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "dsp/sound_file.hpp"
 #include "tests/matrix_support.hpp"
 #include "tests/process_support.hpp"
@@ -39,7 +40,7 @@ namespace fs = std::filesystem;
 
 // Direct-form causal convolution with a float64 accumulator and the halo kept
 // as the whole input history: obviously right, slow, for tests only.
-class HistoryEngine final : public Engine {
+class HistoryEngine final : public MatrixEngine {
  public:
   HistoryEngine(const FilterBank& bank, std::size_t max_block)
       : bank_(bank), max_block_(max_block), history_(bank.channels()) {}
@@ -66,11 +67,12 @@ class HistoryEngine final : public Engine {
       }
     }
   }
-  void set_filters(const FilterBank& bank, bool) override { bank_ = bank; }
+  void set_matrix(const RoutingMatrix& matrix, bool) override { bank_ = *matrix.diagonal_bank(); }
   void reset() override {
     for (auto& h : history_) h.clear();
   }
-  std::size_t channels() const override { return bank_.channels(); }
+  std::size_t inputs() const override { return bank_.channels(); }
+  std::size_t outputs() const override { return bank_.channels(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return bank_.max_taps(); }
   std::string name() const override { return "test"; }
@@ -247,7 +249,7 @@ TEST(OfflinePipeline, RealCpuEngineMatchesTheReferenceOnInterleavedChannels) {
   const std::vector<float> input = random_signal(kFrames * kChannels, seed + 2);
   EngineOptions engine_options;
   engine_options.max_block_frames = 1500;
-  const auto engine = make_cpu_engine(bank, engine_options);
+  const auto engine = std::make_unique<DiagonalEngine>(make_cpu_engine(bank, engine_options));
   MemorySource source{&input, kChannels, 0};
   std::vector<float> output;
   OfflineOptions options;

@@ -24,10 +24,11 @@
 #include <vector>
 
 #include "daemon/config.hpp"
-#include "daemon/control/filter_swapper.hpp"
+#include "daemon/control/swapper.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {
@@ -71,8 +72,8 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
   options.block_frames = block;
   options.margin_frames = block;
   options.realtime = false;
-  LivePipeline pipeline(make_cpu_engine(first, engine), options);
-  FilterSwapper swapper(pipeline, config, first);
+  LivePipeline pipeline(std::make_unique<DiagonalEngine>(make_cpu_engine(first, engine)), options);
+  Swapper swapper(pipeline, config, RoutingMatrix::diagonal(first));
   pipeline.start();
 
   // The control thread: 60 random operations, with the expected outcome of each.
@@ -88,11 +89,11 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
         case 0:
         case 1:
           save_text_taps(file, gain_and_delay(rng), "48000 Hz sample rate");
-          result = swapper.load("all", file);
+          result = swapper.load(LoadRequest::all(file));
           break;
         case 2:
           save_text_taps(file, gain_and_delay(rng), "48000 Hz sample rate");
-          result = swapper.load(std::to_string(rng() % channels), file);
+          result = swapper.load(LoadRequest::channel(rng() % channels, file));
           break;
         case 3: {  // rewrite the configured file, then reload as SIGHUP does
           save_text_taps(config.filter_files.front(), gain_and_delay(rng), "48000 Hz sample rate");
@@ -102,22 +103,22 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
         case 4: {
           std::ofstream(file) << "0.5\nclick\n";
           should_succeed = false;
-          result = swapper.load("all", file);
+          result = swapper.load(LoadRequest::all(file));
           break;
         }
         case 5:
           save_text_taps(file, std::vector<float>(max_taps + 1 + rng() % 100, 0.01f), "");
           should_succeed = false;
-          result = swapper.load("all", file);
+          result = swapper.load(LoadRequest::all(file));
           break;
         case 6:
           should_succeed = false;
-          result = swapper.load("all", dir / "missing.txt");
+          result = swapper.load(LoadRequest::all(dir / "missing.txt"));
           break;
         default:
           save_text_taps(file, gain_and_delay(rng), "48000 Hz sample rate");
           should_succeed = false;
-          result = swapper.load(std::to_string(channels + rng() % 3), file);
+          result = swapper.load(LoadRequest::channel(channels + rng() % 3, file));
           break;
       }
       (should_succeed ? good : bad)++;
@@ -179,7 +180,8 @@ TEST(SwapFuzz, RandomGoodAndBadLoadsAndReloadsNeverLeaveAGapOrAClick) {
     std::printf("channel %zu: largest step %.5f at frame %zu (limit %.5f)\n", c, worst, at, limit);
     EXPECT_LE(worst, limit) << "channel " << c << ": a gap or a click at frame " << at;
     // Once settled, the output is the sine through the filter the swapper reports.
-    const auto taps = swapper.current()->taps(c);
+    const auto running = swapper.current();
+    const std::vector<float>& taps = running->paths()[c].taps;
     std::size_t delay = 0;
     while (taps[delay] == 0.0f) ++delay;
     const std::size_t latency = pipeline.latency_frames();

@@ -102,21 +102,21 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
   options.max_block_frames = frames;
   options.max_taps = taps;
   if (engine_name == "cuda") options.kernel = cuda_kernel;
-  std::unique_ptr<Engine> engine;
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
-  engine = make_engine(parse_backend(engine_name), bank, options);
+  const std::unique_ptr<MatrixEngine> engine =
+      make_engine(parse_backend(engine_name), RoutingMatrix::diagonal(bank), options);
   // The CUDA engine's own page-locked staging: small calls go zero-copy.
-  if (const EngineStaging staging = engine_staging(*engine); !staging.input.empty()) {
-    in = staging.input.first(channels * frames);
-    out = staging.output.first(channels * frames);
+  if (!engine->staging_input().empty()) {
+    in = engine->staging_input().first(channels * frames);
+    out = engine->staging_output().first(channels * frames);
   } else {
     host_in.resize(channels * frames);
     host_out.resize(channels * frames);
     in = host_in;
     out = host_out;
   }
-  Engine& e = *engine;
+  MatrixEngine& e = *engine;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& x : in) x = dist(rng);
@@ -140,7 +140,7 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
     const auto t1 = std::chrono::steady_clock::now();
     if (i < warm) continue;
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    if (const double host = engine_call_host_us(e); !std::isnan(host)) host_us.push_back(host);
+    if (const double host = e.last_call_host_us(); !std::isnan(host)) host_us.push_back(host);
   }
   Probe p;
   p.channels = channels;

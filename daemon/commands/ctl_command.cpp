@@ -74,9 +74,9 @@ Command add_ctl_command(CLI::App& app) {
   status->fallthrough();
   CLI::App* load = ctl->add_subcommand(
       "load",
-      "Load a coefficient file for one channel (from 0) or all, or (with a routing matrix) for "
-      "the path from input I to output O, or a whole matrix file; swapped at a block boundary "
-      "with a one-block crossfade");
+      "Load a coefficient file for one channel (from 0) or all, or for the path from input I "
+      "to output O (a filter per channel has the paths C C), or (with a routing matrix) a "
+      "whole matrix file; swapped at a block boundary with a one-block crossfade");
   load->fallthrough();
   load->add_option("what", args->load,
                    "CHANNEL FILE | all FILE | path INPUT OUTPUT FILE | matrix FILE")

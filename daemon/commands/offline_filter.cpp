@@ -36,7 +36,8 @@ OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, i
     }
     spdlog::debug("matrix {}: {} -> {}, {} paths, {} taps at most", choice.matrix.string(),
                   matrix.inputs(), matrix.outputs(), matrix.paths().size(), matrix.max_taps());
-    matrix_ = make_matrix_engine(choice.backend, matrix, engine_options);
+    engine_ = make_engine(choice.backend, matrix, engine_options);
+    max_taps_ = matrix.max_taps();
     return;
   }
   CoefficientFileOptions taps_options;
@@ -50,42 +51,37 @@ OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, i
   if (choice.gain_db != 0.0) bank = bank.scaled(float(std::pow(10.0, choice.gain_db / 20.0)));
   spdlog::debug("taps {}: {} per channel at most, {}", choice.taps.string(), bank.max_taps(),
                 bank.is_shared() ? "one filter for all channels" : "one filter per channel");
-  engine_ = make_engine(choice.backend, bank, engine_options);
+  engine_ = make_engine(choice.backend, RoutingMatrix::diagonal(bank), engine_options);
+  max_taps_ = engine_->max_taps();
 }
 
 std::size_t OfflineFilter::output_channels() const {
-  return matrix_ ? matrix_->outputs() : engine_->channels();
+  return engine_->outputs();
 }
 
 std::size_t OfflineFilter::max_taps() const {
-  return matrix_ ? matrix_->matrix().max_taps() : engine_->max_taps();
+  return max_taps_;
 }
 
 std::string OfflineFilter::description() const {
-  return matrix_ ? matrix_->description() : engine_->description();
+  return engine_->description();
 }
 
 OfflineOptions OfflineFilter::options() const {
   OfflineOptions options;
-  if (matrix_) {
-    options.block_frames = matrix_->max_block_frames();
-  } else {
-    options.block_frames = engine_->max_block_frames();
-    options.allocate = block_allocator(*engine_);
-  }
+  options.block_frames = engine_->max_block_frames();
+  options.allocate = block_allocator(*engine_);
   return options;
 }
 
 std::vector<OfflineJobResult> OfflineFilter::run(std::span<const OfflineJob> jobs,
                                                  const OfflineOptions& options) {
-  return matrix_ ? run_offline_jobs(*matrix_, jobs, options)
-                 : run_offline_jobs(*engine_, jobs, options);
+  return run_offline_jobs(*engine_, jobs, options);
 }
 
 OfflineResult OfflineFilter::run(const ReadFrames& read, const WriteFrames& write,
                                  const OfflineOptions& options) {
-  return matrix_ ? run_offline(*matrix_, read, write, options)
-                 : run_offline(*engine_, read, write, options);
+  return run_offline(*engine_, read, write, options);
 }
 
 }  // namespace tapstream

@@ -59,8 +59,8 @@ class OfflineFilter {
                     const OfflineOptions& options);
 
  private:
-  std::unique_ptr<Engine> engine_;        // --taps
-  std::unique_ptr<MatrixEngine> matrix_;  // --matrix
+  std::unique_ptr<MatrixEngine> engine_;  // --taps: the diagonal matrix of its bank
+  std::size_t max_taps_ = 0;
 };
 
 }  // namespace tapstream

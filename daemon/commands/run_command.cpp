@@ -8,8 +8,8 @@
 // sigtimedwait, so no code runs in a signal handler); the PortAudio callback
 // or the file driver and the engine thread run the pipeline
 // (daemon/pipeline/live_pipeline.hpp); the control socket and the file watcher call
-// back into FilterSwapper (or MatrixSwapper, for a routing matrix), which
-// serialises them with a mutex (none of that is on the audio path: the engine
+// back into the Swapper (daemon/control/swapper.hpp), which serialises them
+// with a mutex (none of that is on the audio path: the engine
 // only polls the mailbox).
 
 #include <fmt/format.h>
@@ -47,9 +47,8 @@
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/file_watcher.hpp"
-#include "daemon/control/filter_swapper.hpp"
-#include "daemon/control/matrix_swapper.hpp"
 #include "daemon/control/state_file.hpp"
+#include "daemon/control/swapper.hpp"
 #include "daemon/control/websocket_server.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/io/audio_device.hpp"
@@ -370,17 +369,7 @@ void log_xruns(const LiveStats& now, LiveStats& reported) {
   reported = now;
 }
 
-// The daemon's filters: one per channel, or a routing matrix. Exactly one
-// swapper is set; any() is the one there is.
-struct Filters {
-  std::unique_ptr<FilterSwapper> bank;
-  std::unique_ptr<MatrixSwapper> matrix;
-  Swapper& any() const {
-    return bank ? static_cast<Swapper&>(*bank) : static_cast<Swapper&>(*matrix);
-  }
-};
-
-DaemonStatus make_status(const LivePipeline& pipeline, const Filters& filters,
+DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
                          const LiveConfig& config, const std::string& input_name,
                          const std::string& output_name, Clock::time_point started) {
   DaemonStatus status;
@@ -394,17 +383,10 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Filters& filters,
   status.input_channels = pipeline.input_channels();
   status.latency_frames = pipeline.latency_frames();
   status.latency_mode = pipeline.latency_mode() == LatencyMode::zero ? "zero" : "buffered";
-  if (filters.bank) {
-    const auto bank = filters.bank->current();
-    for (std::size_t c = 0; c < bank->channels(); ++c) {
-      status.filters.push_back({bank->tap_count(c), bank->source(c)});
-    }
-  } else {
-    status.matrix_file = filters.matrix->matrix_file().string();
-    for (const MatrixPath& path : filters.matrix->current()->paths()) {
-      status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
-                              path.delay_frames, path.invert});
-    }
+  status.matrix_file = swapper.matrix_file().string();
+  for (const MatrixPath& path : swapper.current()->paths()) {
+    status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
+                            path.delay_frames, path.invert});
   }
   const LiveStats stats = pipeline.stats();
   status.blocks = stats.blocks;
@@ -414,7 +396,7 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Filters& filters,
   status.late_unstarted = stats.late_unstarted;
   status.nonfinite_inputs = stats.nonfinite_inputs;
   status.swaps = stats.swaps;
-  status.rejected_swaps = filters.any().rejected();
+  status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
   status.processing = pipeline.processing_times().summary();
   return status;
@@ -487,39 +469,15 @@ fs::path web_root(const LiveConfig& config) {
 // Throws what a start would throw for `config`'s filters: a file that does
 // not load, or filters longer than its [filter] max_taps.
 void check_startable(const LiveConfig& config) {
-  if (config.has_matrix()) {
-    const RoutingMatrix matrix = load_configured_matrix(config);
-    engine_max_taps(config, matrix.max_taps());
-  } else {
-    const FilterBank bank = load_configured_bank(config);
-    engine_max_taps(config, bank.max_taps());
-  }
+  engine_max_taps(config, load_configured_filters(config).max_taps());
 }
 
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
-ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices, const RunArgs& args,
+ApiHooks make_api_hooks(Swapper& swapper, const DeviceLink& devices, const RunArgs& args,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
-  Swapper& swapper = filters.any();
-  if (FilterSwapper* bank = filters.bank.get()) {
-    hooks.filters = [bank] { return bank->current(); };
-    hooks.load_filter = [bank](std::optional<std::size_t> channel, const fs::path& file) {
-      return bank->load(channel ? std::to_string(*channel) : "all", file);
-    };
-  } else {
-    MatrixSwapper* matrix = filters.matrix.get();
-    // A path's effective filter (delay, gain, polarity folded in) as a channel of its own.
-    hooks.filters = [matrix] {
-      return std::make_shared<const FilterBank>(matrix->current()->path_bank());
-    };
-    hooks.matrix = [matrix] { return matrix->current(); };
-    hooks.load_filter = [matrix](std::optional<std::size_t>, const fs::path&) {
-      return fmt::format(
-          "this daemon runs the routing matrix {}: a filter goes to one path (ctl load path I O "
-          "FILE) or a whole matrix file (ctl load matrix FILE)",
-          matrix->matrix_file().string());
-    };
-  }
+  hooks.matrix = [&swapper] { return swapper.current(); };
+  hooks.load = [&swapper](const LoadRequest& request) { return swapper.load(request); };
   hooks.config = [&swapper] { return swapper.config(); };
   // The command line's --input, --output and --latency hold over the API's
   // configuration as over the file's.
@@ -550,16 +508,15 @@ ApiHooks make_api_hooks(const Filters& filters, const DeviceLink& devices, const
   return hooks;
 }
 
-DaemonState current_state(LivePipeline& pipeline, const Filters& filters, const ControlApi& api) {
+DaemonState current_state(LivePipeline& pipeline, const Swapper& swapper, const ControlApi& api) {
   DaemonState state;
   const OutputStage& stage = pipeline.output_stage();
   state.master = level_of(stage, std::nullopt);
   for (std::size_t c = 0; c < stage.channels(); ++c) state.channels.push_back(level_of(stage, c));
   state.config_text = api.applied_config_text();
   // A matrix comes back from its configuration alone.
-  if (filters.bank) {
-    const auto bank = filters.bank->current();
-    for (std::size_t c = 0; c < bank->channels(); ++c) state.filters.push_back(bank->source(c));
+  if (swapper.per_channel()) {
+    for (const MatrixPath& path : swapper.current()->paths()) state.filters.push_back(path.source);
   }
   return state;
 }
@@ -659,7 +616,7 @@ int run_daemon(RunArgs args) {
   }
 
   std::unique_ptr<LivePipeline> live;
-  Filters filters;
+  std::unique_ptr<Swapper> filters;
   const auto build_pipeline = [&] {
     EngineOptions engine_options = config.engine;
     engine_options.max_block_frames = config.block_frames;
@@ -672,33 +629,24 @@ int run_daemon(RunArgs args) {
     pipeline_options.margin_frames = config.ring_margin_frames;
     pipeline_options.latency = config.latency;
     pipeline_options.engine_spin = config.engine_spin;
-    if (config.has_matrix()) {
-      RoutingMatrix matrix = load_configured_matrix(config);
-      engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
-      auto engine = make_matrix_engine(config.backend, matrix, engine_options);
-      spdlog::info("engine: {}", engine->description());
-      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-      filters.matrix = std::make_unique<MatrixSwapper>(*live, config, std::move(matrix));
-    } else {
-      const FilterBank bank = load_configured_bank(config);
-      engine_options.max_taps = engine_max_taps(config, bank.max_taps());
-      auto engine = make_engine(config.backend, bank, engine_options);
-      spdlog::info("engine: {}", engine->description());
-      live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
-      filters.bank = std::make_unique<FilterSwapper>(*live, config, bank);
-    }
+    RoutingMatrix matrix = load_configured_filters(config);
+    engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
+    auto engine = make_engine(config.backend, matrix, engine_options);
+    spdlog::info("engine: {}", engine->description());
+    live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
+    filters = std::make_unique<Swapper>(*live, config, std::move(matrix));
   };
   try {
     build_pipeline();
   } catch (const std::exception& e) {
     if (restored_config_text.empty()) throw;
-    filters = Filters{};
+    filters.reset();
     live.reset();
     fall_back(e);
     build_pipeline();
   }
   LivePipeline& pipeline = *live;
-  Swapper& swapper = filters.any();
+  Swapper& swapper = *filters;
 
   std::unique_ptr<FileEndpoints> files;
   if (config.input.is_file() || config.output.is_file()) {
@@ -799,17 +747,17 @@ int run_daemon(RunArgs args) {
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
 
-  ControlApi api(pipeline, make_api_hooks(filters, devices, args, log_ring),
+  ControlApi api(pipeline, make_api_hooks(swapper, devices, args, log_ring),
                  config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
                                            : config.state_file.parent_path() / "tapstream-uploads");
   if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);
   if (saved) {
     apply_levels(*saved, pipeline.output_stage());
-    const auto bank = filters.bank ? filters.bank->current() : nullptr;
-    for (std::size_t c = 0; bank && c < saved->filters.size() && c < bank->channels(); ++c) {
+    const auto matrix = swapper.per_channel() ? swapper.current() : nullptr;
+    for (std::size_t c = 0; matrix && c < saved->filters.size() && c < matrix->inputs(); ++c) {
       const fs::path file = saved->filters[c];
-      if (file.is_absolute() && file != bank->source(c) && fs::exists(file)) {
-        const std::string error = filters.bank->load(std::to_string(c), file);
+      if (file.is_absolute() && file != matrix->paths()[c].source && fs::exists(file)) {
+        const std::string error = swapper.load(LoadRequest::channel(c, file));
         if (!error.empty())
           spdlog::warn("state file: filter {} not restored: {}", file.string(), error);
       }
@@ -818,7 +766,7 @@ int run_daemon(RunArgs args) {
   if (state_file) {
     api.set_state_changed([&] {
       try {
-        state_file->save(current_state(pipeline, filters, api));
+        state_file->save(current_state(pipeline, swapper, api));
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
       }
@@ -845,38 +793,28 @@ int run_daemon(RunArgs args) {
   if (!config.control_socket.empty()) {
     ControlHandlers handlers;
     handlers.status = [&] {
-      return make_status(pipeline, filters, swapper.config(), devices.input_name(),
+      return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
                          devices.output_name(), started);
     };
-    handlers.load = [&](std::optional<std::size_t> channel, const fs::path& file) {
-      if (!filters.bank) {
-        throw std::runtime_error(fmt::format(
-            "this daemon runs the routing matrix {}: load path INPUT OUTPUT FILE replaces one "
-            "path's filter, load matrix FILE the whole matrix",
-            filters.matrix->matrix_file().string()));
-      }
-      const std::string which = channel ? std::to_string(*channel) : "all";
-      const std::string error = filters.bank->load(which, file);
+    handlers.load = [&](const LoadRequest& request) {
+      const std::string error = swapper.load(request);
       if (!error.empty()) throw std::runtime_error(error);
-      return fmt::format("{} installed for {} at block {}", file.string(),
-                         channel ? "channel " + which : "all channels",
-                         pipeline.stats().last_swap_block);
+      const std::uint64_t block = pipeline.stats().last_swap_block;
+      switch (request.target) {
+        case LoadRequest::Target::channel:
+          return fmt::format("{} installed for channel {} at block {}", request.file.string(),
+                             request.input, block);
+        case LoadRequest::Target::all_channels:
+          return fmt::format("{} installed for all channels at block {}", request.file.string(),
+                             block);
+        case LoadRequest::Target::path:
+          return fmt::format("{} installed for input {} -> output {} at block {}",
+                             request.file.string(), request.input, request.output, block);
+        case LoadRequest::Target::matrix:
+          break;
+      }
+      return fmt::format("matrix {} installed at block {}", request.file.string(), block);
     };
-    if (MatrixSwapper* matrix = filters.matrix.get()) {
-      handlers.load_path = [&pipeline, matrix](std::size_t input, std::size_t output,
-                                               const fs::path& file) {
-        const std::string error = matrix->load_path(input, output, file);
-        if (!error.empty()) throw std::runtime_error(error);
-        return fmt::format("{} installed for input {} -> output {} at block {}", file.string(),
-                           input, output, pipeline.stats().last_swap_block);
-      };
-      handlers.load_matrix = [&pipeline, matrix](const fs::path& file) {
-        const std::string error = matrix->load_matrix(file);
-        if (!error.empty()) throw std::runtime_error(error);
-        return fmt::format("matrix {} installed at block {}", file.string(),
-                           pipeline.stats().last_swap_block);
-      };
-    }
     handlers.reload = reload_configuration;
     handlers.stop = [&] {
       stop_requested.store(true);
@@ -897,10 +835,10 @@ int run_daemon(RunArgs args) {
   }
   spdlog::info("running: {} -> {} -> {}; {}, {} Hz, block {}", config.input.describe(),
                pipeline.engine_name(), config.output.describe(),
-               config.has_matrix() ? fmt::format("matrix {} -> {} ch, {} paths",
-                                                 config.input_channels(), config.output_channels(),
-                                                 filters.matrix->current()->paths().size())
-                                   : fmt::format("{} ch", config.channels),
+               config.has_matrix()
+                   ? fmt::format("matrix {} -> {} ch, {} paths", config.input_channels(),
+                                 config.output_channels(), swapper.current()->paths().size())
+                   : fmt::format("{} ch", config.channels),
                config.sample_rate, config.block_frames);
 
   const bool device_into_file = !config.input.is_file() && config.output.is_file();

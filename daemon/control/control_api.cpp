@@ -342,40 +342,37 @@ struct ControlApi::Impl {
         {"channels", channels}};
   }
 
+  // One entry a path of the running matrix; its index is get_filter's
+  // "channel" (a filter per channel: path c is channel c -> c).
   json filters() const {
     json out = json::array();
-    if (hooks.matrix) {
-      // One entry a path; get_filter's "channel" is the path's index.
-      const auto matrix = hooks.matrix();
-      for (std::size_t p = 0; p < matrix->paths().size(); ++p) {
-        const MatrixPath& path = matrix->paths()[p];
-        out.push_back({{"path", p},
-                       {"input", path.input},
-                       {"output", path.output},
-                       {"taps", path.taps.size()},
-                       {"source", path.source},
-                       {"gain_db", path.gain_db},
-                       {"delay_frames", path.delay_frames},
-                       {"invert", path.invert}});
-      }
-      return out;
-    }
-    const auto bank = hooks.filters();
-    for (std::size_t c = 0; c < bank->channels(); ++c) {
-      out.push_back({{"channel", c}, {"taps", bank->tap_count(c)}, {"source", bank->source(c)}});
+    const auto matrix = hooks.matrix();
+    for (std::size_t p = 0; p < matrix->paths().size(); ++p) {
+      const MatrixPath& path = matrix->paths()[p];
+      out.push_back({{"channel", p},
+                     {"path", p},
+                     {"input", path.input},
+                     {"output", path.output},
+                     {"taps", path.taps.size()},
+                     {"source", path.source},
+                     {"gain_db", path.gain_db},
+                     {"delay_frames", path.delay_frames},
+                     {"invert", path.invert}});
     }
     return out;
   }
 
+  // A path's effective filter (delay, gain and polarity folded in).
   json filter(const json& request) const {
-    const auto bank = hooks.filters();
-    const auto channel = channel_field(request, bank->channels(), "none");
+    const auto matrix = hooks.matrix();
+    const auto channel = channel_field(request, matrix->paths().size(), "none");
     if (!channel) fail(ApiErrorType::bad_request, "'channel' must be a channel number");
-    const auto taps = bank->taps(*channel);
+    const MatrixPath& path = matrix->paths()[*channel];
+    const std::vector<float> taps = path.effective_taps();
     constexpr std::size_t limit = 1 << 16;
     const std::size_t count = std::min(taps.size(), limit);
     return {{"channel", *channel},
-            {"source", bank->source(*channel)},
+            {"source", path.source},
             {"sample_rate", pipeline.sample_rate()},
             {"taps", std::vector<float>(taps.begin(), taps.begin() + count)},
             {"truncated", taps.size() > limit}};
@@ -401,7 +398,8 @@ struct ControlApi::Impl {
     const fs::path file = upload_dir / name;
     make_room(file, data.size());
     write_file_atomically(file, data);
-    const std::string refused = hooks.load_filter(channel, file);
+    const std::string refused =
+        hooks.load(channel ? LoadRequest::channel(*channel, file) : LoadRequest::all(file));
     if (!refused.empty()) {
       fs::remove(file, error);
       fail(ApiErrorType::rejected, name + ": " + refused);
@@ -417,10 +415,11 @@ struct ControlApi::Impl {
         config.filter_files.end()) {
       return true;
     }
-    const auto bank = hooks.filters();
-    for (std::size_t c = 0; bank && c < bank->channels(); ++c) {
-      const std::string source = bank->source(c);
-      if (source == file.string() || source.rfind(file.string() + " ", 0) == 0) return true;
+    const auto matrix = hooks.matrix();
+    for (const MatrixPath& path : matrix->paths()) {
+      if (path.source == file.string() || path.source.rfind(file.string() + " ", 0) == 0) {
+        return true;
+      }
     }
     return false;
   }

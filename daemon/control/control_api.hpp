@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
-#include "dsp/filter_bank.hpp"
+#include "daemon/control/load_request.hpp"
 #include "dsp/output_stage.hpp"
 #include "dsp/routing_matrix.hpp"
 
@@ -61,15 +61,12 @@ class ApiError : public std::runtime_error {
 
 // What the daemon does for the API that the pipeline alone cannot.
 struct ApiHooks {
-  // The running filter bank (with a routing matrix: one channel per path,
-  // holding its effective filter).
-  std::function<std::shared_ptr<const FilterBank>()> filters;
-  // The running routing matrix; not set when the daemon runs one filter per channel.
+  // The running routing matrix (a filter per channel: its diagonal, path c
+  // on channel c).
   std::function<std::shared_ptr<const RoutingMatrix>()> matrix;
-  // Loads `file` for one channel (nullopt: all), validates and swaps it in;
-  // returns "" or the reason it was refused.
-  std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
-      load_filter;
+  // Loads what `request` names, validates and swaps it in; returns "" or the
+  // reason it was refused.
+  std::function<std::string(const LoadRequest& request)> load;
   // The running configuration, and its replacement (its reload keys are
   // taken, daemon/config_keys.hpp; returns "" or the reason; the keys whose
   // change waits for a restart are named in `restart_needed`, what the

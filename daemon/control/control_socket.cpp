@@ -162,28 +162,23 @@ std::string status_to_json(const DaemonStatus& status) {
   json["latency_ms"] =
       status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
   json["latency_mode"] = status.latency_mode;
-  if (status.matrix_file.empty()) {
-    json["filters"] = Json::array();
-    for (std::size_t channel = 0; channel < status.filters.size(); ++channel) {
-      json["filters"].push_back({{"channel", channel},
-                                 {"taps", status.filters[channel].taps},
-                                 {"file", status.filters[channel].file}});
-    }
-  } else {
-    json["inputs"] = status.input_channels;
-    json["outputs"] = status.channels;
-    Json paths = Json::array();
-    for (const auto& path : status.paths) {
-      paths.push_back({{"input", path.input},
-                       {"output", path.output},
-                       {"file", path.file},
-                       {"taps", path.taps},
-                       {"gain_db", path.gain_db},
-                       {"delay_frames", path.delay_frames},
-                       {"invert", path.invert}});
-    }
-    json["matrix"] = {{"file", status.matrix_file}, {"paths", std::move(paths)}};
+  json["inputs"] = status.input_channels;
+  json["outputs"] = status.channels;
+  Json paths = Json::array();
+  Json filters = Json::array();  // the same, under the key a filter per channel always had
+  for (std::size_t p = 0; p < status.paths.size(); ++p) {
+    const auto& path = status.paths[p];
+    Json entry = {{"input", path.input},     {"output", path.output},
+                  {"file", path.file},       {"taps", path.taps},
+                  {"gain_db", path.gain_db}, {"delay_frames", path.delay_frames},
+                  {"invert", path.invert}};
+    paths.push_back(entry);
+    Json alias = {{"channel", p}};
+    alias.update(entry);
+    filters.push_back(std::move(alias));
   }
+  json["matrix"] = {{"file", status.matrix_file}, {"paths", std::move(paths)}};
+  json["filters"] = std::move(filters);
   json["blocks"] = status.blocks;
   json["underruns"] = status.underruns;
   json["overruns"] = status.overruns;
@@ -391,23 +386,17 @@ std::string ControlServer::handle_request(std::string_view line) const {
       if (file.empty() || file.front() != '/') {
         return error_reply("file '" + shorten(file) + "' is not an absolute path");
       }
-      if (!handlers_.load_path) {
-        return error_reply(
-            "load path needs a routing matrix ([filter] matrix); this daemon "
-            "runs one filter per channel (load CHANNEL|all FILE)");
-      }
-      return json_line(Json{{"ok", true}, {"message", handlers_.load_path(*input, *output, file)}});
+      if (!handlers_.load) return error_reply("load is not available");
+      return json_line(Json{{"ok", true},
+                            {"message", handlers_.load(LoadRequest::path(*input, *output, file))}});
     }
     if (request.verb == "load" && request.channel == "matrix") {
       if (request.file.empty() || request.file.front() != '/') {
         return error_reply("usage: load matrix FILE (an absolute path)");
       }
-      if (!handlers_.load_matrix) {
-        return error_reply(
-            "load matrix needs a routing matrix ([filter] matrix); this daemon "
-            "runs one filter per channel (load CHANNEL|all FILE)");
-      }
-      return json_line(Json{{"ok", true}, {"message", handlers_.load_matrix(request.file)}});
+      if (!handlers_.load) return error_reply("load is not available");
+      return json_line(
+          Json{{"ok", true}, {"message", handlers_.load(LoadRequest::whole_matrix(request.file))}});
     }
     if (request.verb == "load") {
       if (request.channel.empty() || request.file.empty()) {
@@ -425,7 +414,8 @@ std::string ControlServer::handle_request(std::string_view line) const {
         return error_reply("file '" + shorten(request.file) + "' is not an absolute path");
       }
       if (!handlers_.load) return error_reply("load is not available");
-      const std::string message = handlers_.load(channel, request.file);
+      const std::string message = handlers_.load(
+          channel ? LoadRequest::channel(*channel, request.file) : LoadRequest::all(request.file));
       return json_line(Json{{"ok", true}, {"message", message}});
     }
     return error_reply("unknown request '" + shorten(request.verb) +

@@ -8,8 +8,9 @@
 //   load CHANNEL FILE     -> {"ok":true,"message":"..."} or {"ok":false,"error":"..."}
 //   load all FILE            FILE is an absolute path (the rest of the line, spaces allowed);
 //                            CHANNEL counts from 0.
-//   load path I O FILE    -> with a routing matrix: FILE replaces the filter of the path
-//                            from input I to output O (from 0)
+//   load path I O FILE    -> FILE replaces the filter of the path from input I to
+//                            output O (from 0); with a filter per channel, the paths are
+//                            C -> C (load path C C FILE is load C FILE)
 //   load matrix FILE      -> with a routing matrix: a whole matrix file with the same paths
 //   reload                -> reads the configuration again, as SIGHUP does
 //   stop                  -> stops the daemon cleanly (exit status 0)
@@ -46,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/control/load_request.hpp"
 #include "daemon/control/request_size.hpp"
 #include "daemon/control/stop_pipe.hpp"
 #include "dsp/latency_stats.hpp"
@@ -57,13 +59,13 @@ class ControlSocketError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What `status` reports; filled by the daemon's status handler.
+// What `status` reports; filled by the daemon's status handler. One document
+// for both kinds of daemon: a filter per channel is the diagonal matrix, its
+// paths C -> C. Its JSON has `inputs`, `outputs` and `matrix` {`file` (empty
+// for a filter per channel), `paths`}, and `filters`, the same paths each
+// with its index as `channel` (the key a filter per channel always had).
 struct DaemonStatus {
-  struct Filter {
-    std::size_t taps = 0;
-    std::string file;
-  };
-  struct Path {  // one path of a routing matrix
+  struct Path {  // one path of the running matrix
     std::size_t input = 0;
     std::size_t output = 0;
     std::string file;      // where its taps came from ("lp.txt", "ir.wav channel 2")
@@ -82,14 +84,13 @@ struct DaemonStatus {
   std::size_t input_channels = 0;  // differs from channels only with a matrix
   std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
   std::string latency_mode;        // "buffered" or "zero"
-  std::vector<Filter> filters;     // one per channel (none with a matrix)
-  std::string matrix_file;         // with a routing matrix: its file, and...
-  std::vector<Path> paths;         // ...its paths
+  std::string matrix_file;         // with a routing matrix: its file (else empty)
+  std::vector<Path> paths;         // the running paths (a filter per channel: C -> C)
   std::uint64_t blocks = 0;
   std::uint64_t underruns = 0;
   std::uint64_t overruns = 0;
-  std::uint64_t late_periods = 0;    // zero mode: periods whose output missed the deadline
-  std::uint64_t late_unstarted = 0;  // of those, not yet begun by the engine thread
+  std::uint64_t late_periods = 0;      // zero mode: periods whose output missed the deadline
+  std::uint64_t late_unstarted = 0;    // of those, not yet begun by the engine thread
   std::uint64_t nonfinite_inputs = 0;  // NaN or infinite input samples, given to the engine as 0
   std::uint64_t swaps = 0;
   std::uint64_t rejected_swaps = 0;
@@ -103,17 +104,11 @@ std::string status_to_json(const DaemonStatus& status);
 struct ControlHandlers {
   // Returns the current status.
   std::function<DaemonStatus()> status;
-  // Loads `file` for `channel` (nullopt: all channels), validates it and
-  // queues the swap; returns a one-line message for the reply. Throws a
-  // std::exception whose what() is the reason for a rejection.
-  std::function<std::string(std::optional<std::size_t> channel, const std::filesystem::path& file)>
-      load;
-  // With a routing matrix: `load path I O FILE` and `load matrix FILE`, the
-  // same way (a message, or a throw with the reason).
-  std::function<std::string(std::size_t input, std::size_t output,
-                            const std::filesystem::path& file)>
-      load_path;
-  std::function<std::string(const std::filesystem::path& file)> load_matrix;
+  // Every form of `load` (a channel, all, a path, a matrix): validates and
+  // swaps in what `request` names; returns a one-line message for the reply.
+  // Throws a std::exception whose what() is the reason for a rejection
+  // (including a request this kind of daemon does not take).
+  std::function<std::string(const LoadRequest& request)> load;
   // Reads the configuration again (as SIGHUP); returns what it did, throws
   // with the reason.
   std::function<std::string()> reload;

@@ -36,7 +36,8 @@ FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& 
     if (static_cast<std::size_t>(info.channels) != pipeline.input_channels()) {
       throw SoundFileError(fmt::format(
           "{}: {} channels, the stream has {}{}", options.input.string(), info.channels,
-          pipeline.input_channels(), pipeline.runs_matrix() ? " inputs (the matrix's)" : ""));
+          pipeline.input_channels(),
+          pipeline.input_channels() != pipeline.output_channels() ? " inputs (the matrix's)" : ""));
     }
     source_frames_ = info.frames;
   }

@@ -13,6 +13,7 @@
 
 #include "dsp/deadline_counter.hpp"
 #include "dsp/non_finite.hpp"
+#include "dsp/thread_priority.hpp"
 
 namespace tapstream {
 
@@ -25,41 +26,14 @@ constexpr std::size_t ring_slack_frames = 8192;
 
 }  // namespace
 
-LivePipeline::EngineShape LivePipeline::shape_of(const std::unique_ptr<Engine>& engine,
-                                                 const std::unique_ptr<MatrixEngine>& matrix) {
-  if (engine) {
-    return {engine->channels(),    engine->channels(), engine->name(),
-            engine->description(), engine->max_taps(), engine->max_block_frames()};
-  }
-  if (!matrix) throw std::invalid_argument("live pipeline: no engine");
-  const std::string description = matrix->description();
-  return {matrix->inputs(), matrix->outputs(),  description.substr(0, description.find(':')),
-          description,      matrix->max_taps(), matrix->max_block_frames()};
-}
-
-LivePipeline::LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOptions& options)
-    : LivePipeline(std::move(engine), nullptr, options) {}
-
 LivePipeline::LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipelineOptions& options)
-    : LivePipeline(nullptr, std::move(engine), options) {}
-
-LivePipeline::LivePipeline(std::unique_ptr<Engine> engine,
-                           std::unique_ptr<MatrixEngine> matrix_engine,
-                           const LivePipelineOptions& options)
-    : LivePipeline(shape_of(engine, matrix_engine), std::move(engine), std::move(matrix_engine),
-                   options) {}
-
-LivePipeline::LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& engine,
-                           std::unique_ptr<MatrixEngine>&& matrix_engine,
-                           const LivePipelineOptions& options)
     : options_(options),
-      engine_(std::move(engine)),
-      matrix_engine_(std::move(matrix_engine)),
-      input_channels_(shape.inputs),
-      output_channels_(shape.outputs),
-      engine_name_(shape.name),
-      engine_description_(shape.description),
-      engine_max_taps_(shape.max_taps),
+      engine_(engine ? std::move(engine) : throw std::invalid_argument("live pipeline: no engine")),
+      input_channels_(engine_->inputs()),
+      output_channels_(engine_->outputs()),
+      engine_name_(engine_->name()),
+      engine_description_(engine_->description()),
+      engine_max_taps_(engine_->max_taps()),
       input_ring_(input_channels_ *
                   (4 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
       output_ring_(output_channels_ *
@@ -71,17 +45,17 @@ LivePipeline::LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& e
       engine_in_(input_channels_ * options.block_frames),
       engine_out_(output_channels_ * options.block_frames) {
   if (options.block_frames == 0) throw std::invalid_argument("live pipeline: block_frames is 0");
-  if (options.block_frames > shape.max_block_frames) {
+  if (options.block_frames > engine_->max_block_frames()) {
     throw std::invalid_argument("live pipeline: block of " + std::to_string(options.block_frames) +
                                 " frames exceeds the engine's maximum of " +
-                                std::to_string(shape.max_block_frames));
+                                std::to_string(engine_->max_block_frames()));
   }
   if (options.sample_rate <= 0) throw std::invalid_argument("live pipeline: sample rate <= 0");
   if (options.zero_deadline_fraction <= 0.0 || options.zero_deadline_fraction > 1.0) {
     throw std::invalid_argument("live pipeline: zero_deadline_fraction must be in (0, 1]");
   }
-  if (options.latency == LatencyMode::zero && options.engine_in_callback && engine_) {
-    realtime_engine_ = realtime_engine(*engine_);
+  if (options.latency == LatencyMode::zero && options.engine_in_callback) {
+    realtime_engine_ = engine_->realtime();
   }
   if (sem_init(&data_ready_, 0, 0) != 0 || sem_init(&output_ready_, 0, 0) != 0) {
     throw std::runtime_error(std::string("sem_init failed: ") + std::strerror(errno));
@@ -99,14 +73,10 @@ void LivePipeline::start() {
   // The first calls of an engine can be slow (plans, caches, page faults):
   // make them here rather than in the first real block.
   for (int i = 0; i < 4; ++i) {
-    process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
-            options_.block_frames);
+    engine_->process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
+                     options_.block_frames, Layout::interleaved);
   }
-  if (engine_) {
-    engine_->reset();
-  } else {
-    matrix_engine_->reset();
-  }
+  engine_->reset();
   // Exactly latency_frames() of silence ahead of the first output sample.
   std::size_t to_fill = latency_frames();
   while (to_fill > 0) {
@@ -164,7 +134,8 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
   std::size_t late_frames = 0;
   for (std::size_t done = 0; done < frames;) {
     const std::size_t n = std::min(frames - done, options_.block_frames);
-    // A RealtimeEngine has as many outputs as inputs (no routing matrix).
+    // An engine with a real-time face runs a diagonal matrix: as many
+    // outputs as inputs.
     const std::size_t samples = n * input_channels_;
     const float* in = silent ? silence_.data() : interleaved + done * input_channels_;
     if (!silent) {
@@ -324,15 +295,11 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
 }
 
 void LivePipeline::note_callback_priority() noexcept {
-  if (callback_priority_seen_) return;
+  // The rule of dsp/thread_priority.hpp: read by the callback itself, now and then.
+  if (callback_priority_seen_ && ++callback_calls_since_priority_ < kPriorityRereadCalls) return;
   callback_priority_seen_ = true;
-  int policy = SCHED_OTHER;
-  sched_param param{};
-  // Once: a system call, but no lock, allocation or wait.
-  if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 &&
-      (policy == SCHED_FIFO || policy == SCHED_RR)) {
-    callback_priority_.store(param.sched_priority, std::memory_order_relaxed);
-  }
+  callback_calls_since_priority_ = 0;
+  callback_priority_.store(own_realtime_priority(), std::memory_order_relaxed);
 }
 
 void LivePipeline::device_callback(const float* input, float* output, std::size_t frames,
@@ -412,15 +379,16 @@ void LivePipeline::swap_loop() {
   while (running_.load(std::memory_order_acquire)) {
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
-      if (mailbox_.poll([&](const FilterBank& bank) {
-            realtime_engine_->post_filters(bank, options_.crossfade);
+      if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+            realtime_engine_->post_matrix(matrix, options_.crossfade);
           })) {
         swaps_.fetch_add(1, std::memory_order_relaxed);
         last_swap_block_.store(next_block, std::memory_order_relaxed);
       }
     } catch (const std::exception& e) {
       rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("new filters rejected by the engine, the old ones keep running: {}", e.what());
+      spdlog::warn("new filters rejected by the engine, the running ones keep running: {}",
+                   e.what());
     }
     const timespec deadline = monotonic_after(std::chrono::milliseconds(2));
     sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
@@ -430,28 +398,15 @@ void LivePipeline::swap_loop() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    const bool installed = engine_ ? mailbox_.poll([&](const FilterBank& bank) {
-      engine_->set_filters(bank, options_.crossfade);
-    })
-                                   : matrix_mailbox_.poll([&](const RoutingMatrix& matrix) {
-                                       matrix_engine_->set_matrix(matrix, options_.crossfade);
-                                     });
-    if (installed) {
+    if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+          engine_->set_matrix(matrix, options_.crossfade);
+        })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);
       last_swap_block_.store(next_block, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     rejected_swaps_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("{} rejected by the engine, the running one keeps running: {}",
-                 matrix_engine_ ? "new matrix" : "new filters", e.what());
-  }
-}
-
-void LivePipeline::process(std::span<const float> in, std::span<float> out, std::size_t frames) {
-  if (engine_) {
-    engine_->process(in, out, frames, Layout::interleaved);
-  } else {
-    matrix_engine_->process(in, out, frames, Layout::interleaved);
+    spdlog::warn("new filters rejected by the engine, the running ones keep running: {}", e.what());
   }
 }
 
@@ -467,8 +422,9 @@ void LivePipeline::filter_block(std::size_t frames) {
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
   try {
-    process(std::span<const float>(engine_in_.data(), input_channels_ * frames),
-            std::span<float>(engine_out_.data(), samples_out), frames);
+    engine_->process(std::span<const float>(engine_in_.data(), input_channels_ * frames),
+                     std::span<float>(engine_out_.data(), samples_out), frames,
+                     Layout::interleaved);
   } catch (const std::exception& e) {
     std::fill(engine_out_.begin(), engine_out_.begin() + std::ptrdiff_t(samples_out), 0.0f);
     if (engine_errors_.fetch_add(1, std::memory_order_relaxed) == 0) {
@@ -484,8 +440,10 @@ void LivePipeline::follow_callback_priority() {
   if (callback == applied_callback_priority_) return;
   applied_callback_priority_ = callback;
   // The device's callback (JACK's process thread) must never wait for us:
-  // run just below it, and the engine's own helpers below us.
-  const int wanted = std::clamp(callback - 1, 1, options_.realtime_priority);
+  // run just below it, and the engine's own helpers below us; a callback that
+  // is not real-time leaves us at realtime_priority (dsp/thread_priority.hpp).
+  const int wanted = callback > 0 ? priority_below(callback, 0, options_.realtime_priority)
+                                  : options_.realtime_priority;
   if (!realtime_granted_.load(std::memory_order_relaxed) || wanted == current_priority_) return;
   sched_param param{};
   param.sched_priority = wanted;

@@ -12,13 +12,12 @@
 //   relaxed atomics and post a semaphore (sem_post: one atomic and, when the
 //   engine sleeps, a futex wake; it never blocks).
 // - The engine thread is the only consumer of the input ring, the only
-//   producer of the output ring, the only user of the Engine (or
-//   MatrixEngine), and polls the mailbox (FilterMailbox, or MatrixMailbox for
-//   a routing matrix) at every block boundary.
+//   producer of the output ring, the only user of the MatrixEngine, and polls
+//   the mailbox (a MatrixMailbox) at every block boundary.
 //
-// Channels: the input side pushes input_channels() per frame, the output side
-// pulls output_channels(); they differ only for a routing matrix (its inputs
-// and outputs).
+// Channels: the input side pushes input_channels() per frame (the matrix's
+// inputs), the output side pulls output_channels() (its outputs); a filter
+// per channel is the diagonal matrix, with as many of one as of the other.
 // - Any thread may read stats(). The counters are plain event counts with one
 //   writer each, so relaxed ordering is enough: nobody infers the state of
 //   other memory from them. The rings publish the samples themselves with
@@ -41,10 +40,11 @@
 //   whose output misses the deadline plays silence and counts as late; its
 //   frames are dropped when they arrive (the underrun rule above), so the
 //   stream stays aligned with 0 frames added.
-// - zero with an engine that offers RealtimeEngine (the CPU engine's
-//   non-uniform form; engine_in_callback()): no engine thread and no hand-off.
+// - zero with an engine that offers a real-time face (MatrixEngine::realtime():
+//   the CPU engine's non-uniform form, running a diagonal matrix;
+//   engine_in_callback()): no engine thread and no hand-off.
 //   push_input() itself filters the period (in calls of up to block_frames)
-//   with RealtimeEngine::process_by() and a deadline zero_deadline_fraction of
+//   with RealtimeMatrixEngine::process_by() and a deadline zero_deadline_fraction of
 //   the period after it was called; the engine computes the head in the call
 //   and waits for its tail partitions, computed ahead on its lower-priority
 //   worker threads, only until that deadline. A late period (some tail not
@@ -54,7 +54,7 @@
 //   output ring to pull_output(), which in a duplex callback finds it there at
 //   once (with separate input and output streams it waits as above).
 //   push_input() is then the only user of the engine; a swap thread (normal
-//   priority) polls the FilterMailbox and hands banks to post_filters(), which
+//   priority) polls the mailbox and hands matrices to post_matrix(), which
 //   prepares them on the engine's own thread; the callback takes them at a
 //   call boundary without allocating.
 
@@ -102,32 +102,31 @@ struct LivePipelineOptions {
 };
 
 struct LiveStats {
-  std::uint64_t blocks = 0;           // blocks processed by the engine
-  std::uint64_t frames_in = 0;        // frames given to push_input()
-  std::uint64_t frames_out = 0;       // frames taken by pull_output()
-  std::uint64_t underruns = 0;        // pull_output() calls that found the ring short
-  std::uint64_t underrun_frames = 0;  // frames of silence played for them
-  std::uint64_t overruns = 0;         // push_input() calls that found the ring full
-  std::uint64_t overrun_frames = 0;   // input frames lost (replaced by silence)
-  std::uint64_t swaps = 0;            // banks installed
-  std::uint64_t rejected_swaps = 0;   // banks the engine refused
-  std::uint64_t last_swap_block = 0;  // index of the first block filtered by the newest bank
-  std::uint64_t engine_errors = 0;    // process() calls that threw (block output as silence)
-  std::uint64_t late_periods = 0;     // zero mode: periods whose output missed the deadline
-                                      // (so played silence, wholly or in part)
-  std::uint64_t late_unstarted = 0;   // of those, with the engine thread's hand-off: periods
-                                      // whose input it had not yet taken at the deadline (busy
-                                      // with an earlier one, or not scheduled); the rest were
-                                      // being computed
+  std::uint64_t blocks = 0;            // blocks processed by the engine
+  std::uint64_t frames_in = 0;         // frames given to push_input()
+  std::uint64_t frames_out = 0;        // frames taken by pull_output()
+  std::uint64_t underruns = 0;         // pull_output() calls that found the ring short
+  std::uint64_t underrun_frames = 0;   // frames of silence played for them
+  std::uint64_t overruns = 0;          // push_input() calls that found the ring full
+  std::uint64_t overrun_frames = 0;    // input frames lost (replaced by silence)
+  std::uint64_t swaps = 0;             // banks installed
+  std::uint64_t rejected_swaps = 0;    // banks the engine refused
+  std::uint64_t last_swap_block = 0;   // index of the first block filtered by the newest bank
+  std::uint64_t engine_errors = 0;     // process() calls that threw (block output as silence)
+  std::uint64_t late_periods = 0;      // zero mode: periods whose output missed the deadline
+                                       // (so played silence, wholly or in part)
+  std::uint64_t late_unstarted = 0;    // of those, with the engine thread's hand-off: periods
+                                       // whose input it had not yet taken at the deadline (busy
+                                       // with an earlier one, or not scheduled); the rest were
+                                       // being computed
   std::uint64_t nonfinite_inputs = 0;  // input samples that were NaN or infinite (given to the
                                        // engine as 0)
 };
 
 class LivePipeline {
  public:
-  // `engine` must be built for `options.block_frames` frames (or more).
-  LivePipeline(std::unique_ptr<Engine> engine, const LivePipelineOptions& options);
-  // A routing matrix: its inputs in, its outputs out; swaps through matrix_mailbox().
+  // `engine` must be built for `options.block_frames` frames (or more): its
+  // inputs in, its outputs out.
   LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipelineOptions& options);
   ~LivePipeline();  // stops the engine thread
   LivePipeline(const LivePipeline&) = delete;
@@ -163,21 +162,18 @@ class LivePipeline {
   std::size_t take_output(float* interleaved, std::size_t frames);
 
   // --- control side ------------------------------------------------------
-  // Banks posted here are installed by the engine thread at the next block
-  // boundary (one control thread at a time, see dsp/filter_mailbox.hpp).
-  FilterMailbox& mailbox() { return mailbox_; }
-  // Matrices posted here replace the running one the same way (a matrix
-  // pipeline only; MatrixEngine::set_matrix refuses a reroute).
-  MatrixMailbox& matrix_mailbox() { return matrix_mailbox_; }
+  // Matrices posted here are installed by the engine thread at the next
+  // block boundary (one control thread at a time, see
+  // dsp/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
+  MatrixMailbox& mailbox() { return mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
 
   // Channels per frame pushed and pulled; channels() is the output's (volume,
-  // meters), the same as the input's without a matrix.
+  // meters), the same as the input's for a diagonal matrix.
   std::size_t input_channels() const { return input_channels_; }
   std::size_t output_channels() const { return output_channels_; }
   std::size_t channels() const { return output_channels_; }
-  bool runs_matrix() const { return matrix_engine_ != nullptr; }
   std::size_t block_frames() const { return options_.block_frames; }
   int sample_rate() const { return options_.sample_rate; }
   // Input-to-output latency the pipeline adds, in frames and milliseconds.
@@ -200,18 +196,6 @@ class LivePipeline {
   const LatencyStats& processing_times() const { return processing_times_; }
 
  private:
-  // What the pipeline needs to know of either kind of engine.
-  struct EngineShape {
-    std::size_t inputs = 0, outputs = 0;
-    std::string name, description;  // name: "cpu", "cuda"
-    std::size_t max_taps = 0, max_block_frames = 0;
-  };
-  static EngineShape shape_of(const std::unique_ptr<Engine>& engine,
-                              const std::unique_ptr<MatrixEngine>& matrix);
-  LivePipeline(std::unique_ptr<Engine> engine, std::unique_ptr<MatrixEngine> matrix_engine,
-               const LivePipelineOptions& options);
-  LivePipeline(const EngineShape& shape, std::unique_ptr<Engine>&& engine,
-               std::unique_ptr<MatrixEngine>&& matrix_engine, const LivePipelineOptions& options);
   void engine_loop();
   // engine_in_callback(): hands posted banks to the engine (the swap thread).
   void swap_loop();
@@ -223,9 +207,6 @@ class LivePipeline {
   // Filters `frames` frames of engine_in_ into engine_out_ (the engine
   // thread's one step, in both modes).
   void filter_block(std::size_t frames);
-  // One call of whichever engine runs: interleaved, input_channels() in,
-  // output_channels() out.
-  void process(std::span<const float> in, std::span<float> out, std::size_t frames);
   // Gives the engine a bank posted to the mailbox, if any (between blocks).
   void install_posted_bank();
   void wake_engine() noexcept;
@@ -237,25 +218,24 @@ class LivePipeline {
   // Polls for input for up to options_.engine_spin; true when some came.
   bool spin_for_input() noexcept;
   void request_realtime();
-  // Device callback: records its thread's real-time priority (first call).
+  // Device callback: records its thread's real-time priority (first call,
+  // then now and then: dsp/thread_priority.hpp).
   void note_callback_priority() noexcept;
   // Engine thread: moves itself just below the callback's priority.
   void follow_callback_priority();
 
   LivePipelineOptions options_;
-  std::unique_ptr<Engine> engine_;               // one filter per channel, or
-  std::unique_ptr<MatrixEngine> matrix_engine_;  // a routing matrix
+  std::unique_ptr<MatrixEngine> engine_;
   std::size_t input_channels_;
   std::size_t output_channels_;
-  RealtimeEngine* realtime_engine_ = nullptr;  // engine_'s, when run in the callback
+  RealtimeMatrixEngine* realtime_engine_ = nullptr;  // engine_'s, when run in the callback
   std::string engine_name_;
   std::string engine_description_;
   std::size_t engine_max_taps_;
 
   SpscRing<float> input_ring_;
   SpscRing<float> output_ring_;
-  FilterMailbox mailbox_;
-  MatrixMailbox matrix_mailbox_;
+  MatrixMailbox mailbox_;
   LatencyStats processing_times_;
   OutputStage output_stage_;
   sem_t data_ready_;
@@ -269,6 +249,7 @@ class LivePipeline {
 
   // Callback side only.
   bool callback_priority_seen_ = false;
+  unsigned callback_calls_since_priority_ = 0;
   // Written once by the callback, read by the engine thread (relaxed: a
   // priority to follow, nothing else depends on it); 0: not real-time.
   std::atomic<int> callback_priority_{0};

@@ -39,32 +39,6 @@ enum class Mark {
   all_done,    // no more jobs
 };
 
-// The engine stage, an Engine or a MatrixEngine: one indirect call per block
-// of thousands of frames, so the plain Engine path pays nothing measurable.
-struct StageEngine {
-  std::size_t input_channels = 0;
-  std::size_t output_channels = 0;
-  std::size_t max_block_frames = 0;
-  std::function<void(std::span<const float> in, std::span<float> out, std::size_t frames)> process;
-  std::function<void()> reset;
-};
-
-StageEngine stage_of(Engine& engine) {
-  return {engine.channels(), engine.channels(), engine.max_block_frames(),
-          [&engine](std::span<const float> in, std::span<float> out, std::size_t frames) {
-            engine.process(in, out, frames, Layout::interleaved);
-          },
-          [&engine] { engine.reset(); }};
-}
-
-StageEngine stage_of(MatrixEngine& engine) {
-  return {engine.inputs(), engine.outputs(), engine.max_block_frames(),
-          [&engine](std::span<const float> in, std::span<float> out, std::size_t frames) {
-            engine.process(in, out, frames, Layout::interleaved);
-          },
-          [&engine] { engine.reset(); }};
-}
-
 struct Block {
   BlockMemory samples{nullptr, [](float*) {}};
   std::size_t job = 0;
@@ -76,20 +50,20 @@ struct Block {
 
 class OfflineRun {
  public:
-  OfflineRun(StageEngine engine, std::span<const OfflineJob> jobs, const OfflineOptions& options)
-      : engine_(std::move(engine)),
+  OfflineRun(MatrixEngine& engine, std::span<const OfflineJob> jobs, const OfflineOptions& options)
+      : engine_(engine),
         jobs_(jobs),
         options_(options),
-        input_channels_(engine_.input_channels),
-        output_channels_(engine_.output_channels),
+        input_channels_(engine_.inputs()),
+        output_channels_(engine_.outputs()),
         block_frames_(options.block_frames),
         blocks_(std::max<std::size_t>(options.blocks_in_flight, 2)),
         source_errors_(jobs.size()),
         results_(jobs.size()) {
-    if (block_frames_ == 0 || block_frames_ > engine_.max_block_frames) {
+    if (block_frames_ == 0 || block_frames_ > engine_.max_block_frames()) {
       throw std::invalid_argument("block of " + std::to_string(block_frames_) +
                                   " frames: the engine takes 1 to " +
-                                  std::to_string(engine_.max_block_frames));
+                                  std::to_string(engine_.max_block_frames()));
     }
     const BlockAllocator allocate =
         options.allocate ? options.allocate : BlockAllocator(ordinary_block_memory);
@@ -254,7 +228,8 @@ class OfflineRun {
         if (current_job && *current_job != in->job) engine_.reset();
         current_job = in->job;
         engine_.process(samples(*in, input_channels_, 0, in->frames),
-                        samples(*out, output_channels_, 0, in->frames), in->frames);
+                        samples(*out, output_channels_, 0, in->frames), in->frames,
+                        Layout::interleaved);
       }
       const bool done = in->mark == Mark::all_done;
       give(free_in_, std::move(*in));
@@ -313,7 +288,7 @@ class OfflineRun {
     }
   }
 
-  StageEngine engine_;
+  MatrixEngine& engine_;
   std::span<const OfflineJob> jobs_;
   const OfflineOptions& options_;
   const std::size_t input_channels_;
@@ -333,9 +308,17 @@ class OfflineRun {
   std::vector<OfflineJobResult> results_;
 };
 
-template <typename AnyEngine>
-OfflineResult run_one(AnyEngine& engine, const ReadFrames& read, const WriteFrames& write,
-                      const OfflineOptions& options) {
+}  // namespace
+
+std::vector<OfflineJobResult> run_offline_jobs(MatrixEngine& engine,
+                                               std::span<const OfflineJob> jobs,
+                                               const OfflineOptions& options) {
+  OfflineRun run(engine, jobs, options);
+  return run.run();
+}
+
+OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const WriteFrames& write,
+                          const OfflineOptions& options) {
   const OfflineJob job{
       [&] {
         return OfflineSource{read, options.tail_frames};
@@ -350,36 +333,11 @@ OfflineResult run_one(AnyEngine& engine, const ReadFrames& read, const WriteFram
   return {results[0].input_frames, results[0].output_frames};
 }
 
-}  // namespace
-
-std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
-                                               const OfflineOptions& options) {
-  OfflineRun run(stage_of(engine), jobs, options);
-  return run.run();
-}
-
-std::vector<OfflineJobResult> run_offline_jobs(MatrixEngine& engine,
-                                               std::span<const OfflineJob> jobs,
-                                               const OfflineOptions& options) {
-  OfflineRun run(stage_of(engine), jobs, options);
-  return run.run();
-}
-
-OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
+OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
                           const OfflineOptions& options) {
-  return run_one(engine, read, write, options);
-}
-
-OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const WriteFrames& write,
-                          const OfflineOptions& options) {
-  return run_one(engine, read, write, options);
-}
-
-OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
-                          const OfflineOptions& options) {
-  if (std::size_t(reader.info().channels) != engine.channels()) {
+  if (std::size_t(reader.info().channels) != engine.inputs()) {
     throw std::invalid_argument("input has " + std::to_string(reader.info().channels) +
-                                " channels, the engine " + std::to_string(engine.channels()));
+                                " channels, the engine " + std::to_string(engine.inputs()));
   }
   return run_offline(
       engine, [&reader](std::span<float> buffer) { return reader.read(buffer); },

@@ -1,5 +1,5 @@
 #pragma once
-// The offline pipeline: Source -> Engine -> Sink for files, unpaced, as three
+// The offline pipeline: Source -> MatrixEngine -> Sink for files, unpaced, as three
 // stages that run at once: a reader thread decodes block k+1 while the
 // caller's thread filters block k through the engine and a writer thread
 // encodes block k-1. Blocks travel along two bounded rings of buffers made
@@ -7,8 +7,8 @@
 // stays fixed whatever the input's length. With a tail, zeros follow the
 // input so that the filters' decay (M - 1 frames) is written too.
 //
-// The engine stage runs an Engine (as many channels out as in) or a
-// MatrixEngine (inputs() in, outputs() out): the input ring's blocks hold the
+// The engine stage runs a MatrixEngine (inputs() in, outputs() out; a filter
+// per channel is the diagonal matrix): the input ring's blocks hold the
 // source's channels, the output ring's the sink's.
 //
 // A run is a list of jobs (one per file) through one engine, reset between
@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "daemon/pipeline/block_memory.hpp"
-#include "dsp/engine.hpp"
 #include "dsp/matrix_engine.hpp"
 
 namespace tapstream {
@@ -85,26 +84,21 @@ struct OfflineResult {
   std::uint64_t output_frames = 0;  // input_frames + tail_frames
 };
 
-// Runs every job through `engine`; returns one result per job. Throws
+// Runs every job through `engine` (sources give engine.inputs() channels,
+// sinks take engine.outputs()); returns one result per job. Throws
 // std::invalid_argument for a block size the engine cannot take,
 // std::runtime_error("interrupted") on cancel, and whatever the engine
 // throws; errors of a job's source or sink are that job's result.
-std::vector<OfflineJobResult> run_offline_jobs(Engine& engine, std::span<const OfflineJob> jobs,
-                                               const OfflineOptions& options);
-// The same through a routing matrix: sources give engine.inputs() channels,
-// sinks take engine.outputs().
 std::vector<OfflineJobResult> run_offline_jobs(MatrixEngine& engine,
                                                std::span<const OfflineJob> jobs,
                                                const OfflineOptions& options);
 
 // One input through `engine`: the same, rethrowing the job's error.
-OfflineResult run_offline(Engine& engine, const ReadFrames& read, const WriteFrames& write,
-                          const OfflineOptions& options);
 OfflineResult run_offline(MatrixEngine& engine, const ReadFrames& read, const WriteFrames& write,
                           const OfflineOptions& options);
 
 // The same from a sound file into a sound file (the writer is not committed).
-OfflineResult run_offline(Engine& engine, SoundFileReader& reader, SoundFileWriter& writer,
+OfflineResult run_offline(MatrixEngine& engine, SoundFileReader& reader, SoundFileWriter& writer,
                           const OfflineOptions& options);
 
 }  // namespace tapstream

@@ -71,9 +71,11 @@ class CudaMatrixEngine final : public MatrixEngine {
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
   void reset() override;
 
-  const RoutingMatrix& matrix() const override { return *matrix_; }
+  std::size_t inputs() const override { return matrix_->inputs(); }
+  std::size_t outputs() const override { return matrix_->outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
+  std::string name() const override { return "cuda"; }
   std::string description() const override {
     return "cuda: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
            std::to_string(matrix_->paths().size()) + " paths, partitioned FFT, " +

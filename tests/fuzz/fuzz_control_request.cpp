@@ -16,6 +16,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
+#include "dsp/diagonal_engine.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace {
@@ -23,8 +24,8 @@ namespace {
 using namespace tapstream;
 
 struct Daemon {
-  std::shared_ptr<const FilterBank> bank =
-      std::make_shared<const FilterBank>(FilterBank::shared({1.0f, 0.5f}, 2));
+  std::shared_ptr<const RoutingMatrix> matrix = std::make_shared<const RoutingMatrix>(
+      RoutingMatrix::diagonal(FilterBank::shared({1.0f, 0.5f}, 2)));
   std::unique_ptr<LivePipeline> pipeline;
   std::unique_ptr<ControlApi> api;
   ApiSession session;
@@ -37,11 +38,14 @@ struct Daemon {
     LivePipelineOptions options;
     options.block_frames = 64;
     options.realtime = false;
-    pipeline = std::make_unique<LivePipeline>(make_cpu_engine(*bank, engine), options);
+    pipeline = std::make_unique<LivePipeline>(
+        std::make_unique<DiagonalEngine>(make_cpu_engine(*matrix->diagonal_bank(), engine)),
+        options);
     ApiHooks hooks;
-    hooks.filters = [this] { return bank; };
-    hooks.load_filter = [](std::optional<std::size_t>, const std::filesystem::path& file) {
-      return std::filesystem::exists(file) ? std::string() : file.string() + ": no such file";
+    hooks.matrix = [this] { return matrix; };
+    hooks.load = [](const LoadRequest& request) {
+      return std::filesystem::exists(request.file) ? std::string()
+                                                   : request.file.string() + ": no such file";
     };
     hooks.config = [] { return LiveConfig{}; };
     hooks.apply_config = [](const LiveConfig&, std::vector<std::string>&, std::string&) {
@@ -54,8 +58,8 @@ struct Daemon {
     session.can_subscribe = false;  // as on the Unix socket
     ControlHandlers handlers;
     handlers.status = [] { return DaemonStatus{}; };
-    handlers.load = [](std::optional<std::size_t>, const std::filesystem::path& file) {
-      if (!std::filesystem::exists(file)) throw std::runtime_error("no such file");
+    handlers.load = [](const LoadRequest& request) {
+      if (!std::filesystem::exists(request.file)) throw std::runtime_error("no such file");
       return std::string("loaded");
     };
     handlers.reload = [] { return std::string("reloaded"); };
