@@ -2,7 +2,8 @@
 # A behaviour-preserving change measured on the GPU in one device run: the
 # figures issue 22 names (offline 8 ch x 2^22 at every tap count, small calls
 # including (2, 256, 2048), the 64 x 64 routing matrix at 128 frames, and the
-# capacity at 64 frames x 65536 taps), for the build before and the build
+# capacity at 64 frames x 65536 taps) and a whole `tapstream process` of a
+# file (the path users run, through the engine factory and the pipeline), for the build before and the build
 # after, alternated (before, after, before, after) so that drift shows; then
 # the GPU suites and compute-sanitizer on the build after.
 #
@@ -30,6 +31,28 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$log"
 echo "before $(cat "$before/COMMIT") after $(cat "$after/COMMIT"), $(date -u +%FT%TZ)" | tee -a "$log"
 
+# The input of the file-to-file figure: 8 channels x 60 s of float WAV (a
+# seeded random signal) and 65536 random taps, made once.
+work=${TMPDIR:-/tmp}/before-after-work
+make_process_input() {
+  [ -f "$work/in.wav" ] && return
+  mkdir -p "$work"
+  python3 - "$work" <<'PY'
+import struct, sys, numpy as np
+work = sys.argv[1]
+rng = np.random.default_rng(20261125)
+channels, rate, frames = 8, 48000, 48000 * 60
+x = (0.1 * rng.standard_normal((frames, channels))).astype("<f4")
+data = x.tobytes()
+with open(f"{work}/in.wav", "wb") as f:
+    f.write(b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt ")
+    f.write(struct.pack("<IHHIIHH", 16, 3, channels, rate, rate * channels * 4, channels * 4, 32))
+    f.write(b"data" + struct.pack("<I", len(data)) + data)
+taps = (rng.standard_normal(65536) / 256).astype(np.float32)
+np.savetxt(f"{work}/taps.txt", taps, fmt="%.9g")
+PY
+}
+
 figures() {  # BUNDLE LABEL
   local b=$1 label=$2
   export LD_LIBRARY_PATH=$PWD/$b/lib:/usr/local/cuda/lib64
@@ -47,6 +70,16 @@ figures() {  # BUNDLE LABEL
   timeout 240 "$b/cuda_matrix_bench" "$raw/$label-matrix.json" --blocks 2000 \
     >"$raw/$label-matrix.log" 2>&1 || status=1
   grep -E '^cuda\S* +64 x 64 |^cuda.*capacity at' "$raw/$label-matrix.log" | cut -c1-120 | tee -a "$log"
+  echo "=== $label: tapstream process, 8 ch x 60 s float WAV x 65536 taps, cuda, wall s (3 runs)" | tee -a "$log"
+  make_process_input
+  for _ in 1 2 3; do
+    local t0 t1
+    t0=$(date +%s.%N)
+    timeout 120 "$b/tapstream" process "$work/in.wav" "$work/out-$label.wav" --taps "$work/taps.txt" \
+      --backend cuda >"$raw/$label-process.log" 2>&1 || status=1
+    t1=$(date +%s.%N)
+    python3 -c "print(f'{$t1 - $t0:.3f}')" | tee -a "$log"
+  done
   if [ "$quick" != --quick ]; then
     echo "=== $label: capacity, cuda, 64 frames x 65536 taps (paced)" | tee -a "$log"
     timeout 240 "$b/tapstream" bench capacity --engines cuda --blocks 64 --taps 65536 \
