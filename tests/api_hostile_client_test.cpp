@@ -7,7 +7,8 @@
 // the configuration file raises [control] max_gain_db; uploads are bounded;
 // a configuration the next start would refuse is not stored; a 6 KB
 // apply_config passes on the socket and an oversized request gets a clear
-// error. What the owner may do on the socket (`load` of any file) still works.
+// error. What the owner may do on the socket (`load` of any file, `reload`,
+// `stop`) still works, and the websocket cannot do it.
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/ctl_request.hpp"
 #include "daemon/control/request_size.hpp"
 #include "tests/process_support.hpp"
 #include "tests/web_api_support.hpp"
@@ -219,7 +221,7 @@ TEST_F(HostileClient, FilterFilesOutsideTheFolderAreRefusedUnreadAndNoFileTextIs
   // The owner's `ctl load` of a file that is no filter: refused, and neither
   // its reply nor the log (which get_log hands to every API client) quotes it.
   const std::string owner_load =
-      control_request(socket(), "load 0 " + (outside_ / "secret.txt").string());
+      ctl_exchange(socket(), "load 0 " + (outside_ / "secret.txt").string());
   EXPECT_NE(owner_load.find("secret.txt:1"), std::string::npos) << owner_load;
   EXPECT_EQ(owner_load.find(secret), std::string::npos) << owner_load;
   const json log = api_ok(client, {{"request", "get_log"}, {"lines", 1000}});
@@ -229,8 +231,41 @@ TEST_F(HostileClient, FilterFilesOutsideTheFolderAreRefusedUnreadAndNoFileTextIs
 
   // What the owner does on the socket stays: `load` names any file.
   const json loaded =
-      json::parse(control_request(socket(), "load 0 " + (outside_ / "valid.txt").string()));
+      json::parse(ctl_exchange(socket(), "load 0 " + (outside_ / "valid.txt").string()));
   EXPECT_TRUE(loaded.value("ok", false)) << loaded.dump();
+}
+
+TEST_F(HostileClient, TheWebsocketCannotUseTheOwnersRequests) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::string valid = (outside_ / "valid.txt").string();
+  const std::string inside = (dir_ / "other.txt").string();
+  const std::vector<json> owners = {
+      {{"request", "stop"}},
+      {{"request", "reload"}},
+      {{"request", "load"}, {"channel", 0}, {"file", valid}},
+      {{"request", "load"}, {"channel", "all"}, {"file", valid}},
+      {{"request", "load"}, {"channel", 0}, {"file", inside}},  // even a file in the folder
+      {{"request", "load"}, {"input", 0}, {"output", 0}, {"file", valid}},
+      {{"request", "load"}, {"matrix", (dir_ / "live.toml").string()}},
+      {{"request", "load"}, {"channel", 0}, {"file", "/etc/passwd"}},
+  };
+  for (const json& request : owners) {
+    const std::string error = refusal(api_call(client, request));
+    EXPECT_EQ(error.rfind("not_allowed: ", 0), 0u) << request.dump() << " -> " << error;
+    EXPECT_NE(error.find("control socket's owner"), std::string::npos) << error;
+  }
+  // Nothing happened: the daemon runs, its filters are the configuration's.
+  EXPECT_TRUE(daemon_->running());
+  const json filters = api_ok(client, {{"request", "list_filters"}})["filters"];
+  EXPECT_EQ(filters[0]["source"], (dir_ / "unit.txt").string());
+  EXPECT_EQ(filters[1]["source"], (dir_ / "unit.txt").string());
+  EXPECT_TRUE(api_ok(client, {{"request", "get_status"}}).contains("swaps"));
+  // The owner on the socket may.
+  EXPECT_TRUE(
+      socket_call({{"request", "load"}, {"channel", 0}, {"file", valid}}).value("ok", false));
+  EXPECT_EQ(api_ok(client, {{"request", "list_filters"}})["filters"][0]["source"], valid);
 }
 
 TEST_F(HostileClient, AnAppliedConfigurationsFiltersRunEvenOverAnUploadAndRestartNeededIsExact) {
@@ -371,7 +406,7 @@ TEST_F(HostileClient, OnlyTheOwnerReachesTheSocketWhoseLoadNamesAnyFile) {
   ASSERT_EQ(::stat(socket().parent_path().c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0700u);
   const json loaded =
-      json::parse(control_request(socket(), "load all " + (outside_ / "valid.txt").string()));
+      json::parse(ctl_exchange(socket(), "load all " + (outside_ / "valid.txt").string()));
   EXPECT_TRUE(loaded.value("ok", false)) << loaded.dump();
   WebsocketClient client(port_, "/ws");
   ASSERT_TRUE(client.open());
@@ -416,7 +451,7 @@ TEST_F(HostileClient, FilesChangedOnDiskAndReloadedAreNamedAsWaitingForARestart)
     text.replace(text.find("state.json"), 10, "state-2.json");
     std::ofstream(dir_ / "live.toml") << text;
   }
-  const json reloaded = json::parse(control_request(socket(), "reload"));
+  const json reloaded = json::parse(ctl_exchange(socket(), "reload"));
   EXPECT_TRUE(reloaded.value("ok", false)) << reloaded.dump();
   EXPECT_NE(reloaded.value("message", "").find("state.file and log.file change only at a restart"),
             std::string::npos)

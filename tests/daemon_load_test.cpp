@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/ctl_request.hpp"
 #include "dsp/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
@@ -320,7 +321,7 @@ void run_load(const LoadCase& lc) {
         std::chrono::seconds(3),
         [&] {
           try {
-            reply = control_request(socket, "status");
+            reply = ctl_exchange(socket, "status");
             return json_number(reply, "swaps") >= double(requested);
           } catch (const std::exception&) {
             return false;

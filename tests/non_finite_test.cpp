@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/control/control_socket.hpp"
+#include "daemon/control/daemon_status.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/diagonal_engine.hpp"
@@ -194,7 +194,7 @@ TEST(NonFinite, OneBadSampleLiveIsZeroedBeforeTheEngineAndCounted) {
 TEST(NonFinite, TheCountIsInTheStatusReply) {
   DaemonStatus status;
   status.nonfinite_inputs = 12345;
-  const std::string reply = status_to_json(status);
+  const std::string reply = json_line(status_document(status));
   EXPECT_NE(reply.find("\"nonfinite_inputs\":12345"), std::string::npos) << reply;
 }
 

@@ -107,7 +107,7 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
                                                             double rms) {
   using json = nlohmann::json;
   const json requests = api_ok(client, {{"request", "list_requests"}});
-  EXPECT_EQ(requests.size(), 19u);
+  EXPECT_EQ(requests.size(), 23u);
   const json reply = api_call(client, {{"id", "x-1"}, {"request", "get_state"}});
   EXPECT_EQ(reply["id"], "x-1");
   EXPECT_EQ(reply["result"]["state"], "running");

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/ctl_request.hpp"
 #include "daemon/control/websocket_server.hpp"
 #include "tests/process_support.hpp"
 #include "tests/wait_for.hpp"
@@ -126,6 +127,48 @@ TEST_F(WebApi, BadRequestsGetTypedErrorsAndEveryConfigProblemAtOnce) {
   const json no_subscription = json::parse(control_request(
       dir_ / "sock/control.sock", R"({"request":"subscribe_meters","interval_ms":50})"));
   EXPECT_EQ(no_subscription["error"]["type"], "not_allowed");
+}
+
+TEST_F(WebApi, TheSocketsStatusIsTheWebsocketsGetStatusAndItsViews) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const fs::path socket = dir_ / "sock/control.sock";
+  const json over_websocket = ok(client, {{"request", "get_status"}});
+  json printed = json::parse(ctl_exchange(socket, "status"));  // what `ctl status` prints
+  EXPECT_EQ(printed["ok"], true);
+  printed.erase("ok");
+  const json over_socket =
+      json::parse(control_request(socket, R"({"request":"get_status"})"))["result"];
+  const auto keys = [](const json& document) {
+    std::vector<std::string> names;
+    for (const auto& [key, value] : document.items()) names.push_back(key);
+    return names;
+  };
+  EXPECT_EQ(keys(printed), keys(over_websocket));
+  EXPECT_EQ(keys(over_socket), keys(over_websocket));
+  // The keys `ctl status` always printed, the web API's too.
+  for (const char* key : {"backend", "processing_us", "filters", "matrix", "inputs", "outputs",
+                          "uptime_s", "late_unstarted", "block_us", "load", "state", "max_taps"}) {
+    EXPECT_TRUE(over_websocket.contains(key)) << key;
+  }
+  // What does not move while audio runs is equal; the counters move on.
+  for (const char* key :
+       {"backend", "engine", "input", "output", "sample_rate", "block_frames", "channels",
+        "latency_frames", "latency_ms", "latency_mode", "inputs", "outputs", "matrix", "filters",
+        "max_taps", "max_gain_db", "realtime", "ramp_ms", "state"}) {
+    EXPECT_EQ(printed[key], over_websocket[key]) << key;
+    EXPECT_EQ(over_socket[key], over_websocket[key]) << key;
+  }
+  // get_state, get_info and get_stats are views of the same document.
+  const json info = ok(client, {{"request", "get_info"}});
+  for (const auto& [key, value] : info.items()) EXPECT_EQ(value, over_websocket[key]) << key;
+  for (const char* request : {"get_state", "get_stats"}) {
+    const json view = ok(client, {{"request", request}});
+    for (const auto& [key, value] : view.items()) {
+      EXPECT_TRUE(over_websocket.contains(key)) << request << ": " << key;
+    }
+  }
 }
 
 TEST_F(WebApi, MetersArePushedAtTheRequestedInterval) {

@@ -49,7 +49,7 @@ function setState(state) {
 }
 
 async function start() {
-  info = await request('get_info');
+  info = await request('get_status');
   $('#engine').textContent = `${info.backend} · ${info.channels} ch · ${info.sample_rate} Hz · block ${info.block_frames}`;
   $('#latency').textContent = `latency ${info.latency_ms.toFixed(2)} ms`;
   buildStrips(info.channels, await request('get_volume'));
@@ -64,8 +64,9 @@ async function start() {
 
 async function poll() {
   try {
-    const [state, stats] = await Promise.all([request('get_state'), request('get_stats')]);
-    setState(state.state);
+    // The one status document (what `tapstream ctl status` prints, and more).
+    const stats = await request('get_status');
+    setState(stats.state);
     $('#load').textContent = `load ${(100 * stats.load).toFixed(2)} % · block p99 ${stats.block_us.p99.toFixed(0)} µs`;
     $('#counters').textContent = `underruns ${stats.underruns} · overruns ${stats.overruns} · clipped ${stats.clipped} · swaps ${stats.swaps}`;
     const log = await request('get_log', {lines: 200});

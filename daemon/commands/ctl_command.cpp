@@ -1,7 +1,9 @@
 // `tapstream ctl [--socket PATH | --config FILE] status | load CHANNEL|all FILE |
 // load path I O FILE | load matrix FILE | reload | stop`:
-// talks to a running `tapstream run` through its control socket and prints
-// the one-line JSON reply; exits 1 when the reply says "ok":false.
+// talks to a running `tapstream run` through its control socket: writes the
+// command as the daemon's JSON request (daemon/control/ctl_request.hpp),
+// prints the reply as one line of JSON ({"ok":true,...} with the result's
+// keys, or {"ok":false,"error":...}); exits 1 when it says "ok":false.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "daemon/commands/command.hpp"
 #include "daemon/config.hpp"
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/ctl_request.hpp"
 #include "daemon/control/json.hpp"
 
 namespace tapstream {
@@ -26,7 +29,7 @@ struct CtlArgs {
   std::vector<std::string> load;  // CHANNEL|all FILE, path I O FILE, matrix FILE
 };
 
-// The `load` request line for `words`; throws UsageError when they are not
+// The `load` text command for `words`; throws UsageError when they are not
 // one of the forms.
 std::string load_request(const std::vector<std::string>& words) {
   const bool path = !words.empty() && words.front() == "path";
@@ -103,7 +106,7 @@ Command add_ctl_command(CLI::App& app) {
       request = load_request(args->load);
     }
     const std::string reply =
-        control_request(socket, request, std::chrono::milliseconds(args->timeout_ms));
+        ctl_exchange(socket, request, std::chrono::milliseconds(args->timeout_ms));
     std::printf("%s\n", reply.c_str());
     const Json parsed = Json::parse(reply, nullptr, /*allow_exceptions=*/false);
     return parsed.is_object() && parsed.value("ok", false) ? 0 : 1;

@@ -473,7 +473,7 @@ void check_startable(const LiveConfig& config) {
 }
 
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
-ApiHooks make_api_hooks(Swapper& swapper, const DeviceLink& devices, const RunArgs& args,
+ApiHooks make_api_hooks(Swapper& swapper, const RunArgs& args,
                         std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> log) {
   ApiHooks hooks;
   hooks.matrix = [&swapper] { return swapper.current(); };
@@ -500,9 +500,6 @@ ApiHooks make_api_hooks(Swapper& swapper, const DeviceLink& devices, const RunAr
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
-  };
-  hooks.devices = [&devices] {
-    return std::make_pair(devices.input_name(), devices.output_name());
   };
   hooks.log = [log](std::size_t limit) { return log->last_formatted(limit); };
   return hooks;
@@ -747,7 +744,17 @@ int run_daemon(RunArgs args) {
     return fmt::format("reloaded {}: {}{}", args.config, summary, restart_note);
   };
 
-  ControlApi api(pipeline, make_api_hooks(swapper, devices, args, log_ring),
+  ApiHooks hooks = make_api_hooks(swapper, args, log_ring);
+  hooks.status = [&] {
+    return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
+                       devices.output_name(), started);
+  };
+  hooks.reload = reload_configuration;
+  hooks.stop = [&] {
+    stop_requested.store(true);
+    return std::string("stopping (draining the output first)");
+  };
+  ControlApi api(pipeline, std::move(hooks),
                  config.state_file.empty() ? config.control_socket.parent_path() / "uploads"
                                            : config.state_file.parent_path() / "tapstream-uploads");
   if (!restored_config_text.empty()) api.remember_applied_config(restored_config_text);
@@ -791,41 +798,14 @@ int run_daemon(RunArgs args) {
   }
   std::unique_ptr<ControlServer> control;
   if (!config.control_socket.empty()) {
-    ControlHandlers handlers;
-    handlers.status = [&] {
-      return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
-                         devices.output_name(), started);
-    };
-    handlers.load = [&](const LoadRequest& request) {
-      const std::string error = swapper.load(request);
-      if (!error.empty()) throw std::runtime_error(error);
-      const std::uint64_t block = pipeline.stats().last_swap_block;
-      switch (request.target) {
-        case LoadRequest::Target::channel:
-          return fmt::format("{} installed for channel {} at block {}", request.file.string(),
-                             request.input, block);
-        case LoadRequest::Target::all_channels:
-          return fmt::format("{} installed for all channels at block {}", request.file.string(),
-                             block);
-        case LoadRequest::Target::path:
-          return fmt::format("{} installed for input {} -> output {} at block {}",
-                             request.file.string(), request.input, request.output, block);
-        case LoadRequest::Target::matrix:
-          break;
-      }
-      return fmt::format("matrix {} installed at block {}", request.file.string(), block);
-    };
-    handlers.reload = reload_configuration;
-    handlers.stop = [&] {
-      stop_requested.store(true);
-      return std::string("stopping (draining the output first)");
-    };
-    handlers.json = [&api](std::string_view line) {
+    // Only the owner reaches the socket: its requests are the owner's.
+    const auto answer = [&api](std::string_view line) {
       ApiSession session;
       session.can_subscribe = false;
+      session.owner = true;
       return api.handle(line, session);
     };
-    control = std::make_unique<ControlServer>(config.control_socket, std::move(handlers));
+    control = std::make_unique<ControlServer>(config.control_socket, answer);
     control->start();
     spdlog::info("control socket {}", config.control_socket.string());
   }

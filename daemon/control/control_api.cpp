@@ -40,11 +40,29 @@ const char* to_string(ApiErrorType type) {
 
 namespace {
 
-constexpr const char* known_requests[] = {
-    "list_requests",    "get_state",          "get_info",      "get_stats",  "get_meters",
-    "subscribe_meters", "unsubscribe_meters", "get_volume",    "set_volume", "set_mute",
-    "list_filters",     "get_filter",         "upload_filter", "get_config", "validate_config",
-    "apply_config",     "patch_config",       "undo_config",   "get_log"};
+constexpr const char* known_requests[] = {"list_requests",
+                                          "get_state",
+                                          "get_info",
+                                          "get_stats",
+                                          "get_meters",
+                                          "subscribe_meters",
+                                          "unsubscribe_meters",
+                                          "get_volume",
+                                          "set_volume",
+                                          "set_mute",
+                                          "list_filters",
+                                          "get_filter",
+                                          "upload_filter",
+                                          "get_config",
+                                          "validate_config",
+                                          "apply_config",
+                                          "patch_config",
+                                          "undo_config",
+                                          "get_log",
+                                          "get_status",
+                                          "load",
+                                          "reload",
+                                          "stop"};
 
 [[noreturn]] void fail(ApiErrorType type, const std::string& message) {
   throw ApiError(type, message);
@@ -261,12 +279,13 @@ struct ControlApi::Impl {
     return config.config_file.empty() ? std::string() : read_text(config.config_file);
   }
 
-  json state() {
-    const LiveStats stats = pipeline.stats();
+  // What the daemon is doing: running, paused (the master mute silences the
+  // output, processing goes on), stalled (no block for a while) or stopping.
+  json state_keys(std::uint64_t blocks) {
     std::lock_guard lock(mutex);
     const auto now = Clock::now();
-    if (stats.blocks != last_blocks) {
-      last_blocks = stats.blocks;
+    if (blocks != last_blocks) {
+      last_blocks = blocks;
       last_progress = now;
     }
     const double since = std::chrono::duration<double>(now - last_progress).count();
@@ -275,60 +294,65 @@ struct ControlApi::Impl {
     if (!stop_reason.empty()) {
       state = "stopping";
     } else if (pipeline.output_stage().muted(std::nullopt)) {
-      state = "paused";  // the master mute silences the output, processing goes on
+      state = "paused";
     } else if (since > std::max(0.5, 20 * block_s)) {
       state = "stalled";
     }
-    return {{"state", state},
-            {"stop_reason", stop_reason},
-            {"seconds_since_last_block", since},
-            {"blocks", stats.blocks}};
+    return {{"state", state}, {"stop_reason", stop_reason}, {"seconds_since_last_block", since}};
   }
 
-  json info() const {
-    const LiveConfig config = hooks.config();
-    const auto [input, output] = hooks.devices();
-    return {{"backend", pipeline.engine_name()},
-            {"engine", pipeline.engine_description()},
-            {"input", input.empty() ? config.input.describe() : input},
-            {"output", output.empty() ? config.output.describe() : output},
-            {"sample_rate", pipeline.sample_rate()},
-            {"channels", pipeline.channels()},
-            {"block_frames", pipeline.block_frames()},
-            {"latency_frames", pipeline.latency_frames()},
-            {"latency_ms", pipeline.latency_ms()},
-            {"max_taps", pipeline.engine_max_taps()},
-            {"max_gain_db", config.api_max_gain_db},
-            {"realtime", pipeline.realtime_granted()},
-            {"ramp_ms",
-             1000.0 * double(pipeline.output_stage().ramp_frames()) / pipeline.sample_rate()}};
-  }
-
-  json stats() const {
+  // The one status document (get_status; `ctl status` prints it): the
+  // daemon's (daemon/control/daemon_status.hpp), with what only the API and
+  // the pipeline know. get_state, get_info and get_stats are views of it.
+  json status_now() {
+    if (!hooks.status) fail(ApiErrorType::internal, "status is not available");
+    json document = json::parse(json_line(status_document(hooks.status())));
     const LiveStats s = pipeline.stats();
-    const auto p = pipeline.processing_times().summary();
-    const double period_us = 1e6 * double(pipeline.block_frames()) / pipeline.sample_rate();
-    return {{"blocks", s.blocks},
-            {"frames_in", s.frames_in},
-            {"frames_out", s.frames_out},
-            {"underruns", s.underruns},
-            {"late_frames", s.underrun_frames},
-            {"late_periods", s.late_periods},
-            {"late_unstarted", s.late_unstarted},
-            {"nonfinite_inputs", s.nonfinite_inputs},
-            {"overruns", s.overruns},
-            {"lost_frames", s.overrun_frames},
-            {"clipped", pipeline.output_stage().clipped_total()},
-            {"swaps", s.swaps},
-            {"rejected_swaps", s.rejected_swaps},
-            {"engine_errors", s.engine_errors},
-            {"load", period_us > 0 ? p.mean_us / period_us : 0.0},
-            {"block_us",
-             {{"period", period_us},
-              {"mean", p.mean_us},
-              {"p50", p.p50_us},
-              {"p99", p.p99_us},
-              {"max", p.max_us}}}};
+    document.update(state_keys(document.value("blocks", std::uint64_t{0})));
+    document["max_taps"] = pipeline.engine_max_taps();
+    document["max_gain_db"] = hooks.config().api_max_gain_db;
+    document["realtime"] = pipeline.realtime_granted();
+    document["ramp_ms"] =
+        1000.0 * double(pipeline.output_stage().ramp_frames()) / pipeline.sample_rate();
+    document["frames_in"] = s.frames_in;
+    document["frames_out"] = s.frames_out;
+    document["late_frames"] = s.underrun_frames;
+    document["lost_frames"] = s.overrun_frames;
+    document["clipped"] = pipeline.output_stage().clipped_total();
+    document["engine_errors"] = s.engine_errors;
+    // The web API's names for processing_us (engine time per block), from it.
+    const json& processing = document["processing_us"];
+    const double period_us = processing.value("block_period", 0.0);
+    const double mean_us = processing.value("mean", 0.0);
+    document["load"] = period_us > 0 ? mean_us / period_us : 0.0;
+    document["block_us"] = {{"period", period_us},
+                            {"mean", mean_us},
+                            {"p50", processing.value("p50", 0.0)},
+                            {"p99", processing.value("p99", 0.0)},
+                            {"max", processing.value("max", 0.0)}};
+    return document;
+  }
+
+  static json view(const json& document, std::initializer_list<const char*> keys) {
+    json out = json::object();
+    for (const char* key : keys) {
+      if (document.contains(key)) out[key] = document[key];
+    }
+    return out;
+  }
+  json state() {
+    return view(status_now(), {"state", "stop_reason", "seconds_since_last_block", "blocks"});
+  }
+  json info() {
+    return view(status_now(),
+                {"backend", "engine", "input", "output", "sample_rate", "channels", "block_frames",
+                 "latency_frames", "latency_ms", "max_taps", "max_gain_db", "realtime", "ramp_ms"});
+  }
+  json stats() {
+    return view(status_now(),
+                {"blocks", "frames_in", "frames_out", "underruns", "late_frames", "late_periods",
+                 "late_unstarted", "nonfinite_inputs", "overruns", "lost_frames", "clipped",
+                 "swaps", "rejected_swaps", "engine_errors", "load", "block_us"});
   }
 
   json volume() const {
@@ -640,8 +664,93 @@ struct ControlApi::Impl {
     return errors;
   }
 
+  // The owner's requests (ApiSession::owner): the control socket's alone.
+  static void owner_only(const ApiSession& session, const std::string& verb) {
+    if (session.owner) return;
+    fail(ApiErrorType::not_allowed,
+         fmt::format("'{}' is for the control socket's owner (tapstream ctl {}); over the "
+                     "websocket, upload_filter loads a filter and apply_config the configuration",
+                     verb, verb));
+  }
+
+  // The owner's load: {"channel": C or "all", "file"}, {"input", "output",
+  // "file"} (a path) or {"matrix"} (a whole matrix file); FILE absolute.
+  json owner_load(const json& request) {
+    const auto absolute = [](const char* name, const json& request) {
+      const std::string file = string_field(request, name);
+      if (file.empty() || file.front() != '/') {
+        fail(ApiErrorType::invalid_value,
+             fmt::format("'{}' = \"{}\" is not an absolute path", name, shortened(file)));
+      }
+      return fs::path(file);
+    };
+    const auto number = [](const json& request, const char* name) {
+      const json& value = field(request, name);
+      if (!value.is_number_unsigned()) {
+        fail(ApiErrorType::bad_request, fmt::format("'{}' must be a number from 0", name));
+      }
+      return static_cast<std::size_t>(value.get<std::uint64_t>());
+    };
+    const bool has_path = request.contains("input") || request.contains("output");
+    const int forms =
+        int(request.contains("channel")) + int(has_path) + int(request.contains("matrix"));
+    if (forms != 1 || (request.contains("matrix") && request.contains("file"))) {
+      fail(ApiErrorType::bad_request,
+           "load takes one of {\"channel\": C or \"all\", \"file\"}, {\"input\", "
+           "\"output\", \"file\"} or {\"matrix\"}");
+    }
+    LoadRequest load;
+    if (request.contains("matrix")) {
+      load = LoadRequest::whole_matrix(absolute("matrix", request));
+    } else if (has_path) {
+      const std::size_t input = number(request, "input");
+      const std::size_t output = number(request, "output");
+      load = LoadRequest::path(input, output, absolute("file", request));
+    } else {
+      const json& channel = request["channel"];
+      if (channel.is_string() && channel.get<std::string>() == "all") {
+        load = LoadRequest::all(absolute("file", request));
+      } else if (channel.is_number_unsigned()) {
+        load = LoadRequest::channel(number(request, "channel"), absolute("file", request));
+      } else {
+        fail(ApiErrorType::bad_request, "'channel' must be \"all\" or a channel number from 0");
+      }
+    }
+    const std::string refused = hooks.load(load);
+    if (!refused.empty()) fail(ApiErrorType::rejected, refused);
+    const std::uint64_t block = pipeline.stats().last_swap_block;
+    const std::string file = load.file.string();
+    switch (load.target) {
+      case LoadRequest::Target::channel:
+        return {{"message",
+                 fmt::format("{} installed for channel {} at block {}", file, load.input, block)}};
+      case LoadRequest::Target::all_channels:
+        return {{"message", fmt::format("{} installed for all channels at block {}", file, block)}};
+      case LoadRequest::Target::path:
+        return {{"message", fmt::format("{} installed for input {} -> output {} at block {}", file,
+                                        load.input, load.output, block)}};
+      case LoadRequest::Target::matrix:
+        break;
+    }
+    return {{"message", fmt::format("matrix {} installed at block {}", file, block)}};
+  }
+
   json dispatch(const std::string& verb, const json& request, ApiSession& session) {
     OutputStage& stage = pipeline.output_stage();
+    if (verb == "get_status") return status_now();
+    if (verb == "load" || verb == "reload" || verb == "stop") {
+      owner_only(session, verb);
+      if (verb == "load") return owner_load(request);
+      const auto& act = verb == "reload" ? hooks.reload : hooks.stop;
+      if (!act) fail(ApiErrorType::internal, verb + " is not available");
+      try {
+        return {{"message", act()}};
+      } catch (const ApiError&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail(ApiErrorType::rejected, e.what());
+      }
+    }
     if (verb == "list_requests") return known_requests;
     if (verb == "get_state") return state();
     if (verb == "get_info") return info();
@@ -762,7 +871,8 @@ std::string ControlApi::handle(std::string_view text, ApiSession& session) {
     if (!request.is_object()) fail(ApiErrorType::bad_request, "a request is a JSON object");
     if (request.contains("id")) reply["id"] = request["id"];
     const std::string verb = string_field(request, "request");
-    reply["request"] = verb;
+    // Echoed, but not at any length: a reply is not an amplifier.
+    reply["request"] = verb.size() <= 64 ? verb : verb.substr(0, 61) + "...";
     reply["result"] = impl_->dispatch(verb, request, session);
     reply["ok"] = true;
   } catch (const ApiError& e) {

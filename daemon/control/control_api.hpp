@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "daemon/config.hpp"
+#include "daemon/control/daemon_status.hpp"
 #include "daemon/control/load_request.hpp"
 #include "dsp/output_stage.hpp"
 #include "dsp/routing_matrix.hpp"
@@ -44,7 +45,7 @@ enum class ApiErrorType {
   unknown_request,  // "request" names nothing known
   invalid_value,    // a field's value is out of range (channel, volume, interval)
   rejected,         // a filter or configuration failed validation; the running one stays
-  not_allowed,      // e.g. a subscription over the Unix socket
+  not_allowed,      // e.g. a subscription over the Unix socket, `stop` over the websocket
   internal,
 };
 const char* to_string(ApiErrorType type);
@@ -79,12 +80,17 @@ struct ApiHooks {
   // its filters are loaded and checked as a start checks them, so that the
   // API never stores a configuration that makes the next start fail.
   std::function<std::string(const LiveConfig&)> check_start;
-  // Device names as opened ("" where a file is used).
-  std::function<std::pair<std::string, std::string>()> devices;
   // Recent log lines, oldest first.
   std::function<std::vector<std::string>(std::size_t limit)> log;
   // Called after every change that the state file keeps.
   std::function<void()> state_changed;
+  // The daemon's status (daemon/control/daemon_status.hpp): get_status.
+  std::function<DaemonStatus()> status;
+  // The owner's requests (ApiSession::owner): reads the configuration file
+  // again as SIGHUP does, returning what it did or throwing with the reason;
+  // asks the daemon to stop cleanly, returning a message.
+  std::function<std::string()> reload;
+  std::function<std::string()> stop;
 };
 
 // One client's place: its meter cursor and subscription.
@@ -92,6 +98,10 @@ struct ApiSession {
   MeterCursor meters;
   std::optional<std::chrono::milliseconds> meter_interval;  // subscribed when set
   bool can_subscribe = true;
+  // The control socket's client, whom only the owner can be: may `load` any
+  // file (as the configuration file may name it), `reload` and `stop`. A
+  // websocket client is not: those requests get not_allowed there.
+  bool owner = false;
 };
 
 // What the API may change (docs/api.md, "What the API may change"): volume,

@@ -63,8 +63,9 @@ sockaddr_un socket_address(const fs::path& path) {
   return address;
 }
 
-std::string error_reply(std::string_view message) {
-  return json_line(Json{{"ok", false}, {"error", message}});
+// An error as the API writes it (daemon/control/control_api.hpp).
+std::string error_reply(std::string_view message, std::string_view type = "bad_request") {
+  return json_line(Json{{"ok", false}, {"error", {{"type", type}, {"message", message}}}});
 }
 
 std::string oversized_reply() {
@@ -148,62 +149,8 @@ struct Client {
 
 }  // namespace
 
-std::string status_to_json(const DaemonStatus& status) {
-  Json json;
-  json["ok"] = true;
-  json["backend"] = status.backend;
-  json["engine"] = status.engine;
-  json["input"] = status.input_device;
-  json["output"] = status.output_device;
-  json["sample_rate"] = status.sample_rate;
-  json["block_frames"] = status.block_frames;
-  json["channels"] = status.channels;
-  json["latency_frames"] = status.latency_frames;
-  json["latency_ms"] =
-      status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
-  json["latency_mode"] = status.latency_mode;
-  json["inputs"] = status.input_channels;
-  json["outputs"] = status.channels;
-  Json paths = Json::array();
-  Json filters = Json::array();  // the same, under the key a filter per channel always had
-  for (std::size_t p = 0; p < status.paths.size(); ++p) {
-    const auto& path = status.paths[p];
-    Json entry = {{"input", path.input},     {"output", path.output},
-                  {"file", path.file},       {"taps", path.taps},
-                  {"gain_db", path.gain_db}, {"delay_frames", path.delay_frames},
-                  {"invert", path.invert}};
-    paths.push_back(entry);
-    Json alias = {{"channel", p}};
-    alias.update(entry);
-    filters.push_back(std::move(alias));
-  }
-  json["matrix"] = {{"file", status.matrix_file}, {"paths", std::move(paths)}};
-  json["filters"] = std::move(filters);
-  json["blocks"] = status.blocks;
-  json["underruns"] = status.underruns;
-  json["overruns"] = status.overruns;
-  json["late_periods"] = status.late_periods;
-  json["late_unstarted"] = status.late_unstarted;
-  json["nonfinite_inputs"] = status.nonfinite_inputs;
-  json["swaps"] = status.swaps;
-  json["rejected_swaps"] = status.rejected_swaps;
-  json["uptime_s"] = status.uptime_s;
-  const auto& p = status.processing;
-  json["processing_us"] = {
-      {"blocks", p.count},
-      {"block_period",
-       status.sample_rate > 0 ? 1e6 * double(status.block_frames) / status.sample_rate : 0.0},
-      {"mean", p.mean_us},
-      {"p50", p.p50_us},
-      {"p90", p.p90_us},
-      {"p99", p.p99_us},
-      {"p999", p.p999_us},
-      {"max", p.max_us}};
-  return json_line(json);
-}
-
-ControlServer::ControlServer(fs::path socket_path, ControlHandlers handlers)
-    : path_(std::move(socket_path)), handlers_(std::move(handlers)) {}
+ControlServer::ControlServer(fs::path socket_path, ControlAnswer answer)
+    : path_(std::move(socket_path)), answer_(std::move(answer)) {}
 
 ControlServer::~ControlServer() {
   stop();
@@ -267,163 +214,32 @@ void ControlServer::stop() {
 
 namespace {
 
-constexpr std::string_view known_requests =
-    "status, load CHANNEL|all FILE, load path I O FILE, load matrix FILE, reload, stop";
-
-// A channel number as the text protocol writes it; nullopt if it is not one.
-std::optional<std::size_t> channel_number(std::string_view text) {
-  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != text.npos)
-    return std::nullopt;
-  return std::stoul(std::string(text));
-}
-
-// One request, whichever way it was written.
-struct Request {
-  std::string verb;
-  std::string channel;  // load: a number or "all"
-  std::string file;     // load
-  bool has_arguments = false;
-};
-
-// `load 0 /x.txt` or `status`: the verb, then the channel, then the rest of
-// the line (a file name may hold spaces).
-Request parse_text_request(std::string_view line) {
-  Request request;
-  const auto space = line.find_first_of(" \t");
-  request.verb = line.substr(0, space);
-  const std::string_view rest =
-      space == std::string_view::npos ? std::string_view() : trim(line.substr(space + 1));
-  request.has_arguments = !rest.empty();
-  const auto split = rest.find_first_of(" \t");
-  request.channel = rest.substr(0, split);
-  if (split != std::string_view::npos) request.file = trim(rest.substr(split + 1));
-  return request;
-}
-
-// {"command":"load","channel":0,"file":"/x.txt"}; channel may also be "all".
-Request parse_json_request(std::string_view line) {
-  const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) throw std::invalid_argument("request is not valid JSON");
-  if (!json.is_object()) throw std::invalid_argument("a JSON request must be an object");
-  Request request;
-  std::string input, output, matrix;  // {"input":0,"output":1,"file":...}, {"matrix":...}
-  for (const auto& [key, value] : json.items()) {
-    if ((key == "input" || key == "output") && value.is_number_unsigned()) {
-      (key == "input" ? input : output) = std::to_string(value.get<std::uint64_t>());
-    } else if (key == "matrix" && value.is_string()) {
-      matrix = value.get<std::string>();
-    } else if (key == "command" && value.is_string()) {
-      request.verb = value.get<std::string>();
-    } else if (key == "channel" && value.is_number_unsigned()) {
-      request.channel = std::to_string(value.get<std::uint64_t>());
-    } else if (key == "channel" && value.is_string()) {
-      request.channel = value.get<std::string>();
-    } else if (key == "file" && value.is_string()) {
-      request.file = value.get<std::string>();
-    } else {
-      throw std::invalid_argument("unexpected JSON field '" + shorten(key) +
-                                  "' (known: command, channel, file, input, output, matrix)");
-    }
-    if (key != "command") request.has_arguments = true;
-  }
-  // The text forms `load path I O FILE` and `load matrix FILE`.
-  if (!input.empty() || !output.empty()) {
-    if (input.empty() || output.empty() || !request.channel.empty() || !matrix.empty()) {
-      throw std::invalid_argument("a path's load takes \"input\", \"output\" and \"file\"");
-    }
-    request.channel = "path";
-    request.file = input + " " + output + " " + request.file;
-  } else if (!matrix.empty()) {
-    if (!request.channel.empty() || !request.file.empty()) {
-      throw std::invalid_argument("a matrix load takes \"matrix\" alone");
-    }
-    request.channel = "matrix";
-    request.file = matrix;
-  }
-  if (request.verb.empty()) throw std::invalid_argument("JSON request without \"command\"");
-  return request;
-}
+constexpr std::string_view json_form =
+    "the control socket takes one JSON request per line, as {\"request\":\"get_status\"} or "
+    "{\"request\":\"load\",\"channel\":0,\"file\":\"/abs/f.txt\"} (docs/api.md); "
+    "`tapstream ctl status|load|reload|stop` writes them for you";
 
 }  // namespace
 
 std::string ControlServer::handle_request(std::string_view line) const {
   try {
     line = trim(line);
-    if (line.empty())
-      return error_reply("empty request (known: " + std::string(known_requests) + ")");
-    if (line.front() == '{' && handlers_.json) {
-      // {"request": ...}: the shared model of daemon/control/control_api.hpp.
-      const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (json.is_object() && json.contains("request")) return handlers_.json(line);
+    if (line.empty()) return error_reply("empty request: " + std::string(json_form));
+    if (line.front() != '{') {
+      return error_reply("'" + shorten(line) +
+                         "' is not a JSON request: " + std::string(json_form));
     }
-    const Request request =
-        line.front() == '{' ? parse_json_request(line) : parse_text_request(line);
-
-    if (request.verb == "status") {
-      if (request.has_arguments) return error_reply("status takes no arguments");
-      if (!handlers_.status) return error_reply("status is not available");
-      return status_to_json(handlers_.status());
+    const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("command") && !json.contains("request")) {
+      return error_reply("{\"command\": ...} requests are retired; write {\"request\": ...}: " +
+                         std::string(json_form));
     }
-    if (request.verb == "reload" || request.verb == "stop") {
-      if (request.has_arguments) return error_reply(request.verb + " takes no arguments");
-      const auto& handler = request.verb == "reload" ? handlers_.reload : handlers_.stop;
-      if (!handler) return error_reply(request.verb + " is not available");
-      return json_line(Json{{"ok", true}, {"message", handler()}});
-    }
-    if (request.verb == "load" && request.channel == "path") {
-      // load path I O FILE: `file` holds "I O FILE".
-      const std::string_view rest = request.file;
-      const auto first = rest.find_first_of(" \t");
-      const auto second = first == rest.npos ? rest.npos : rest.find_first_of(" \t", first + 1);
-      if (second == rest.npos) return error_reply("usage: load path INPUT OUTPUT FILE");
-      const auto input = channel_number(rest.substr(0, first));
-      const auto output = channel_number(trim(rest.substr(first + 1, second - first - 1)));
-      const std::string file(trim(rest.substr(second + 1)));
-      if (!input || !output) {
-        return error_reply("load path: '" + shorten(rest.substr(0, second)) +
-                           "' is not an input and an output number (from 0)");
-      }
-      if (file.empty() || file.front() != '/') {
-        return error_reply("file '" + shorten(file) + "' is not an absolute path");
-      }
-      if (!handlers_.load) return error_reply("load is not available");
-      return json_line(Json{{"ok", true},
-                            {"message", handlers_.load(LoadRequest::path(*input, *output, file))}});
-    }
-    if (request.verb == "load" && request.channel == "matrix") {
-      if (request.file.empty() || request.file.front() != '/') {
-        return error_reply("usage: load matrix FILE (an absolute path)");
-      }
-      if (!handlers_.load) return error_reply("load is not available");
-      return json_line(
-          Json{{"ok", true}, {"message", handlers_.load(LoadRequest::whole_matrix(request.file))}});
-    }
-    if (request.verb == "load") {
-      if (request.channel.empty() || request.file.empty()) {
-        return error_reply("usage: load CHANNEL|all FILE");
-      }
-      std::optional<std::size_t> channel;
-      if (request.channel != "all") {
-        channel = channel_number(request.channel);
-        if (!channel) {
-          return error_reply("channel '" + shorten(request.channel) +
-                             "' is neither 'all' nor a channel number (from 0)");
-        }
-      }
-      if (request.file.front() != '/') {
-        return error_reply("file '" + shorten(request.file) + "' is not an absolute path");
-      }
-      if (!handlers_.load) return error_reply("load is not available");
-      const std::string message = handlers_.load(
-          channel ? LoadRequest::channel(*channel, request.file) : LoadRequest::all(request.file));
-      return json_line(Json{{"ok", true}, {"message", message}});
-    }
-    return error_reply("unknown request '" + shorten(request.verb) +
-                       "' (known: " + std::string(known_requests) + ")");
+    // Everything else, malformed JSON included, is the API's to answer.
+    return answer_(line);
   } catch (const std::exception& e) {
-    return error_reply(e.what());
+    return error_reply(e.what(), "internal");
   } catch (...) {
-    return error_reply("internal error");
+    return error_reply("internal error", "internal");
   }
 }
 

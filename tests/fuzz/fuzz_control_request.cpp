@@ -1,7 +1,8 @@
-// Control-socket requests: one line of text ("status", "load 0 /f.txt",
-// "reload", "stop") or one JSON object (the request model shared with the
-// websocket API, answered by a ControlApi over a real, idle pipeline). The
-// reply must always be one line of JSON.
+// Control-socket requests: one line, the JSON request model shared with the
+// websocket API (answered by a ControlApi over a real, idle pipeline, as the
+// socket's owner), or anything else (refused by the socket). The reply must
+// always be one line of JSON. The input may also be a `tapstream ctl` text
+// command: its translation (daemon/control/ctl_request.hpp) is sent too.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
+#include "daemon/control/ctl_request.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu_engine.hpp"
 #include "dsp/diagonal_engine.hpp"
@@ -51,21 +53,16 @@ struct Daemon {
     hooks.apply_config = [](const LiveConfig&, std::vector<std::string>&, std::string&) {
       return std::string();
     };
-    hooks.devices = [] { return std::pair<std::string, std::string>("in", "out"); };
     hooks.log = [](std::size_t) { return std::vector<std::string>{"a line"}; };
     hooks.state_changed = [] {};
+    hooks.status = [] { return DaemonStatus{}; };
+    hooks.reload = [] { return std::string("reloaded"); };
+    hooks.stop = [] { return std::string("stopping"); };
     api = std::make_unique<ControlApi>(*pipeline, hooks, fuzzing::scratch().path() / "uploads");
     session.can_subscribe = false;  // as on the Unix socket
-    ControlHandlers handlers;
-    handlers.status = [] { return DaemonStatus{}; };
-    handlers.load = [](const LoadRequest& request) {
-      if (!std::filesystem::exists(request.file)) throw std::runtime_error("no such file");
-      return std::string("loaded");
-    };
-    handlers.reload = [] { return std::string("reloaded"); };
-    handlers.stop = [] { return std::string("stopping"); };
-    handlers.json = [this](std::string_view line) { return api->handle(line, session); };
-    server = std::make_unique<ControlServer>(fuzzing::scratch().path() / "control.sock", handlers);
+    session.owner = true;
+    const auto answer = [this](std::string_view line) { return api->handle(line, session); };
+    server = std::make_unique<ControlServer>(fuzzing::scratch().path() / "control.sock", answer);
   }
 };
 
@@ -78,5 +75,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (reply.find('\n') != std::string::npos) __builtin_trap();  // one line per reply
   const auto parsed = nlohmann::json::parse(reply, nullptr, false);
   if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("ok")) __builtin_trap();
+  std::string request;
+  try {
+    request = ctl_request_json(line);
+  } catch (const CtlSyntaxError&) {
+    return 0;
+  }
+  const std::string printed = ctl_reply_text(daemon.server->handle_request(request));
+  if (printed.find('\n') != std::string::npos) __builtin_trap();
+  const auto shown = nlohmann::json::parse(printed, nullptr, false);
+  if (shown.is_discarded() || !shown.is_object() || !shown.contains("ok")) __builtin_trap();
   return 0;
 }
