@@ -19,9 +19,8 @@
 //   realtime_priority, which a buffered stream needs whatever the device's
 //   callback runs at; the engine's workers their niceness below the caller).
 //
-// Before, the pipeline read the callback's priority once, through
-// pthread_getschedparam (glibc's per-thread lock, inside the callback), while
-// the engine re-read its caller's with system calls: two rules for one thing.
+// The priority is read with system calls, not pthread_getschedparam, which
+// takes glibc's per-thread lock: a callback must never wait on a lock.
 
 #include <sched.h>
 
