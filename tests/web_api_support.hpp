@@ -121,6 +121,13 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
         "nonfinite_inputs", "clipped", "swaps", "rejected_swaps", "load", "block_us"}) {
     EXPECT_TRUE(stats.contains(key)) << key;
   }
+  // The one status document, of which get_state, get_info and get_stats are views.
+  const json status = api_ok(client, {{"request", "get_status"}});
+  EXPECT_EQ(status["channels"], 2);
+  EXPECT_EQ(status["filters"].size(), 2u);
+  EXPECT_EQ(status["matrix"]["paths"].size(), 2u);
+  EXPECT_EQ(status["block_us"]["period"], status["processing_us"]["block_period"]);
+  EXPECT_EQ(status["sample_rate"], sample_rate);
   // The meters read the input's level once it has come through the ring
   // (tens of ms after start-up): polled every 50 ms, each read covering the
   // periods since the one before.
