@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "daemon/control/json.hpp"
+#include "daemon/control/request_text.hpp"
 
 namespace tapstream {
 namespace {
@@ -71,17 +72,6 @@ std::string error_reply(std::string_view message, std::string_view type = "bad_r
 std::string oversized_reply() {
   return error_reply("request longer than " + std::to_string(max_control_request_bytes) +
                      " bytes (the websocket's bound too); the connection is closed");
-}
-
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r");
-  return text.substr(first, last - first + 1);
-}
-
-std::string shorten(std::string_view text) {
-  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
 }
 
 // Creates the socket's directory (0700) if needed and checks that only the

@@ -5,23 +5,13 @@
 
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/json.hpp"
+#include "daemon/control/request_text.hpp"
 
 namespace tapstream {
 namespace {
 
 constexpr std::string_view known_commands =
     "status, load CHANNEL|all FILE, load path I O FILE, load matrix FILE, reload, stop";
-
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r");
-  return text.substr(first, last - first + 1);
-}
-
-std::string shorten(std::string_view text) {
-  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
-}
 
 // The first word of `text`, and the rest (trimmed) in `rest`.
 std::string_view first_word(std::string_view text, std::string_view& rest) {
