@@ -481,7 +481,7 @@ TEST_F(ControlSocketTest, TheNameAppearsOnlyOnceTheServerListens) {
         }
       }
     });
-    ControlServer server(socket_, handlers_);
+    ControlServer server(socket_, answer());
     server.start();
     client.join();
     EXPECT_EQ(appeared_by, std::uint32_t{IN_MOVED_TO}) << "the name was made by bind()";
