@@ -122,7 +122,10 @@ class RawClient {
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
       ADD_FAILURE() << "connect: " << std::strerror(errno);
     }
-    timeval timeout{5, 0};
+    // A deadline for each reply, not a wait: generous, because a request near
+    // the 12 MiB bound is a JSON document the API parses, several seconds
+    // under ThreadSanitizer on a loaded machine.
+    timeval timeout{60, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   }
   ~RawClient() { ::close(fd_); }
