@@ -3,7 +3,7 @@
 // algorithm forced where it is reasonable. Prints a table and writes JSON.
 //
 //   cpu_engine_bench [OUT.json] [--commit SHA] [--seconds S]
-//   cpu_engine_bench --calibrate        cost-model constants for dsp/cpu_cost_model.cpp
+//   cpu_engine_bench --calibrate        cost-model constants for dsp/cpu/cpu_cost_model.cpp
 //   cpu_engine_bench --crossover        direct vs FFT by taps and block size
 //   cpu_engine_bench --raw IN.f32 OUT.f32 TAPS.f32 [--channels C] [--block N]
 //       filters a raw interleaved float32 file (the form BruteFIR reads), timing
@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "daemon/control/json.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/cpu_simd.hpp"
-#include "dsp/fftw_plan.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_simd.hpp"
+#include "dsp/cpu/fftw_plan.hpp"
 
 namespace {
 
@@ -215,7 +215,7 @@ int run_crossover(double seconds) {
   return 0;
 }
 
-// Constants of the cost model in dsp/cpu_cost_model.cpp, in nanoseconds.
+// Constants of the cost model in dsp/cpu/cpu_cost_model.cpp, in nanoseconds.
 int run_calibrate() {
   std::printf("FFT pair (forward + inverse), ns per N log2 N:\n");
   for (std::size_t n = 32; n <= 131072; n *= 2) {

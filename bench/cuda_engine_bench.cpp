@@ -19,7 +19,8 @@
 //                          [--skip direct:naive,... [--skip-reason TEXT]] [--shared]
 //                          [--only ceilings,offline,streaming,overlap,timeline]
 //                          [--engine-option KEY=VALUE ...]  (the [engine] tuning keys,
-//                          dsp/engine_tuning.hpp: e.g. fft_fused=false, cuda_zero_copy_samples=0)
+//                          dsp/model/engine_tuning.hpp: e.g. fft_fused=false,
+//                          cuda_zero_copy_samples=0)
 
 #include <cupti.h>
 
@@ -45,9 +46,9 @@
 #include <vector>
 
 #include "bench/device_ceilings.hpp"
-#include "dsp/engine.hpp"
-#include "dsp/engine_tuning.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/engine_tuning.hpp"
+#include "dsp/model/filter_bank.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/cuda_resources.hpp"

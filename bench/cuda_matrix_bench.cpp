@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "dsp/cpu_engine.hpp"
-#include "dsp/cpu_matrix_engine.hpp"
-#include "dsp/matrix_filter.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
+#include "dsp/model/matrix_filter.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
 

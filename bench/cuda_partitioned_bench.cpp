@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/filter_bank.hpp"
 #include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_engine.hpp"
 

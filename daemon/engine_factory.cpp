@@ -9,9 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dsp/cpu_engine.hpp"
-#include "dsp/cpu_matrix_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 #ifdef TAPSTREAM_CUDA_MODULE
 #include "daemon/cuda_module/cuda_module.hpp"
 #endif

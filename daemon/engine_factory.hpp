@@ -9,8 +9,8 @@
 #include <string>
 
 #include "daemon/pipeline/block_memory.hpp"
-#include "dsp/engine.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 
@@ -20,9 +20,9 @@ enum class Backend { cpu, cuda, automatic };
 Backend parse_backend(const std::string& name);
 
 // The engine for `matrix` on `backend`: a diagonal matrix (a filter per
-// channel) runs on the per-channel engines (dsp/cpu_engine, the CUDA engine)
+// channel) runs on the per-channel engines (dsp/cpu/cpu_engine, the CUDA engine)
 // through DiagonalEngine, any other on the native matrix engines
-// (dsp/cpu_matrix_engine, kernels/matrix/cuda_matrix_engine).
+// (dsp/cpu/cpu_matrix_engine, kernels/matrix/cuda_matrix_engine).
 // cuda: throws if no usable GPU (or CUDA not built in). automatic: the CUDA
 // engine when a GPU works, otherwise the CPU engine, logging the fallback once
 // with its reason. The CUDA start-up (loading, device, engine) is logged at

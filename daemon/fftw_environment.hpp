@@ -6,7 +6,7 @@
 // the program's entry, so that the engines take options and never read the
 // environment themselves.
 
-#include "dsp/fftw_plan.hpp"
+#include "dsp/cpu/fftw_plan.hpp"
 
 namespace tapstream {
 

@@ -11,7 +11,7 @@
 // the streams. Filter swaps and resets are enqueued on stream 0 after that
 // chain, so after every block already enqueued.
 //
-// Threads: an engine is used by one thread at a time (dsp/engine.hpp).
+// Threads: an engine is used by one thread at a time (dsp/model/engine.hpp).
 
 #include <cuda_runtime.h>
 
@@ -21,7 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "dsp/engine_tuning.hpp"
+#include "dsp/model/engine_tuning.hpp"
 #include "kernels/convolvers/convolver_choice.hpp"
 #include "kernels/convolvers/device_convolver.hpp"
 #include "kernels/convolvers/direct_convolver.hpp"

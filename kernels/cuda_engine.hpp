@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA engine (see dsp/engine.hpp for the contract). This header is plain
+// The CUDA engine (see dsp/model/engine.hpp for the contract). This header is plain
 // C++ so that daemon/ and bench/ can include it without CUDA headers.
 //
 // Two ways in:
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/engine.hpp"
+#include "dsp/model/engine.hpp"
 
 // The CUDA runtime's stream type (cudaStream_t is CUstream_st*), declared here so
 // that this header needs no CUDA headers.

@@ -1,7 +1,7 @@
 // Coefficient files: every format loads the taps it holds, and every bad file
 // is refused with one line naming the file (and the line, for text).
 
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 
 namespace tapstream {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 #include "process_support.hpp"
 
 namespace tapstream {

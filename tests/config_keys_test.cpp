@@ -1,9 +1,9 @@
-// Tests of the one table of configuration keys (daemon/config_keys.hpp): every
+// Tests of the one table of configuration keys (daemon/config/config_keys.hpp): every
 // key the shipped configuration documents has an effect; a change of one key
 // is reported under that key alone, in its class; a reload takes only the
 // reload keys.
 
-#include "daemon/config_keys.hpp"
+#include "daemon/config/config_keys.hpp"
 
 #include <gtest/gtest.h>
 #include <toml++/toml.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/engine_tuning.hpp"
+#include "dsp/model/engine_tuning.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

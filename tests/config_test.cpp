@@ -1,7 +1,7 @@
 // Tests of the live configuration: the shipped examples load, defaults and
 // path resolution, and every bad value is rejected naming key, value and reason.
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -28,8 +28,8 @@
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/control/json.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 
 namespace tapstream {
 namespace {

@@ -6,7 +6,7 @@
 // same float64 sum reordered so that it vectorises, which is itself checked
 // against the shared reference first (FastReferenceEqualsTheSharedReference).
 
-#include "dsp/cpu_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/cpu_worker_pool.hpp"
-#include "dsp/fftw_plan.hpp"
+#include "dsp/cpu/cpu_worker_pool.hpp"
+#include "dsp/cpu/fftw_plan.hpp"
 #include "tests/reference.hpp"
 
 namespace tapstream {

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/cpu_cost_model.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/deadline_counter.hpp"
+#include "dsp/cpu/cpu_cost_model.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/realtime/deadline_counter.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/cpu_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "tests/cuda_test_support.hpp"
 #include "tests/reference.hpp"

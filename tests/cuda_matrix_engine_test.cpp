@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/cpu_matrix_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "matrix_support.hpp"
 

@@ -39,7 +39,7 @@
 
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/ctl_request.hpp"
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"

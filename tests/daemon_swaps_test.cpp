@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/sound_file.hpp"
 #include "tests/process_support.hpp"
 #include "tests/wait_for.hpp"
 

@@ -1,7 +1,7 @@
 // DeadlineCounter: a waiter sees every count the writer publishes (and what
 // the writer wrote before it), and gives up at its deadline, never before.
 
-#include "dsp/deadline_counter.hpp"
+#include "dsp/realtime/deadline_counter.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/syscall.h>

@@ -5,7 +5,7 @@
 // per-channel engines for a diagonal matrix and the matrix engine otherwise;
 // the capabilities are asked for, never probed.
 
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "daemon/engine_factory.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/routing_matrix.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/model/routing_matrix.hpp"
 #include "reference.hpp"
 
 namespace tapstream {

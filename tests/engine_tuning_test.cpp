@@ -1,9 +1,9 @@
-// The engines' tuning keys (dsp/engine_tuning): one table for the
+// The engines' tuning keys (dsp/model/engine_tuning): one table for the
 // configuration's [engine] keys and `--engine-option`, each value checked with
 // its key, value and reason; the shipped configuration lists every key with
 // the default the engines use.
 
-#include "dsp/engine_tuning.hpp"
+#include "dsp/model/engine_tuning.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 
 namespace tapstream {
 namespace {

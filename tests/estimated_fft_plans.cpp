@@ -4,7 +4,7 @@
 // would cost seconds per size. CpuEngine.MeasuredFftPlansMatchEstimatedOnes
 // covers measured plans; the tapstream program measures (daemon/fftw_environment).
 
-#include "dsp/fftw_plan.hpp"
+#include "dsp/cpu/fftw_plan.hpp"
 
 namespace {
 

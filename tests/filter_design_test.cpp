@@ -1,7 +1,7 @@
 // Windowed-sinc design, judged by the frequency response of the taps it
 // returns (a direct DFT at chosen frequencies), not by the formulas used.
 
-#include "dsp/filter_design.hpp"
+#include "dsp/design/filter_design.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 namespace {

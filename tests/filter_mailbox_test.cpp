@@ -1,7 +1,7 @@
 // Tests of FilterMailbox: the control thread posts filter banks, the engine
 // thread installs them at block boundaries (run under ThreadSanitizer too).
 
-#include "dsp/filter_mailbox.hpp"
+#include "dsp/realtime/filter_mailbox.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // The figures `tapstream info` prints, checked on filters whose answers are
 // known in closed form.
 
-#include "dsp/filter_response.hpp"
+#include "dsp/design/filter_response.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "dsp/filter_design.hpp"
+#include "dsp/design/filter_design.hpp"
 
 namespace tapstream {
 namespace {

@@ -30,10 +30,10 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/config.hpp"
-#include "daemon/matrix_config.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/sound_file.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/config/matrix_config.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/sound_file.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

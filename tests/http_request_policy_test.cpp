@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/sound_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/wait_for.hpp"
 

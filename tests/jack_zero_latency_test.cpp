@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"

@@ -1,7 +1,7 @@
 // Tests of LatencyStats: bucket resolution, percentiles against sorted
 // samples, windows, and a concurrent writer and reader (run under TSan too).
 
-#include "dsp/latency_stats.hpp"
+#include "dsp/realtime/latency_stats.hpp"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "daemon/engine_factory.hpp"
-#include "dsp/cpu_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
 #include "tests/reference.hpp"
 #ifdef TAPSTREAM_HAVE_CUDA
 #include "kernels/cuda_engine.hpp"

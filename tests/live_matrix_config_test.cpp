@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/control/swapper.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/sound_file.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu_matrix_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "tests/matrix_support.hpp"
 
 namespace tapstream::testing {

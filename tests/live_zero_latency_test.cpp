@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"
 

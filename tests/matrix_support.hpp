@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "dsp/matrix_engine.hpp"
-#include "dsp/routing_matrix.hpp"
+#include "dsp/model/matrix_engine.hpp"
+#include "dsp/model/routing_matrix.hpp"
 #include "reference.hpp"
 
 namespace tapstream::testing {

@@ -5,7 +5,7 @@
 // bad sample never poisons a channel's delay line, and the counter that
 // `ctl status` shows.
 
-#include "dsp/non_finite.hpp"
+#include "dsp/realtime/non_finite.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,9 +22,9 @@
 
 #include "daemon/control/daemon_status.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
+#include "dsp/model/filter_bank.hpp"
 
 namespace tapstream {
 namespace {

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "daemon/commands/progress.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/cpu_matrix_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
+#include "dsp/files/sound_file.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 #include "tests/matrix_support.hpp"
 #include "tests/process_support.hpp"
 #include "tests/reference.hpp"

@@ -2,7 +2,7 @@
 // meters, including an audio thread and readers at once (run under
 // ThreadSanitizer too).
 
-#include "dsp/output_stage.hpp"
+#include "dsp/realtime/output_stage.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The partition plan alone, apart from either engine: every tap covered once,
 // every tail deadline met, and the planner following the costs it is given.
 
-#include "dsp/partition_plan.hpp"
+#include "dsp/model/partition_plan.hpp"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/matrix_config.hpp"
+#include "daemon/config/matrix_config.hpp"
 #include "matrix_support.hpp"
 #include "process_support.hpp"
 #include "reference.hpp"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/engine.hpp"
+#include "dsp/model/engine.hpp"
 
 namespace tapstream::testing {
 

@@ -2,7 +2,7 @@
 // dense), and the matrix filter's output against a float64 reference of each
 // output as the sum of its paths (gain, delay and polarity applied in float64).
 
-#include "dsp/routing_matrix.hpp"
+#include "dsp/model/routing_matrix.hpp"
 
 #include <gtest/gtest.h>
 #include <sndfile.h>
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "daemon/config.hpp"
-#include "daemon/matrix_config.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/cpu_matrix_engine.hpp"
-#include "dsp/matrix_filter.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/config/matrix_config.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_matrix_engine.hpp"
+#include "dsp/model/matrix_filter.hpp"
 #include "matrix_support.hpp"
 #include "process_support.hpp"
 #include "reference.hpp"

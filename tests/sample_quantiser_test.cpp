@@ -1,7 +1,7 @@
 // SampleQuantiser: round to nearest (halves up, as sox), explicit clipping
 // with a count, TPDF dither that is repeatable and stays within one step.
 
-#include "dsp/sample_quantiser.hpp"
+#include "dsp/files/sample_quantiser.hpp"
 
 #include <gtest/gtest.h>
 

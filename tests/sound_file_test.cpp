@@ -1,7 +1,7 @@
 // Sound-file I/O: round trips in every output encoding, clipping that is
 // counted rather than wrapped, and the temporary-file-then-rename guarantee.
 
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Tests of SpscRing: single-threaded behaviour against a simple model, and a
 // producer/consumer stress test (run it under ThreadSanitizer too).
 
-#include "dsp/spsc_ring.hpp"
+#include "dsp/realtime/spsc_ring.hpp"
 
 #include <gtest/gtest.h>
 

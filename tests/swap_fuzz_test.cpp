@@ -23,12 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/control/swapper.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

@@ -1,9 +1,9 @@
-// The one rule for following a served thread's priority (dsp/thread_priority.hpp):
+// The one rule for following a served thread's priority (dsp/realtime/thread_priority.hpp):
 // helpers go just below it by rank, within their ceiling, never below 1; the
 // served thread's priority is read with system calls that see a change the
 // thread made to itself.
 
-#include "dsp/thread_priority.hpp"
+#include "dsp/realtime/thread_priority.hpp"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

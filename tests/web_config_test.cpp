@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "tests/process_support.hpp"
 
 namespace tapstream {

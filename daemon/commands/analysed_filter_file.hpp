@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "dsp/coefficient_file.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/model/filter_bank.hpp"
 
 namespace tapstream {
 

@@ -29,8 +29,8 @@
 #include "daemon/commands/capacity_search.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
-#include "dsp/engine.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/filter_bank.hpp"
 
 namespace tapstream {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/control/json.hpp"

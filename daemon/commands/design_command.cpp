@@ -17,8 +17,8 @@
 
 #include "daemon/commands/command.hpp"
 #include "daemon/commands/response_plot.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/filter_design.hpp"
+#include "dsp/design/filter_design.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 

@@ -14,8 +14,8 @@
 #include "daemon/commands/analysed_filter_file.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/control/json.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/filter_response.hpp"
+#include "dsp/design/filter_response.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "daemon/matrix_config.hpp"
-#include "dsp/coefficient_file.hpp"
+#include "daemon/config/matrix_config.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 

@@ -13,8 +13,8 @@
 
 #include "daemon/engine_factory.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
-#include "dsp/engine.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 

@@ -12,7 +12,7 @@
 #include "daemon/commands/analysed_filter_file.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/commands/response_plot.hpp"
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 

@@ -14,7 +14,7 @@
 
 #include "daemon/commands/progress.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
-#include "dsp/non_finite.hpp"
+#include "dsp/realtime/non_finite.hpp"
 
 namespace tapstream {
 

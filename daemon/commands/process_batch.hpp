@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "daemon/commands/offline_filter.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 
 namespace tapstream {
 

@@ -5,7 +5,7 @@
 // Nothing is lost or half-written: IN is only read, OUT appears (atomically,
 // by rename) only when the whole job succeeded, and every failure is one line
 // naming the culprit. "-" is standard input or output; a FIFO or device
-// output is written through (dsp/sound_file.hpp). Exit status: 0 done, 1
+// output is written through (dsp/files/sound_file.hpp). Exit status: 0 done, 1
 // failed, 3 done from damaged input (cut short, or NaN/infinite samples
 // replaced by 0), 128 + n ended by signal n.
 
@@ -30,13 +30,13 @@
 #include "daemon/commands/offline_filter.hpp"
 #include "daemon/commands/process_batch.hpp"
 #include "daemon/commands/progress.hpp"
+#include "daemon/config/gain_range.hpp"
 #include "daemon/engine_factory.hpp"
-#include "daemon/gain_range.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
-#include "dsp/engine_tuning.hpp"
-#include "dsp/float_spool.hpp"
-#include "dsp/non_finite.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/float_spool.hpp"
+#include "dsp/files/sound_file.hpp"
+#include "dsp/model/engine_tuning.hpp"
+#include "dsp/realtime/non_finite.hpp"
 
 namespace tapstream {
 

@@ -20,8 +20,8 @@
 #include <stdexcept>
 
 #include "daemon/commands/command.hpp"
-#include "dsp/filter_response.hpp"
-#include "dsp/temporary_file.hpp"
+#include "dsp/design/filter_response.hpp"
+#include "dsp/files/temporary_file.hpp"
 
 extern char** environ;
 

@@ -1,7 +1,7 @@
 #pragma once
 // Pictures of filters for `tapstream plot` and `design --plot`: magnitude
 // (dB), phase, group delay and impulse response, several filters overlaid,
-// drawn by gnuplot from data tapstream computes (dsp/filter_response). The
+// drawn by gnuplot from data tapstream computes (dsp/design/filter_response). The
 // data and the script live in a private temporary directory that is removed
 // afterwards; the picture is written beside its destination and renamed onto
 // it, so a failure leaves no file behind and touches none but the one named.

@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "daemon/commands/command.hpp"
-#include "daemon/config.hpp"
-#include "daemon/config_keys.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/config/config_keys.hpp"
 #include "daemon/control/control_api.hpp"
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/file_watcher.hpp"
@@ -54,7 +54,7 @@
 #include "daemon/io/audio_device.hpp"
 #include "daemon/io/file_endpoints.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/coefficient_file.hpp"
+#include "dsp/files/coefficient_file.hpp"
 
 namespace tapstream {
 

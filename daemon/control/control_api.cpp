@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "daemon/config_keys.hpp"
+#include "daemon/config/config_keys.hpp"
 #include "daemon/control/file_text.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 

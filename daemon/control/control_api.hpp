@@ -29,11 +29,11 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/control/daemon_status.hpp"
 #include "daemon/control/load_request.hpp"
-#include "dsp/output_stage.hpp"
-#include "dsp/routing_matrix.hpp"
+#include "dsp/model/routing_matrix.hpp"
+#include "dsp/realtime/output_stage.hpp"
 
 namespace tapstream {
 
@@ -69,7 +69,7 @@ struct ApiHooks {
   // reason it was refused.
   std::function<std::string(const LoadRequest& request)> load;
   // The running configuration, and its replacement (its reload keys are
-  // taken, daemon/config_keys.hpp; returns "" or the reason; the keys whose
+  // taken, daemon/config/config_keys.hpp; returns "" or the reason; the keys whose
   // change waits for a restart are named in `restart_needed`, what the
   // filters did in `summary`).
   std::function<LiveConfig()> config;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "daemon/control/json.hpp"
-#include "dsp/latency_stats.hpp"
+#include "dsp/realtime/latency_stats.hpp"
 
 namespace tapstream {
 

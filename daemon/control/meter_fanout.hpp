@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/output_stage.hpp"
+#include "dsp/realtime/output_stage.hpp"
 
 namespace tapstream {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "dsp/output_stage.hpp"
+#include "dsp/realtime/output_stage.hpp"
 
 namespace tapstream {
 

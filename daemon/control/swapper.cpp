@@ -9,10 +9,10 @@
 #include <optional>
 #include <stdexcept>
 
+#include "daemon/config/matrix_config.hpp"
 #include "daemon/control/file_text.hpp"
-#include "daemon/matrix_config.hpp"
-#include "dsp/coefficient_file.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/files/coefficient_file.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 

@@ -2,7 +2,7 @@
 // Every way a new filter reaches a running `tapstream run` ends here: `ctl
 // load` (a channel, all channels, a path, a whole matrix file), `ctl reload`
 // and SIGHUP, the web API's configuration and uploads, the file watcher, a
-// restored state file. What runs is one RoutingMatrix (dsp/routing_matrix.hpp):
+// restored state file. What runs is one RoutingMatrix (dsp/model/routing_matrix.hpp):
 // the configured [filter] matrix, or, without one, the diagonal matrix of the
 // configured filter per channel. A new matrix is built and validated on the
 // calling (control) thread from the running one, checked against it (same
@@ -44,11 +44,11 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/config.hpp"
+#include "daemon/config/config.hpp"
 #include "daemon/control/load_request.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/filter_bank.hpp"
-#include "dsp/routing_matrix.hpp"
+#include "dsp/model/filter_bank.hpp"
+#include "dsp/model/routing_matrix.hpp"
 
 namespace tapstream {
 

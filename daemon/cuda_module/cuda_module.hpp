@@ -11,8 +11,8 @@
 #include <span>
 #include <string>
 
-#include "dsp/engine.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 

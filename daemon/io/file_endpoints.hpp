@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 
 namespace tapstream {
 

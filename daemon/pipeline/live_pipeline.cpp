@@ -11,9 +11,9 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "dsp/deadline_counter.hpp"
-#include "dsp/non_finite.hpp"
-#include "dsp/thread_priority.hpp"
+#include "dsp/realtime/non_finite.hpp"
+#include "dsp/realtime/deadline_counter.hpp"
+#include "dsp/realtime/thread_priority.hpp"
 
 namespace tapstream {
 
@@ -295,7 +295,7 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
 }
 
 void LivePipeline::note_callback_priority() noexcept {
-  // The rule of dsp/thread_priority.hpp: read by the callback itself, now and then.
+  // The rule of dsp/realtime/thread_priority.hpp: read by the callback itself, now and then.
   if (callback_priority_seen_ && ++callback_calls_since_priority_ < kPriorityRereadCalls) return;
   callback_priority_seen_ = true;
   callback_calls_since_priority_ = 0;
@@ -441,7 +441,7 @@ void LivePipeline::follow_callback_priority() {
   applied_callback_priority_ = callback;
   // The device's callback (JACK's process thread) must never wait for us:
   // run just below it, and the engine's own helpers below us; a callback that
-  // is not real-time leaves us at realtime_priority (dsp/thread_priority.hpp).
+  // is not real-time leaves us at realtime_priority (dsp/realtime/thread_priority.hpp).
   const int wanted = callback > 0 ? priority_below(callback, 0, options_.realtime_priority)
                                   : options_.realtime_priority;
   if (!realtime_granted_.load(std::memory_order_relaxed) || wanted == current_priority_) return;

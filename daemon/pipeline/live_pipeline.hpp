@@ -21,7 +21,7 @@
 // - Any thread may read stats(). The counters are plain event counts with one
 //   writer each, so relaxed ordering is enough: nobody infers the state of
 //   other memory from them. The rings publish the samples themselves with
-//   acquire/release (see dsp/spsc_ring.hpp).
+//   acquire/release (see dsp/realtime/spsc_ring.hpp).
 //
 // Latency modes:
 // - buffered: the output ring starts with latency_frames() = block_frames +
@@ -71,12 +71,12 @@
 #include <vector>
 
 #include "daemon/pipeline/latency_mode.hpp"
-#include "dsp/engine.hpp"
-#include "dsp/filter_mailbox.hpp"
-#include "dsp/latency_stats.hpp"
-#include "dsp/matrix_engine.hpp"
-#include "dsp/output_stage.hpp"
-#include "dsp/spsc_ring.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
+#include "dsp/realtime/filter_mailbox.hpp"
+#include "dsp/realtime/latency_stats.hpp"
+#include "dsp/realtime/output_stage.hpp"
+#include "dsp/realtime/spsc_ring.hpp"
 
 namespace tapstream {
 
@@ -164,7 +164,7 @@ class LivePipeline {
   // --- control side ------------------------------------------------------
   // Matrices posted here are installed by the engine thread at the next
   // block boundary (one control thread at a time, see
-  // dsp/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
+  // dsp/realtime/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
   MatrixMailbox& mailbox() { return mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
@@ -219,7 +219,7 @@ class LivePipeline {
   bool spin_for_input() noexcept;
   void request_realtime();
   // Device callback: records its thread's real-time priority (first call,
-  // then now and then: dsp/thread_priority.hpp).
+  // then now and then: dsp/realtime/thread_priority.hpp).
   void note_callback_priority() noexcept;
   // Engine thread: moves itself just below the callback's priority.
   void follow_callback_priority();

@@ -27,7 +27,7 @@
 #include <thread>
 #include <utility>
 
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 
 namespace tapstream {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "daemon/pipeline/block_memory.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "dsp/engine.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/filter_bank.hpp"
 #include "kernels/convolvers/device_convolver.hpp"
 
 namespace tapstream::cuda {

@@ -21,8 +21,8 @@
 #include <cstddef>
 #include <string>
 
-#include "dsp/engine.hpp"
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/filter_bank.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/device/sample_view.hpp"
 

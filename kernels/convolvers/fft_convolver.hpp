@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "dsp/filter_bank.hpp"
+#include "dsp/model/filter_bank.hpp"
 #include "kernels/convolvers/device_convolver.hpp"
 
 namespace tapstream::cuda {

@@ -35,8 +35,8 @@
 #include <memory>
 #include <string>
 
-#include "dsp/filter_bank.hpp"
-#include "dsp/partition_plan.hpp"
+#include "dsp/model/filter_bank.hpp"
+#include "dsp/model/partition_plan.hpp"
 #include "kernels/convolvers/device_convolver.hpp"
 
 namespace tapstream::cuda {

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA engine's native routing matrix (see dsp/matrix_engine.hpp for the
+// The CUDA engine's native routing matrix (see dsp/model/matrix_engine.hpp for the
 // contract): uniformly partitioned overlap-save with one delay line per
 // input and one inverse transform per output, the per-bin sum over inputs
 // and partitions computed by the tiled kernel (kernels/device/matrix_mac) or
@@ -7,8 +7,8 @@
 
 #include <memory>
 
-#include "dsp/engine.hpp"
-#include "dsp/matrix_engine.hpp"
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
 

@@ -17,8 +17,8 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu_engine.hpp"
-#include "dsp/diagonal_engine.hpp"
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/model/diagonal_engine.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 namespace {

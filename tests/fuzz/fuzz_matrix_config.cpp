@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "daemon/config.hpp"
-#include "daemon/matrix_config.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/config/matrix_config.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dsp/sound_file.hpp"
+#include "dsp/files/sound_file.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

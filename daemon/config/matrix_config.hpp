@@ -1,0 +1,63 @@
+#pragma once
+// Routing-matrix files: the same TOML tables offline (`process --matrix`) and
+// live. Channels count from 0, as in `ctl load`.
+//
+//   inputs = 2
+//   outputs = 4
+//   [[path]]
+//   input = 0
+//   output = 0
+//   file = "woofer.txt"   # any coefficient file tapstream reads
+//   channel = 0           # which channel of a multichannel IR file (default 0)
+//   gain_db = -3.0        # default 0
+//   delay_frames = 12     # default 0
+//   invert = false        # default false
+//
+// or, for big matrices, the dense form: one multichannel IR file whose channel
+// k is the path from input k % inputs to output k / inputs (all inputs of
+// output 0, then all of output 1, ...); an all-zero channel is an absent path.
+//
+//   inputs = 16
+//   outputs = 128
+//   [dense]
+//   file = "wfs.wav"
+//   gain_db = 0.0         # optional, for every path
+
+#include <cstddef>
+#include <filesystem>
+#include <vector>
+
+#include "daemon/config/toml_reader.hpp"
+#include "dsp/model/routing_matrix.hpp"
+
+namespace tapstream {
+
+struct MatrixFileOptions {
+  int sample_rate = 0;  // the signal's rate; every IR with a rate must match (0: no check)
+  std::size_t max_taps = std::size_t(1) << 20;
+};
+
+// Reads inputs/outputs and [[path]] or [dense] from `root`. Throws ConfigError
+// naming the file, the path and the reason.
+RoutingMatrix read_matrix(const toml_reading::Reader& reader, const toml::table& root,
+                          const MatrixFileOptions& options);
+
+// A whole matrix file (relative coefficient paths are relative to it).
+RoutingMatrix load_matrix_file(const std::filesystem::path& file, const MatrixFileOptions& options);
+
+// Only a matrix file's inputs and outputs (its keys checked, its paths not
+// read), for a configuration that names it. Throws ConfigError naming the
+// file and the key.
+struct MatrixShape {
+  std::size_t inputs = 0;
+  std::size_t outputs = 0;
+};
+MatrixShape read_matrix_shape(const std::filesystem::path& file);
+
+// The one filter of a coefficient file, for one path (`ctl load path`).
+// Throws naming the file: unreadable, another rate, too long, or more than
+// one channel.
+std::vector<float> load_path_filter(const std::filesystem::path& file,
+                                    const MatrixFileOptions& options);
+
+}  // namespace tapstream

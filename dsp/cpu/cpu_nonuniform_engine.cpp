@@ -1,0 +1,790 @@
+// The CPU engine's non-uniformly partitioned convolution, for live calls of
+// long filters (the scheme of Gardner 1995 as zita-convolver runs it): the
+// plan (dsp/model/partition_plan) cuts each filter into a head of small partitions,
+// the size of a call, and tail segments of larger ones.
+//
+// - The head is a uniformly partitioned engine (CpuEngine with a forced
+//   partition) run inside process() on the first taps of every filter.
+// - Each tail segment (partitions of P frames starting at tap T) has its own
+//   worker thread, at a lower priority than the caller and the lower the
+//   longer its partitions (their deadlines are further away). When a call
+//   completes input block m of the segment (frames [mP, (m+1)P)), process()
+//   queues job m; the worker transforms the block's 2P-frame window into the
+//   segment's frequency-domain delay line, sums the products with the
+//   segment's partitions and writes the P output frames the segment
+//   contributes at [mP + T, mP + T + P) into the segment's output ring. The
+//   plan guarantees T - P >= one call, so the job has at least a call's
+//   worth of stream time; a call that needs frames from a job not yet done
+//   waits for it (the engine stays exact and is late instead).
+// - process() adds the rings' frames for its own span to the head's output.
+//
+// Swaps: a new bank's spectra are built on a preparer thread (lowest
+// priority), never in process(). When one is ready at frame F, every tail job
+// from then on computes both banks, each into its own ring slot; segment s has
+// the new bank's output from frame floor(F / P) * P + T on, so from S' = the
+// latest of those the new bank is complete. The first call starting at or
+// after S' swaps the head engine's filters too and blends the two banks'
+// totals over that call exactly as the uniform engine does; until then the old
+// bank plays whole. A swap thus takes effect up to about max_taps frames late,
+// and no input sample is lost or repeated. Banks are freed once no queued job
+// can still read them.
+//
+// Inside an audio callback (RealtimeEngine::process_by, same-period live
+// mode) nothing waits past the period's deadline. A tail job not done by then
+// makes the call late: it returns silence, the stream advances, the job
+// finishes in the background and later calls use it, so they stay exact.
+// Only if a worker falls so far behind that, at the call's deadline, writing
+// this call's input would still overwrite input a queued job has to read, or
+// its job slots are all still taken, is the engine overloaded: it then stops
+// feeding the tails (the head keeps its history), plays silence until every
+// worker is idle, resumes, and keeps playing silence until the tails' state
+// holds only input from after the resumption (recovery_frames_): late calls,
+// never wrong ones. Swaps in the callback allocate and free nothing: the
+// preparer builds the head's filters too, retired banks wait in fixed slots,
+// and the preparer frees them.
+//
+// Threads and ordering. Written by the caller of process() (one thread, per
+// the Engine contract): the input ring, the job slots of each segment, then
+// `dispatched` (release). Read by each segment's worker after an acquire load
+// of `dispatched`. Written by a worker: its segment's delay line and output
+// ring slots, then `done` (release); process() reads a ring span only after an
+// acquire load of `done` shows the job that wrote it finished. The ring sizes
+// (see the constructor) make sure a worker never reads input the caller is
+// overwriting and never writes output the caller is reading, given the waits
+// above. The preparer hands a finished bank over by an atomic pointer
+// exchange (release/acquire) and takes requests the same way; post_filters()
+// (another thread than process()'s) touches only that request pointer and the
+// preparer's wake counter. `done` is a DeadlineCounter (dsp/realtime/deadline_counter.hpp),
+// whose release/acquire pair is the one described above.
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsp/cpu/cpu_engine.hpp"
+#include "dsp/cpu/cpu_simd.hpp"
+#include "dsp/cpu/fftw_plan.hpp"
+#include "dsp/realtime/deadline_counter.hpp"
+#include "dsp/realtime/thread_priority.hpp"
+
+namespace tapstream {
+namespace {
+
+using fftw::AlignedFloats;
+
+std::size_t div_up(std::size_t n, std::size_t m) {
+  return (n + m - 1) / m;
+}
+
+// Spectra of one bank's tail segments; immutable once built (by the preparer).
+struct TailBank {
+  bool shared = false;
+  std::vector<std::size_t> taps;  // per stored filter
+  // [segment][stored filter]: spectra of the partitions that hold taps
+  // (scaled by 1/2P), block b of partition j at b * parts * 64 + j * 64.
+  std::vector<std::vector<AlignedFloats>> spectra;
+  std::vector<std::vector<std::size_t>> parts;
+  std::optional<FilterBank> head;  // the first head taps of every filter
+  // The head engine's filters of `head` (made by the preparer; null for the
+  // first bank). A retiring bank carries the head filters the swap freed.
+  std::unique_ptr<PreparedHeadFilters> head_filters;
+  bool crossfade = true;  // how this bank takes over
+  std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
+};
+
+struct Job {
+  std::uint64_t block = 0;                 // m: input frames [mP, (m+1)P)
+  std::array<const TailBank*, 2> banks{};  // per ring slot, null: not needed
+};
+
+constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
+
+class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
+ public:
+  NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
+                      const PartitionPlan& plan);
+  ~NonUniformCpuEngine() override;
+
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override;
+  void set_filters(const FilterBank& bank, bool crossfade) override;
+  void reset() override;
+  bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                  Layout layout, const timespec& deadline) noexcept override;
+  void post_filters(const FilterBank& bank, bool crossfade) override;
+  bool preparing_filters() const override {
+    return prepare_request_.load() != nullptr || preparing_.load();
+  }
+
+  std::size_t channels() const override { return channels_; }
+  std::size_t max_block_frames() const override { return max_block_; }
+  std::size_t max_taps() const override { return max_taps_; }
+  std::string name() const override { return "cpu"; }
+  RealtimeEngine* realtime() override { return this; }
+  std::string description() const override {
+    return "cpu: non-uniform partitioned FFT, " + plan_.describe() +
+           " (head in the call, tails on " + std::to_string(segments_.size()) +
+           " lower-priority threads)";
+  }
+
+ private:
+  struct Segment {
+    std::size_t index = 0;      // in segments_ (plan segment index + 1)
+    std::size_t partition = 0;  // P
+    std::size_t count = 0;      // partitions
+    std::size_t first_tap = 0;  // T
+    std::size_t blocks = 0;     // 32-bin blocks of P + 1 bins
+    std::shared_ptr<const fftw::RealFftPair> fft;
+    AlignedFloats fdl;                 // per channel: blocks * count * 64
+    std::size_t ring = 0;              // output ring frames (a power of two)
+    std::array<AlignedFloats, 2> out;  // per slot, per channel: ring frames
+    // worker scratch
+    AlignedFloats window, spectrum, products, time;
+    std::array<Job, kJobSlots> jobs;
+    std::uint64_t base = 0;  // caller only: the job index of block 0 (jobs run in block order)
+    std::atomic<std::uint64_t> dispatched{0};
+    DeadlineCounter done;
+    std::atomic<std::uint64_t> wake{0};
+    std::atomic<int> thread_id{0};
+    std::thread thread;
+  };
+
+  std::unique_ptr<TailBank> prepare(const FilterBank& bank) const;
+  void worker(Segment& seg, int nice_level);
+  void run_job(Segment& seg, const Job& job);
+  void follow_caller_priority();
+  // One call; deadline null: wait for tails as long as it takes (never late).
+  // False: late (`out` holds silence).
+  bool run_call(std::span<const float> in, std::span<float> out, std::size_t frames, Layout layout,
+                const timespec* deadline);
+  // The first segment that cannot take [frames_, frames_ + n) without a wait
+  // (a queued job still reads the input it overwrites, or no job slot is
+  // free); null when all can.
+  const Segment* segment_that_cannot_take(std::size_t n) const;
+  // Waits, no later than the deadline, until the tails can take the call:
+  // false if they still cannot then (an overload).
+  bool wait_until_tails_can_take(std::size_t n, const timespec& deadline) const;
+  bool tails_idle() const;
+  void dispatch(std::uint64_t frames_before, std::uint64_t frames_after);
+  void take_prepared_bank();
+  // Parks a bank until no queued job reads it (a free slot is guaranteed by
+  // take_prepared_bank()).
+  void retire(std::unique_ptr<TailBank> bank);
+  std::size_t free_retired_slots() const;
+  void free_unused_banks();
+  void stop_workers();
+  void quiesce();
+
+  std::size_t channels_;
+  std::size_t max_block_;
+  std::size_t max_taps_;
+  PartitionPlan plan_;
+  std::unique_ptr<CpuHeadEngine> head_;
+  std::vector<std::unique_ptr<Segment>> segments_;
+
+  std::size_t in_ring_ = 0;  // frames, a power of two
+  AlignedFloats input_;      // per channel: in_ring_ frames of the stream
+  AlignedFloats stage_in_, stage_out_, tails_old_, tails_new_;
+  std::uint64_t frames_ = 0;  // stream frames processed
+
+  // Banks: `current_` plays in ring slot `slot_`; `next_` (when a swap is
+  // under way) fills slot 1 - slot_ and takes over at the call that starts
+  // at or after `switch_frame_`.
+  std::unique_ptr<TailBank> current_;
+  std::unique_ptr<TailBank> next_;
+  std::size_t slot_ = 0;
+  std::uint64_t switch_frame_ = 0;
+  // Retired banks and, per segment, the jobs queued before they retired;
+  // fixed slots (`dispatched` sized at construction), so that retiring one
+  // allocates nothing.
+  struct Retired {
+    std::unique_ptr<TailBank> bank;
+    std::vector<std::uint64_t> dispatched;
+  };
+  static constexpr std::size_t kRetiredSlots = 4;
+  std::array<Retired, kRetiredSlots> retired_;
+
+  // Overload (see the top): tails not fed since it began; silence until
+  // frames_ reaches mute_until_ after it ends.
+  bool overloaded_ = false;
+  std::uint64_t mute_until_ = 0;
+  std::uint64_t recovery_frames_ = 0;
+
+  // Preparer: requests and results, one each in flight, by pointer exchange.
+  struct Request {
+    FilterBank bank;
+    bool crossfade;
+  };
+  std::atomic<Request*> prepare_request_{nullptr};
+  std::atomic<TailBank*> prepared_{nullptr};
+  std::atomic<TailBank*> graveyard_{nullptr};  // a retired bank for the preparer to free
+  std::atomic<std::uint64_t> prepare_wake_{0};
+  std::atomic<bool> preparing_{false};  // the preparer holds a request
+  std::atomic<bool> stop_{false};
+  std::atomic<int> preparer_id_{0};
+  std::thread preparer_;
+
+  pthread_t priority_caller_{};  // the thread whose priority workers follow
+  bool priority_set_ = false;
+  unsigned calls_since_priority_ = 0;
+  int worker_priority_key_ = -1;  // the caller's real-time priority they follow (0: none)
+};
+
+NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
+                                         const PartitionPlan& plan)
+    : channels_(bank.channels()),
+      max_block_(options.max_block_frames),
+      max_taps_(options.max_taps == 0 ? bank.max_taps() : options.max_taps),
+      plan_(plan) {
+  plan_.validate();
+  if (max_block_ == 0 || max_block_ > plan_.head_frames) {
+    throw std::invalid_argument("cpu engine: block of " + std::to_string(max_block_) +
+                                " frames does not fit the plan's head of " +
+                                std::to_string(plan_.head_frames));
+  }
+  if (plan_.taps < max_taps_ || bank.max_taps() > max_taps_) {
+    throw std::invalid_argument("cpu engine: the partition plan covers " +
+                                std::to_string(plan_.taps) + " taps, the filters need " +
+                                std::to_string(std::max(max_taps_, bank.max_taps())));
+  }
+  const PartitionSegment& head = plan_.segments.front();
+  std::size_t in_ring = 2 * max_block_;
+  for (std::size_t s = 1; s < plan_.segments.size(); ++s) {
+    const PartitionSegment& p = plan_.segments[s];
+    auto seg = std::make_unique<Segment>();
+    seg->index = s - 1;
+    seg->partition = p.partition_frames;
+    seg->count = p.count;
+    seg->first_tap = p.first_tap;
+    seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
+    seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
+    seg->fdl = AlignedFloats(channels_ * seg->blocks * seg->count * simd::kBlockFloats);
+    // A job writes [mP + T, mP + T + P) while the caller reads frames at or
+    // after (m + 1)P: the ring must hold T + P + one call.
+    seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
+    for (auto& o : seg->out) o = AlignedFloats(channels_ * seg->ring);
+    seg->window = AlignedFloats(2 * p.partition_frames);
+    seg->spectrum = AlignedFloats(seg->blocks * simd::kBlockFloats);
+    seg->products = AlignedFloats(seg->blocks * simd::kBlockFloats);
+    seg->time = AlignedFloats(2 * p.partition_frames);
+    // Job m reads input [(m - 1)P, (m + 1)P) and is waited for no later than
+    // the call that needs frame mP + T, so input up to mP + T + one call is
+    // written meanwhile.
+    in_ring = std::max(in_ring, p.first_tap + 2 * p.partition_frames + 2 * max_block_);
+    segments_.push_back(std::move(seg));
+  }
+  in_ring_ = std::bit_ceil(in_ring);
+  for (Retired& r : retired_) r.dispatched.assign(segments_.size(), 0);
+  const PartitionSegment& last = plan_.segments.back();
+  recovery_frames_ = last.end_tap() + last.partition_frames + 2 * max_block_;
+  input_ = AlignedFloats(channels_ * in_ring_);
+  stage_in_ = AlignedFloats(channels_ * max_block_);
+  stage_out_ = AlignedFloats(channels_ * max_block_);
+  tails_old_ = AlignedFloats(channels_ * max_block_);
+  tails_new_ = AlignedFloats(channels_ * max_block_);
+
+  current_ = prepare(bank);
+  EngineOptions head_options = options;
+  head_options.max_taps = head.end_tap();
+  head_ = make_cpu_head_engine(*current_->head, head_options);
+
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    Segment& seg = *segments_[s];
+    seg.thread = std::thread([this, &seg, s] { worker(seg, int(s) + 1); });
+  }
+  preparer_ = std::thread([this] {
+    preparer_id_.store(int(gettid()), std::memory_order_relaxed);
+    setpriority(PRIO_PROCESS, 0, 19);
+    for (;;) {
+      const std::uint64_t seen = prepare_wake_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_acquire)) return;
+      delete graveyard_.exchange(nullptr, std::memory_order_acq_rel);
+      // Raised before the request is taken, so that preparing_filters() never
+      // sees neither (seq_cst).
+      preparing_.store(true);
+      std::unique_ptr<Request> request(prepare_request_.exchange(nullptr));
+      if (!request) {
+        preparing_.store(false);
+        prepare_wake_.wait(seen, std::memory_order_acquire);
+        continue;
+      }
+      std::unique_ptr<TailBank> ready = prepare(request->bank);
+      ready->head_filters = head_->prepare_filters(*ready->head);
+      ready->crossfade = request->crossfade;
+      // A result the engine has not taken yet is superseded by this one.
+      std::unique_ptr<TailBank> superseded(
+          prepared_.exchange(ready.release(), std::memory_order_acq_rel));
+      preparing_.store(false);
+    }
+  });
+}
+
+NonUniformCpuEngine::~NonUniformCpuEngine() {
+  stop_workers();
+  delete prepare_request_.exchange(nullptr);
+  delete prepared_.exchange(nullptr);
+  delete graveyard_.exchange(nullptr);
+}
+
+void NonUniformCpuEngine::stop_workers() {
+  stop_.store(true, std::memory_order_release);
+  for (auto& seg : segments_) {
+    seg->wake.fetch_add(1, std::memory_order_release);
+    seg->wake.notify_all();
+  }
+  prepare_wake_.fetch_add(1, std::memory_order_release);
+  prepare_wake_.notify_all();
+  for (auto& seg : segments_) {
+    if (seg->thread.joinable()) seg->thread.join();
+  }
+  if (preparer_.joinable()) preparer_.join();
+}
+
+std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) const {
+  auto tb = std::make_unique<TailBank>();
+  tb->shared = bank.is_shared();
+  const std::size_t stored = tb->shared ? 1 : channels_;
+  const std::size_t head_taps = plan_.segments.front().end_tap();
+  std::vector<std::vector<float>> heads;
+  for (std::size_t i = 0; i < stored; ++i) {
+    const auto taps = bank.taps(i);
+    tb->taps.push_back(taps.size());
+    heads.emplace_back(taps.begin(), taps.begin() + std::min(taps.size(), head_taps));
+  }
+  tb->head = tb->shared ? FilterBank::shared(std::move(heads.front()), channels_)
+                        : FilterBank::per_channel(std::move(heads));
+  tb->spectra.resize(segments_.size());
+  tb->parts.resize(segments_.size());
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& seg = *segments_[s];
+    const std::size_t p = seg.partition, n = 2 * p;
+    AlignedFloats padded(n), spectrum(seg.blocks * simd::kBlockFloats);
+    const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
+    for (std::size_t i = 0; i < stored; ++i) {
+      const auto taps = bank.taps(i);
+      const std::size_t end = std::min(taps.size(), seg.first_tap + p * seg.count);
+      const std::size_t k = end > seg.first_tap ? div_up(end - seg.first_tap, p) : 0;
+      AlignedFloats spectra(seg.blocks * std::max<std::size_t>(k, 1) * simd::kBlockFloats);
+      for (std::size_t j = 0; j < k; ++j) {
+        padded.zero();
+        const std::size_t first = seg.first_tap + j * p;
+        const std::size_t count = std::min(p, end - first);
+        for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[first + t] * scale;
+        seg.fft->forward(padded.data(), spectrum.data());
+        simd::to_blocks(spectrum.data(), spectra.data() + j * simd::kBlockFloats,
+                        k * simd::kBlockFloats, seg.blocks);
+      }
+      tb->parts[s].push_back(k);
+      tb->spectra[s].push_back(std::move(spectra));
+    }
+  }
+  return tb;
+}
+
+void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
+  seg.thread_id.store(int(gettid()), std::memory_order_release);
+  // Below a caller at normal priority; follow_caller_priority() moves the
+  // worker under a real-time caller.
+  setpriority(PRIO_PROCESS, 0, nice_level);
+  for (;;) {
+    // Read before looking for jobs, so that a dispatch after the look changes
+    // it and the wait below returns at once.
+    const std::uint64_t seen = seg.wake.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    for (std::uint64_t index = seg.done.value();
+         index < seg.dispatched.load(std::memory_order_acquire); ++index) {
+      run_job(seg, seg.jobs[index % kJobSlots]);
+      seg.done.advance(index + 1);
+    }
+    seg.wake.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
+  const std::size_t p = seg.partition;
+  const std::size_t fdl_stride = seg.count * simd::kBlockFloats;
+  const std::size_t slot = job.block % seg.count;
+  const std::uint64_t window_start = job.block * p + in_ring_ - p;  // (m - 1)P, kept >= 0
+  const std::uint64_t out_start = job.block * p + seg.first_tap;
+  for (std::size_t ch = 0; ch < channels_; ++ch) {
+    const float* in = input_.data() + ch * in_ring_;
+    const std::size_t first = window_start & (in_ring_ - 1);
+    const std::size_t run = std::min(2 * p, in_ring_ - first);
+    std::memcpy(seg.window.data(), in + first, run * sizeof(float));
+    std::memcpy(seg.window.data() + run, in, (2 * p - run) * sizeof(float));
+    float* fdl = seg.fdl.data() + ch * seg.blocks * fdl_stride;
+    float* x_slot = fdl + slot * simd::kBlockFloats;
+    seg.fft->forward(seg.window.data(), seg.spectrum.data());
+    simd::to_blocks(seg.spectrum.data(), x_slot, fdl_stride, seg.blocks);
+    for (std::size_t b = 0; b < 2; ++b) {
+      const TailBank* bank = job.banks[b];
+      if (bank == nullptr) continue;
+      const std::size_t fi = bank->filter_of(ch);
+      const std::size_t k = bank->parts[seg.index][fi];
+      float* out = seg.out[b].data() + ch * seg.ring;
+      const std::size_t at = out_start & (seg.ring - 1);
+      const std::size_t first_run = std::min(p, seg.ring - at);
+      if (k == 0) {
+        std::memset(out + at, 0, first_run * sizeof(float));
+        std::memset(out, 0, (p - first_run) * sizeof(float));
+        continue;
+      }
+      const float* h = bank->spectra[seg.index][fi].data();
+      const std::size_t h_stride = k * simd::kBlockFloats;
+      simd::delay_line_products(fdl, fdl_stride, seg.count, (slot + seg.count - 1) % seg.count,
+                                h + simd::kBlockFloats, h_stride, k - 1, seg.products.data(),
+                                seg.blocks);
+      simd::multiply_add(x_slot, fdl_stride, h, h_stride, seg.products.data(), seg.spectrum.data(),
+                         seg.blocks);
+      seg.fft->inverse(seg.spectrum.data(), seg.time.data());
+      std::memcpy(out + at, seg.time.data() + p, first_run * sizeof(float));
+      std::memcpy(out, seg.time.data() + p + first_run, (p - first_run) * sizeof(float));
+    }
+  }
+}
+
+void NonUniformCpuEngine::follow_caller_priority() {
+  // A new caller, or now and then (a caller may change its own priority).
+  const pthread_t self = pthread_self();
+  // The rule of dsp/realtime/thread_priority.hpp. System calls on thread ids, not
+  // pthread_{get,set}schedparam, which take glibc's per-thread lock: this may
+  // run in an audio callback.
+  if (priority_set_ && pthread_equal(self, priority_caller_) &&
+      ++calls_since_priority_ < kPriorityRereadCalls) {
+    return;
+  }
+  priority_caller_ = self;
+  priority_set_ = true;
+  calls_since_priority_ = 0;
+  const int key = own_realtime_priority();  // 0: not real-time
+  const bool realtime = key > 0;
+  if (key == worker_priority_key_) return;
+  for (const auto& seg : segments_) {
+    if (seg->thread_id.load(std::memory_order_acquire) == 0) return;  // not started: next time
+  }
+  worker_priority_key_ = key;
+  for (const auto& seg : segments_) {
+    // Rate-monotonic: the shorter the partition, the nearer its deadlines.
+    sched_param param{};
+    param.sched_priority = realtime ? priority_below(key, int(seg->index), key) : 0;
+    // Refused without the privilege: the worker keeps its niceness instead.
+    sched_setscheduler(seg->thread_id.load(std::memory_order_relaxed),
+                       realtime ? SCHED_FIFO : SCHED_OTHER, &param);
+  }
+}
+
+void NonUniformCpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
+  post_filters(bank, crossfade);
+  free_unused_banks();
+}
+
+void NonUniformCpuEngine::post_filters(const FilterBank& bank, bool crossfade) {
+  if (bank.channels() != channels_) {
+    throw std::invalid_argument("cpu engine: set_filters: the bank has " +
+                                std::to_string(bank.channels()) + " channels, the engine " +
+                                std::to_string(channels_));
+  }
+  if (bank.max_taps() > max_taps_) {
+    throw std::invalid_argument(
+        "cpu engine: set_filters: a filter of " + std::to_string(bank.max_taps()) +
+        " taps is longer than the engine's max_taps " + std::to_string(max_taps_));
+  }
+  auto request = std::make_unique<Request>(Request{bank, crossfade});
+  // A request the preparer has not started yet is superseded.
+  std::unique_ptr<Request> superseded(
+      prepare_request_.exchange(request.release(), std::memory_order_acq_rel));
+  prepare_wake_.fetch_add(1, std::memory_order_release);
+  prepare_wake_.notify_one();
+}
+
+std::size_t NonUniformCpuEngine::free_retired_slots() const {
+  return std::size_t(std::count_if(retired_.begin(), retired_.end(),
+                                   [](const Retired& r) { return r.bank == nullptr; }));
+}
+
+void NonUniformCpuEngine::retire(std::unique_ptr<TailBank> bank) {
+  for (Retired& r : retired_) {
+    if (r.bank) continue;
+    for (std::size_t s = 0; s < segments_.size(); ++s)
+      r.dispatched[s] = segments_[s]->dispatched.load(std::memory_order_relaxed);
+    r.bank = std::move(bank);
+    return;
+  }
+  // Unreachable (take_prepared_bank() keeps a slot for each retirement); were
+  // it reached, freeing here would still be correct, only slow.
+  quiesce();
+}
+
+void NonUniformCpuEngine::take_prepared_bank() {
+  if (prepared_.load(std::memory_order_relaxed) == nullptr) return;
+  // A slot for the bank it supersedes and one for the bank it replaces when
+  // it takes over; else it waits in prepared_ for the preparer to free some.
+  if (free_retired_slots() < (next_ ? 2u : 1u)) return;
+  std::unique_ptr<TailBank> ready(prepared_.exchange(nullptr, std::memory_order_acq_rel));
+  if (!ready) return;
+  if (next_) retire(std::move(next_));  // superseded before it played
+  next_ = std::move(ready);
+  // Segment s computes the new bank from its next job on, block
+  // floor(frames_ / P), whose output starts at that block's start + T.
+  switch_frame_ = frames_;
+  for (const auto& seg : segments_) {
+    switch_frame_ = std::max<std::uint64_t>(
+        switch_frame_, frames_ / seg->partition * seg->partition + seg->first_tap);
+  }
+}
+
+void NonUniformCpuEngine::free_unused_banks() {
+  // Freeing megabytes of locked pages takes long: the preparer does it, one
+  // bank at a time through `graveyard_`.
+  for (Retired& r : retired_) {
+    if (!r.bank) continue;
+    bool unused = true;
+    for (std::size_t s = 0; s < segments_.size(); ++s) {
+      if (segments_[s]->done.value() < r.dispatched[s]) unused = false;
+    }
+    if (!unused || graveyard_.load(std::memory_order_acquire) != nullptr) continue;
+    graveyard_.store(r.bank.release(), std::memory_order_release);
+    prepare_wake_.fetch_add(1, std::memory_order_release);
+    prepare_wake_.notify_one();
+  }
+}
+
+void NonUniformCpuEngine::dispatch(std::uint64_t before, std::uint64_t after) {
+  for (auto& seg_ptr : segments_) {
+    Segment& seg = *seg_ptr;
+    const std::size_t p = seg.partition;
+    for (std::uint64_t m = before / p; (m + 1) * p <= after; ++m) {
+      const std::uint64_t index = seg.dispatched.load(std::memory_order_relaxed);
+      if (index >= kJobSlots) seg.done.wait_at_least(index - kJobSlots + 1);  // slot free
+      Job& job = seg.jobs[index % kJobSlots];
+      job.block = m;
+      job.banks = {};
+      const std::uint64_t out = m * p + seg.first_tap;
+      if (next_) {
+        // The old bank until the crossfade call (which ends before
+        // switch_frame_ + 2 calls), the new one from switch_frame_ on.
+        if (out < switch_frame_ + 2 * max_block_) job.banks[slot_] = current_.get();
+        if (out + p > switch_frame_) job.banks[slot_ ^ 1] = next_.get();
+      } else {
+        job.banks[slot_] = current_.get();
+      }
+      seg.dispatched.store(index + 1, std::memory_order_release);
+      seg.wake.fetch_add(1, std::memory_order_release);
+      seg.wake.notify_one();
+    }
+  }
+}
+
+void NonUniformCpuEngine::quiesce() {
+  for (auto& seg : segments_)
+    seg->done.wait_at_least(seg->dispatched.load(std::memory_order_relaxed));
+}
+
+void NonUniformCpuEngine::reset() {
+  quiesce();
+  take_prepared_bank();
+  if (next_) {  // nothing to crossfade from in a fresh stream
+    head_->set_filters(*next_->head, false);
+    next_->head_filters.reset();  // unused: no call may free it later
+    current_ = std::move(next_);
+  }
+  for (Retired& r : retired_) r.bank.reset();  // no job is queued
+  head_->reset();
+  input_.zero();
+  for (auto& seg : segments_) {
+    seg->fdl.zero();
+    for (auto& o : seg->out) o.zero();
+    seg->base = seg->dispatched.load(std::memory_order_relaxed);
+  }
+  frames_ = 0;
+  overloaded_ = false;
+  mute_until_ = 0;
+}
+
+void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
+                                  std::size_t frames, Layout layout) {
+  check_process_call("cpu engine", in, out, frames, channels_, max_block_);
+  run_call(in, out, frames, layout, nullptr);
+}
+
+bool NonUniformCpuEngine::process_by(std::span<const float> in, std::span<float> out,
+                                     std::size_t frames, Layout layout,
+                                     const timespec& deadline) noexcept {
+  const std::size_t samples = frames * channels_;
+  if (frames == 0 || frames > max_block_ || in.size() < samples || out.size() < samples) {
+    return false;
+  }
+  return run_call(in, out, frames, layout, &deadline);
+}
+
+bool NonUniformCpuEngine::tails_idle() const {
+  for (const auto& seg : segments_) {
+    if (seg->done.value() != seg->dispatched.load(std::memory_order_relaxed)) return false;
+  }
+  return true;
+}
+
+const NonUniformCpuEngine::Segment* NonUniformCpuEngine::segment_that_cannot_take(
+    std::size_t n) const {
+  const std::uint64_t end = frames_ + n;
+  for (const auto& seg_ptr : segments_) {
+    const Segment& seg = *seg_ptr;
+    const std::uint64_t p = seg.partition;
+    const std::uint64_t done = seg.done.value();
+    const std::uint64_t queued = seg.dispatched.load(std::memory_order_relaxed) - done;
+    if (queued + (end / p - frames_ / p) > kJobSlots) return &seg;
+    if (queued == 0) continue;  // the next job's window starts within 2P of frames_
+    // The oldest queued job reads [(m - 1)P, (m + 1)P) (as ring positions,
+    // offset by in_ring_ as run_job does): the write must end before that
+    // window's start comes round again.
+    const std::uint64_t m = seg.jobs[done % kJobSlots].block;
+    if (end + p > m * p + in_ring_) return &seg;
+  }
+  return nullptr;
+}
+
+bool NonUniformCpuEngine::wait_until_tails_can_take(std::size_t n, const timespec& deadline) const {
+  // Each finished job frees a slot and the input it read: wait for them one
+  // at a time, as the period allows. Calling an overload at the first wait
+  // would mute a recovery's worth of calls for a worker a few microseconds
+  // from done, and calls back to back would never get out of it.
+  while (const Segment* seg = segment_that_cannot_take(n)) {
+    if (!seg->done.wait_at_least(seg->done.value() + 1, &deadline)) {
+      return segment_that_cannot_take(n) == nullptr;
+    }
+  }
+  return true;
+}
+
+bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> out,
+                                   std::size_t frames, Layout layout, const timespec* deadline) {
+  const std::size_t samples = frames * channels_;
+  follow_caller_priority();
+  take_prepared_bank();
+  bool fading = false;
+  if (next_ && frames_ >= switch_frame_) {
+    // The head filters this frees ride with the retiring bank to the preparer.
+    current_->head_filters =
+        head_->install_filters(std::move(next_->head_filters), next_->crossfade);
+    fading = next_->crossfade;
+    retire(std::move(current_));
+    current_ = std::move(next_);
+    slot_ ^= 1;
+  }
+
+  // Overload: resume once every worker is idle; start one when the tails
+  // cannot take this call by its deadline (without one, dispatch() waits).
+  if (overloaded_ && tails_idle()) {
+    overloaded_ = false;
+    for (auto& seg : segments_) {
+      // The next job is for block frames_ / P (see dispatch()).
+      seg->base = seg->dispatched.load(std::memory_order_relaxed) - frames_ / seg->partition;
+    }
+    mute_until_ = frames_ + recovery_frames_;
+  }
+  if (!overloaded_ && deadline != nullptr && !wait_until_tails_can_take(frames, *deadline)) {
+    overloaded_ = true;
+  }
+
+  // Planar staging; the stream's input ring for the tail workers.
+  const std::size_t n = frames;
+  const std::size_t at = frames_ & (in_ring_ - 1);
+  const std::size_t first_run = std::min(n, in_ring_ - at);
+  for (std::size_t ch = 0; ch < channels_; ++ch) {
+    float* x = stage_in_.data() + ch * n;
+    if (layout == Layout::planar) {
+      std::memcpy(x, in.data() + ch * n, n * sizeof(float));
+    } else {
+      for (std::size_t f = 0; f < n; ++f) x[f] = in[f * channels_ + ch];
+    }
+    if (overloaded_) continue;
+    float* ring = input_.data() + ch * in_ring_;
+    std::memcpy(ring + at, x, first_run * sizeof(float));
+    std::memcpy(ring, x + first_run, (n - first_run) * sizeof(float));
+  }
+  head_->process(std::span<const float>(stage_in_.data(), samples),
+                 std::span<float>(stage_out_.data(), samples), n, Layout::planar);
+
+  // The tails' output for [frames_, frames_ + n), waiting for the jobs that make it.
+  bool late = overloaded_ || frames_ < mute_until_;
+  if (fading) {
+    tails_old_.zero();
+    tails_new_.zero();
+  }
+  for (auto& seg_ptr : segments_) {
+    if (late) break;
+    Segment& seg = *seg_ptr;
+    if (frames_ + n <= seg.first_tap) continue;
+    if (!seg.done.wait_at_least(seg.base + (frames_ + n - 1 - seg.first_tap) / seg.partition + 1,
+                                deadline)) {
+      late = true;
+      break;
+    }
+    const std::size_t from = frames_ & (seg.ring - 1);
+    const std::size_t run = std::min(n, seg.ring - from);
+    auto add = [&](std::size_t slot, float* dst_all) {
+      for (std::size_t ch = 0; ch < channels_; ++ch) {
+        const float* src = seg.out[slot].data() + ch * seg.ring;
+        float* dst = dst_all + ch * n;
+        for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
+        for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
+      }
+    };
+    if (fading) {
+      add(slot_ ^ 1, tails_old_.data());
+      add(slot_, tails_new_.data());
+    } else {
+      add(slot_, stage_out_.data());
+    }
+  }
+  if (fading && !late) {  // the same blend as the head's: w = (i + 1) / n
+    const float step = 1.0f / float(n);
+    for (std::size_t ch = 0; ch < channels_; ++ch) {
+      float* y = stage_out_.data() + ch * n;
+      const float* o = tails_old_.data() + ch * n;
+      const float* w_new = tails_new_.data() + ch * n;
+      for (std::size_t f = 0; f < n; ++f) y[f] += o[f] + float(f + 1) * step * (w_new[f] - o[f]);
+    }
+  }
+
+  if (late) {
+    std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);
+  } else {
+    for (std::size_t ch = 0; ch < channels_; ++ch) {
+      const float* y = stage_out_.data() + ch * n;
+      if (layout == Layout::planar) {
+        std::memcpy(out.data() + ch * n, y, n * sizeof(float));
+      } else {
+        for (std::size_t f = 0; f < n; ++f) out[f * channels_ + ch] = y[f];
+      }
+    }
+  }
+  const std::uint64_t before = frames_;
+  frames_ += n;
+  if (!overloaded_) dispatch(before, frames_);
+  free_unused_banks();
+  return !late;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_nonuniform_engine(const FilterBank& bank,
+                                                   const EngineOptions& options,
+                                                   const PartitionPlan& plan) {
+  return std::make_unique<NonUniformCpuEngine>(bank, options, plan);
+}
+
+}  // namespace tapstream

@@ -1,0 +1,79 @@
+#pragma once
+// A diagonal routing matrix (path c: input c -> output c, as many outputs as
+// inputs) run on a per-channel Engine: the CPU engines and the CUDA engine
+// keep their fast per-channel paths (constant-memory taps, the partitioned
+// live path, the shared-filter case) under the one MatrixEngine interface.
+//
+// process() is the engine's process(), nothing added: no copy, no channel
+// mapping, and no copy of the matrix is kept. set_matrix() hands the engine the matrix's
+// diagonal_bank() (dsp/model/routing_matrix.hpp: shared when every path has the same effective
+// taps); realtime() is the engine's real-time face, seen through the matrix; the CUDA transport's
+// extras are what the factory found for the engine.
+//
+// Threads: those of the engine it wraps (one caller; with realtime(), one
+// audio thread in process_by() and one swap thread in post_matrix()).
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "dsp/model/engine.hpp"
+#include "dsp/model/matrix_engine.hpp"
+#include "dsp/model/routing_matrix.hpp"
+
+namespace tapstream {
+
+// What the engine factory knows of a per-channel engine's transport beyond
+// process() (the CUDA engine's; empty for the others).
+struct EngineTransport {
+  std::span<float> staging_input;  // the engine's own page-locked staging
+  std::span<float> staging_output;
+  PinnedMemory pinned;
+  double (*call_host_us)(const Engine& engine) = nullptr;  // its last call's CPU-side part
+};
+
+class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
+ public:
+  // `engine` runs the diagonal_bank() of a diagonal matrix (its channels are
+  // the matrix's inputs and outputs).
+  explicit DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport transport = {});
+
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    engine_->process(in, out, frames, layout);
+  }
+  void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void reset() override { engine_->reset(); }
+
+  std::size_t inputs() const override { return engine_->channels(); }
+  std::size_t outputs() const override { return engine_->channels(); }
+  std::size_t max_block_frames() const override { return engine_->max_block_frames(); }
+  std::size_t max_taps() const override { return engine_->max_taps(); }
+  std::string name() const override { return engine_->name(); }
+  std::string description() const override { return engine_->description(); }
+
+  RealtimeMatrixEngine* realtime() override { return realtime_ ? this : nullptr; }
+  std::span<float> staging_input() override { return transport_.staging_input; }
+  std::span<float> staging_output() override { return transport_.staging_output; }
+  PinnedMemory pinned_memory() const override { return transport_.pinned; }
+  double last_call_host_us() const override;
+
+ private:
+  bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                  Layout layout, const timespec& deadline) noexcept override {
+    return realtime_->process_by(in, out, frames, layout, deadline);
+  }
+  void post_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  bool preparing_matrix() const override { return realtime_->preparing_filters(); }
+
+  // Throws std::invalid_argument unless `matrix` is the diagonal of this
+  // engine's channels (a per-channel engine cannot reroute).
+  void check(const RoutingMatrix& matrix) const;
+
+  std::unique_ptr<Engine> engine_;
+  RealtimeEngine* realtime_;  // engine_'s, or null
+  EngineTransport transport_;
+};
+
+}  // namespace tapstream

@@ -1,0 +1,193 @@
+#pragma once
+// The Engine interface: one streaming multi-channel FIR filter, implemented on
+// the CPU (dsp/cpu/cpu_engine) and on CUDA GPUs (kernels/cuda_engine).
+//
+// Contract, common to every implementation:
+// - Built for a FilterBank and a maximum block size; process() is then called
+//   over and over on consecutive blocks of any size from 1 to max_block_frames.
+// - Each call's output is exactly the matching part of the causal convolution
+//   of the whole stream with each channel's filter: the engine carries the
+//   halo (the last max_taps - 1 input samples of each channel) from block to
+//   block. No latency is added: output block k depends only on input blocks 0..k.
+// - set_filters() replaces the filters at the next block boundary. With
+//   crossfade, the first block after the swap fades linearly from the old
+//   filters' output to the new filters' output, so a swap makes no click; the
+//   input history is kept, so no sample is lost or repeated.
+// - An Engine is used by one thread at a time; it is not internally locked.
+
+#include <time.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "dsp/model/filter_bank.hpp"
+
+namespace tapstream {
+
+// How the samples of a block are laid out in memory.
+enum class Layout {
+  interleaved,  // frame-major: sample (frame f, channel c) at f * channels + c
+  planar,       // channel-major: sample (frame f, channel c) at c * frames + f
+};
+
+// Which algorithm an engine uses; automatic chooses by a cost model.
+enum class Algorithm { automatic, direct, fft };
+
+// The CPU engines' tuning (dsp/cpu/cpu_engine, dsp/cpu/cpu_nonuniform_engine).
+struct CpuEngineOptions {
+  // Threads one call may spread its channels over; 0 = every hardware thread.
+  std::size_t threads = 0;
+};
+
+// How the CUDA engine's small calls (zero-copy, direct form) reach the device
+// and are waited for; automatic is the measured best (persistent; docs/performance.md,
+// "Small calls").
+enum class CudaSmallCalls {
+  automatic,
+  persistent,  // a kernel launched once serves every call (kernels/persistent_direct)
+  spin,        // a launch per call, the host polls its event
+  event,       // a launch per call, cudaEventSynchronize
+};
+
+// The routing matrix's spectral multiply-accumulate on the GPU; automatic is
+// the measured best (tiled; docs/performance.md, "Routing matrix").
+enum class CudaMatrixKernel { automatic, tiled, cublas };
+
+// The CUDA engines' tuning. The defaults are the measured best; the other
+// values exist so that a benchmark can time the alternatives in one run and a
+// test can reach every path. Checked where the engine is built.
+struct CudaEngineOptions {
+  CudaSmallCalls small_calls = CudaSmallCalls::automatic;
+  // The persistent kernel returns after this long without a call, so that a
+  // device-wide synchronisation elsewhere in the process never waits longer.
+  std::chrono::milliseconds persistent_idle{200};
+  // How long a call waits for the persistent kernel's answer before a fresh
+  // launch serves it: far above a call's few microseconds, short enough that
+  // a live period survives the one time it happens.
+  std::chrono::microseconds persistent_answer{50'000};
+  // Record the persistent kernel's per-call times (bench/run-small-calls-gpu.sh).
+  bool persistent_trace = false;
+  // The persistent kernel's staging loads: 2 plain, 0 ld.cv, 1 ld.relaxed.sys.
+  int persistent_loads = 2;
+  // Whether the cost model may choose the non-uniformly partitioned path.
+  bool partitioned = true;
+  // Calls of at most this many samples (channels x frames) skip the copies:
+  // the kernel reads and writes the pinned staging through mapped memory. Past
+  // about a thousand samples its reads over the bus cost more than the two
+  // copies save (docs/performance.md, "Zero-copy threshold").
+  std::size_t zero_copy_samples = 1024;
+  // Whether short filters over long planar blocks may use the cp.async
+  // streaming tile kernel.
+  bool stream_tiles = true;
+  // The FFT path's partition in frames (a power of two in 64..32768); 0 = by
+  // the cost model.
+  std::size_t fft_partition = 0;
+  // Whether the FFT path may run whole segments through its shared-memory
+  // kernels (fused overlap-save, multi-partition) instead of cuFFT passes.
+  bool fft_fused = true;
+  CudaMatrixKernel matrix_kernel = CudaMatrixKernel::automatic;
+  // Whether a routing matrix's block runs as one CUDA graph.
+  bool matrix_graphs = true;
+};
+
+struct EngineOptions {
+  std::size_t max_block_frames = 8192;
+  // Longest filter the engine must be able to take in a later set_filters();
+  // 0 means the initial bank's max_taps().
+  std::size_t max_taps = 0;
+  Algorithm algorithm = Algorithm::automatic;
+  // CUDA engine only: concurrent streams, kernel variant ("auto" or a name
+  // from kernels/), device ordinal.
+  int streams = 2;
+  std::string kernel = "auto";
+  int device = 0;
+  // The engine will be called inside an audio callback (same-period live
+  // mode): the CPU engine then always takes its non-uniform form, which offers
+  // RealtimeEngine (head in the call, tails and swaps on its own threads).
+  bool realtime_calls = false;
+  CpuEngineOptions cpu;
+  CudaEngineOptions cuda;
+};
+
+class RealtimeEngine;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Filters one block of `frames` frames of every channel. `in` and `out` each
+  // hold channels() * frames samples in `layout`; they must not overlap.
+  virtual void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                       Layout layout) = 0;
+
+  // Replaces the filter bank from the next process() call on. The new bank
+  // must have the same channel count and at most max_taps() taps per channel.
+  virtual void set_filters(const FilterBank& bank, bool crossfade) = 0;
+
+  // Forgets the input history (as if the stream started again).
+  virtual void reset() = 0;
+
+  virtual std::size_t channels() const = 0;
+  virtual std::size_t max_block_frames() const = 0;
+  // The longest filter this engine was built to hold.
+  virtual std::size_t max_taps() const = 0;
+  // Short name ("cpu", "cuda") and a one-line description of the chosen
+  // algorithm (for logs and status), e.g. "cpu: partitioned FFT, 1024-point, 17 partitions".
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // The engine's real-time face (see RealtimeEngine), or null when it has
+  // none (the CUDA engine, the CPU engine's uniform form).
+  virtual RealtimeEngine* realtime() { return nullptr; }
+};
+
+// Engine::process's argument check, shared by the CPU engines: throws
+// std::invalid_argument naming `engine` and what is wrong.
+inline void check_process_call(const char* engine, std::span<const float> in, std::span<float> out,
+                               std::size_t frames, std::size_t channels, std::size_t max_block) {
+  if (frames == 0 || frames > max_block) {
+    throw std::invalid_argument(std::string(engine) + ": block of " + std::to_string(frames) +
+                                " frames, expected 1.." + std::to_string(max_block));
+  }
+  const std::size_t samples = frames * channels;
+  if (in.size() < samples || out.size() < samples) {
+    throw std::invalid_argument(std::string(engine) + ": buffer holds fewer than " +
+                                std::to_string(samples) + " samples (" + std::to_string(frames) +
+                                " frames x " + std::to_string(channels) + " channels)");
+  }
+}
+
+// What an engine offers to be run inside an audio callback (the CPU engine's
+// non-uniform form; see Engine::realtime()). Threads: process_by() on the
+// audio thread (the Engine's one caller), post_filters() on one other thread
+// (the pipeline's swap thread) at the same time; any thread may call
+// preparing_filters(). Each implementation says why its orderings suffice.
+class RealtimeEngine {
+ public:
+  virtual ~RealtimeEngine() = default;
+  // Engine::process for the audio thread: never locks, allocates, frees or
+  // logs, and waits for background work (a tail partition) only until
+  // `deadline` (CLOCK_MONOTONIC, absolute). Returns false when some of the
+  // call's output was not ready by then: `out` then holds silence, the
+  // stream still advances by `frames`, and the late work is finished in the
+  // background, so later calls stay exact (unless the engine fell so far
+  // behind that its buffers overflowed: it then plays silence until its state
+  // is whole again, returning false for each such call). Sizes must be valid
+  // (1..max_block_frames, buffers large enough); invalid ones return false
+  // with `out` untouched.
+  virtual bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                          Layout layout, const timespec& deadline) noexcept = 0;
+  // Engine::set_filters off the audio thread, while process_by() runs: checks
+  // the bank (throws std::invalid_argument naming the problem), then prepares
+  // it on the engine's own low-priority thread; process_by() takes it at a
+  // call boundary without allocating, crossfading over one call.
+  virtual void post_filters(const FilterBank& bank, bool crossfade) = 0;
+  // True while a posted bank is still being prepared (tests wait on it).
+  virtual bool preparing_filters() const = 0;
+};
+
+}  // namespace tapstream

@@ -1,0 +1,62 @@
+#include "dsp/model/filter_bank.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tapstream {
+
+FilterBank FilterBank::shared(std::vector<float> taps, std::size_t channels, std::string source) {
+  FilterBank bank;
+  bank.channels_ = channels;
+  bank.max_taps_ = taps.size();
+  bank.filters_.push_back(std::move(taps));
+  bank.sources_.push_back(std::move(source));
+  bank.validate();
+  return bank;
+}
+
+FilterBank FilterBank::per_channel(std::vector<std::vector<float>> taps,
+                                   std::vector<std::string> sources) {
+  FilterBank bank;
+  bank.channels_ = taps.size();
+  for (const auto& t : taps) bank.max_taps_ = std::max(bank.max_taps_, t.size());
+  bank.filters_ = std::move(taps);
+  sources.resize(bank.filters_.size());
+  bank.sources_ = std::move(sources);
+  bank.validate();
+  return bank;
+}
+
+void FilterBank::validate() const {
+  if (channels_ == 0) throw std::invalid_argument("filter bank: zero channels");
+  for (std::size_t f = 0; f < filters_.size(); ++f) {
+    const std::string where = sources_[f].empty() ? "filter " + std::to_string(f) : sources_[f];
+    if (filters_[f].empty()) throw std::invalid_argument(where + ": no taps");
+    for (std::size_t i = 0; i < filters_[f].size(); ++i) {
+      if (!std::isfinite(filters_[f][i])) {
+        throw std::invalid_argument(where + ": tap " + std::to_string(i) + " is not finite");
+      }
+    }
+  }
+}
+
+std::span<const float> FilterBank::taps(std::size_t channel) const {
+  if (channel >= channels_) throw std::out_of_range("filter bank: channel out of range");
+  return filters_[is_shared() ? 0 : channel];
+}
+
+const std::string& FilterBank::source(std::size_t channel) const {
+  if (channel >= channels_) throw std::out_of_range("filter bank: channel out of range");
+  return sources_[is_shared() ? 0 : channel];
+}
+
+FilterBank FilterBank::scaled(float factor) const {
+  FilterBank copy = *this;
+  for (auto& f : copy.filters_) {
+    for (auto& t : f) t *= factor;
+  }
+  copy.validate();
+  return copy;
+}
+
+}  // namespace tapstream

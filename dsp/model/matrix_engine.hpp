@@ -1,0 +1,113 @@
+#pragma once
+// A MatrixEngine runs a RoutingMatrix on a stream: inputs() channels in,
+// outputs() channels out, each output the sum of its paths. It is the one
+// engine interface the live and offline pipelines, the swapper, the control
+// plane and status see; a filter per channel is the diagonal matrix. The same
+// contract as Engine (dsp/model/engine.hpp): any call size 1..max_block_frames,
+// output exactly the causal convolution of the whole stream (no added
+// latency, independent of how the stream is cut), swaps at a block boundary
+// with a one-block crossfade, one thread at a time, no allocation in
+// process().
+//
+// Implementations (the engine factory, daemon/engine_factory, picks one):
+// - DiagonalEngine (dsp/model/diagonal_engine): a diagonal matrix on a per-channel
+//   Engine (the CPU engines, the CUDA engine), their fast paths untouched.
+// - The native matrix engines: the CPU's (dsp/cpu/cpu_matrix_engine: one
+//   frequency-domain delay line per input, one inverse transform per output,
+//   BruteFIR's model) and the CUDA one (kernels/matrix/cuda_matrix_engine).
+// - MatrixFilter (dsp/model/matrix_filter: any Engine with one channel per path),
+//   a reference for tests and benchmarks.
+//
+// What only some engines offer is asked for through accessors with neutral
+// defaults (realtime(), the CUDA transport's staging and page-locked memory,
+// the host-side call time), never by name or dynamic_cast.
+
+#include <time.h>
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "dsp/model/engine.hpp"
+#include "dsp/model/routing_matrix.hpp"
+
+namespace tapstream {
+
+class RealtimeMatrixEngine;
+
+// Page-locked host memory for blocks to and from an engine (a CUDA engine's
+// copies then run straight from and to it, asynchronously); null functions:
+// ordinary memory will do.
+struct PinnedMemory {
+  float* (*allocate)(std::size_t floats) = nullptr;  // zero-filled; throws on failure
+  void (*free)(float* p) = nullptr;
+};
+
+class MatrixEngine {
+ public:
+  virtual ~MatrixEngine() = default;
+
+  // `in` holds inputs() channels, `out` outputs() channels, `frames` frames
+  // each, both in `layout`; they must not overlap.
+  virtual void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                       Layout layout) = 0;
+  // Swaps in a matrix with the same paths (same input -> output pairs in the
+  // same order; new filters, gains, delays or polarities) at the next block
+  // boundary. Throws std::invalid_argument naming the first path that
+  // differs, and keeps the running matrix.
+  virtual void set_matrix(const RoutingMatrix& matrix, bool crossfade) = 0;
+  virtual void reset() = 0;
+
+  virtual std::size_t inputs() const = 0;
+  virtual std::size_t outputs() const = 0;
+  virtual std::size_t max_block_frames() const = 0;
+  virtual std::size_t max_taps() const = 0;
+  // Short name ("cpu", "cuda") and a one-line description of the chosen
+  // algorithm (for logs and status).
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+
+  // --- capabilities: neutral unless the engine has them -----------------
+  // The engine's face for running inside an audio callback, or null.
+  virtual RealtimeMatrixEngine* realtime() { return nullptr; }
+  // The engine's own page-locked staging (inputs() x max_block_frames() and
+  // outputs() x max_block_frames() floats): calls whose `in` and `out` are
+  // these copy nothing on the host, and small ones go zero-copy. Empty: none.
+  virtual std::span<float> staging_input() { return {}; }
+  virtual std::span<float> staging_output() { return {}; }
+  // Memory to hand blocks to process() in (see PinnedMemory).
+  virtual PinnedMemory pinned_memory() const { return {}; }
+  // The CPU-side part of the last process() call in microseconds (host
+  // copies, launches, enqueueing; the rest is the device's work and the wait
+  // for it); NaN when the engine does not tell.
+  virtual double last_call_host_us() const { return std::numeric_limits<double>::quiet_NaN(); }
+};
+
+// What a MatrixEngine offers to be run inside an audio callback: the
+// RealtimeEngine contract (dsp/model/engine.hpp) for a whole matrix. process_by()
+// on the audio thread (the engine's one caller), post_matrix() on one other
+// thread (the pipeline's swap thread) at the same time; any thread may call
+// preparing_matrix().
+class RealtimeMatrixEngine {
+ public:
+  virtual ~RealtimeMatrixEngine() = default;
+  // MatrixEngine::process for the audio thread, within `deadline`
+  // (CLOCK_MONOTONIC, absolute): see RealtimeEngine::process_by.
+  virtual bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                          Layout layout, const timespec& deadline) noexcept = 0;
+  // MatrixEngine::set_matrix off the audio thread, while process_by() runs:
+  // checks the matrix (throws std::invalid_argument naming the problem and
+  // keeps the running one), then has it prepared off the audio thread.
+  virtual void post_matrix(const RoutingMatrix& matrix, bool crossfade) = 0;
+  // True while a posted matrix is still being prepared (tests wait on it).
+  virtual bool preparing_matrix() const = 0;
+};
+
+// Throws std::invalid_argument unless `next` can replace `running` in place
+// (same channel counts, same paths in the same order, taps within max_taps).
+void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
+                       std::size_t max_taps);
+
+}  // namespace tapstream

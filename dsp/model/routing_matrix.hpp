@@ -1,0 +1,73 @@
+#pragma once
+// A routing matrix: N input channels, M output channels and a set of paths,
+// each a filter from one input to one output with a gain, a delay and a
+// polarity. What meets at an output is summed; an output no path reaches is
+// silent. One filter per channel is the diagonal case. Immutable once built,
+// like FilterBank, so the control plane can build one off the audio path and
+// hand it over whole.
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsp/model/filter_bank.hpp"
+
+namespace tapstream {
+
+struct MatrixPath {
+  std::size_t input = 0;
+  std::size_t output = 0;
+  std::vector<float> taps;
+  double gain_db = 0.0;
+  std::size_t delay_frames = 0;
+  bool invert = false;
+  std::string source;          // where the taps came from ("woofer.txt", "ir.wav channel 2")
+  std::filesystem::path file;  // the coefficient file they were read from (empty: none)
+
+  // The taps the engine runs: delay_frames zeros, then taps x gain x polarity.
+  std::vector<float> effective_taps() const;
+};
+
+class RoutingMatrix {
+ public:
+  // Throws std::invalid_argument naming the path (by its index in `paths`
+  // and its input -> output pair) and the reason: an input or output out of
+  // range, the same pair twice, no taps, a non-finite tap or gain, or more
+  // effective taps (delay included) than `max_taps`.
+  static RoutingMatrix make(std::size_t inputs, std::size_t outputs, std::vector<MatrixPath> paths,
+                            std::size_t max_taps = std::size_t(1) << 20);
+  // One path per channel, channel c -> channel c through the bank's filter.
+  // The matrix keeps the bank too: diagonal_bank() returns it as it is.
+  static RoutingMatrix diagonal(const FilterBank& bank);
+
+  std::size_t inputs() const { return inputs_; }
+  std::size_t outputs() const { return outputs_; }
+  const std::vector<MatrixPath>& paths() const { return paths_; }
+  // The longest effective filter (delay included).
+  std::size_t max_taps() const { return max_taps_; }
+  // True when path i runs input i -> output i for every channel, N == M.
+  bool is_diagonal() const;
+  // One channel per path, in paths() order, holding its effective taps.
+  FilterBank path_bank() const;
+  // A diagonal matrix as the per-channel engines take it: channel c holds
+  // path c's effective taps, in one shared filter (which engines treat
+  // specially: one copy, one spectrum) when every path's are the same. A
+  // matrix made by diagonal(bank) returns that bank without building one, so
+  // the thread that installs it copies nothing. Throws std::invalid_argument
+  // unless is_diagonal().
+  std::shared_ptr<const FilterBank> diagonal_bank() const;
+  // "path 3 (input 0 -> output 2)" for messages.
+  static std::string describe_path(std::size_t index, const MatrixPath& path);
+
+ private:
+  RoutingMatrix() = default;
+  std::size_t inputs_ = 0;
+  std::size_t outputs_ = 0;
+  std::size_t max_taps_ = 0;
+  std::vector<MatrixPath> paths_;
+  std::shared_ptr<const FilterBank> diagonal_bank_;  // set by diagonal(bank)
+};
+
+}  // namespace tapstream

@@ -1,0 +1,150 @@
+#pragma once
+// The hand-off of a new FilterBank (or RoutingMatrix: MatrixMailbox) from the
+// control thread (ctl socket, file watcher, SIGHUP) to the engine thread,
+// which installs it at a block boundary.
+//
+// Threads: one control thread calls post(), collect(), acknowledged() and
+// wait_acknowledged(); one engine thread calls poll() once per block. The
+// audio callback never touches the mailbox. Neither side locks; the engine
+// side never allocates or frees: every bank and every carrier node is created
+// and destroyed on the control thread.
+//
+// How: post() wraps the bank in a Node and exchanges it into `pending_`; a
+// node that was still pending (never taken) comes back from that exchange and
+// is freed by post() itself. poll() exchanges `pending_` with null, so each
+// node is owned by exactly one thread at any moment. After installing the
+// bank, the engine pushes the node onto the `returned_` stack (a CAS loop with
+// one pusher and one consumer that takes the whole stack with exchange, so
+// there is no ABA), and collect() on the control thread frees it there.
+//
+// Why the orderings suffice: post() exchanges with release (acq_rel), so the
+// engine's acquire exchange in poll() sees the fully built bank. The engine
+// publishes `acknowledged_` with release after install() returned, so a
+// control thread that reads it with acquire knows the swap has happened (and
+// sees any state the engine wrote before it). The returned_ push is a release
+// CAS and collect()'s exchange is acquire, so the control thread frees a node
+// only after the engine is done with it.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "dsp/model/filter_bank.hpp"
+#include "dsp/model/routing_matrix.hpp"
+
+namespace tapstream {
+
+// `Payload`: what is handed over whole (FilterBank, RoutingMatrix), immutable once posted.
+template <typename Payload>
+class Mailbox {
+ public:
+  Mailbox() = default;
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
+  ~Mailbox() {
+    // Both threads have stopped using the mailbox by now.
+    std::unique_ptr<Node> pending(pending_.exchange(nullptr, std::memory_order_acquire));
+    collect();
+  }
+
+  // --- control thread -------------------------------------------------
+
+  // Queues `bank` for the engine and returns its sequence number (1, 2, ...).
+  // A bank posted before it and not yet taken is dropped: the newest wins,
+  // and its acknowledgement also covers the dropped one.
+  std::uint64_t post(std::shared_ptr<const Payload> bank) {
+    collect();
+    auto node = std::make_unique<Node>();
+    node->bank = std::move(bank);
+    node->sequence = ++posted_;
+    const std::uint64_t sequence = node->sequence;
+    std::unique_ptr<Node> superseded(pending_.exchange(node.release(), std::memory_order_acq_rel));
+    return sequence;  // `superseded` (if any) is freed here, on the control thread
+  }
+
+  // The highest sequence number the engine has installed (0: none yet).
+  // Every bank posted with a sequence number <= this is installed or superseded.
+  std::uint64_t acknowledged() const { return acknowledged_.load(std::memory_order_acquire); }
+
+  // The sequence number of the last post() whose install() threw (0: none).
+  std::uint64_t rejected() const { return rejected_.load(std::memory_order_acquire); }
+
+  // Waits (sleeping, never spinning hard) until `sequence` is acknowledged or
+  // rejected, or until `timeout` passes. Returns true when acknowledged.
+  bool wait_acknowledged(std::uint64_t sequence, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      if (acknowledged() >= sequence) return true;
+      if (rejected() == sequence) return false;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+
+  // Frees the nodes (and with them the banks) the engine has handed back.
+  // post() calls it; call it also now and then when nothing is posted.
+  void collect() {
+    Node* node = returned_.exchange(nullptr, std::memory_order_acquire);
+    while (node != nullptr) {
+      std::unique_ptr<Node> owned(node);
+      node = owned->next;
+    }
+  }
+
+  // --- engine thread --------------------------------------------------
+
+  // At a block boundary: when a new bank is waiting, calls install(bank) and
+  // acknowledges it; returns true when a bank was installed. Never blocks,
+  // allocates or frees. If install throws, the sequence is recorded as
+  // rejected, the node still goes back to the control thread, and the
+  // exception propagates.
+  template <typename Install>
+  bool poll(Install&& install) {
+    Node* node = pending_.exchange(nullptr, std::memory_order_acquire);
+    if (node == nullptr) return false;
+    try {
+      install(static_cast<const Payload&>(*node->bank));
+    } catch (...) {
+      rejected_.store(node->sequence, std::memory_order_release);
+      give_back(node);
+      throw;
+    }
+    const std::uint64_t sequence = node->sequence;
+    give_back(node);
+    acknowledged_.store(sequence, std::memory_order_release);
+    return true;
+  }
+
+  // Whether a bank is waiting (a hint for either thread).
+  bool has_pending() const { return pending_.load(std::memory_order_relaxed) != nullptr; }
+
+ private:
+  struct Node {
+    std::shared_ptr<const Payload> bank;
+    std::uint64_t sequence = 0;
+    Node* next = nullptr;  // link in the returned_ stack
+  };
+
+  void give_back(Node* node) {
+    Node* head = returned_.load(std::memory_order_relaxed);
+    do {
+      node->next = head;
+    } while (!returned_.compare_exchange_weak(head, node, std::memory_order_release,
+                                              std::memory_order_relaxed));
+  }
+
+  std::uint64_t posted_ = 0;  // control thread only
+  std::atomic<Node*> pending_{nullptr};
+  std::atomic<Node*> returned_{nullptr};
+  std::atomic<std::uint64_t> acknowledged_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+};
+
+using FilterMailbox = Mailbox<FilterBank>;
+using MatrixMailbox = Mailbox<RoutingMatrix>;
+
+}  // namespace tapstream
