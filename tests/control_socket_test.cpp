@@ -28,8 +28,7 @@
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/control/json.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu/cpu_engine.hpp"
-#include "dsp/model/diagonal_engine.hpp"
+#include "tests/idle_pipeline.hpp"
 
 namespace tapstream {
 namespace {
@@ -76,15 +75,7 @@ class ControlSocketTest : public testing::Test {
   // The daemon's answer: its ControlApi, as the socket's owner.
   ControlAnswer answer() {
     if (!api_) {
-      EngineOptions engine;
-      engine.max_block_frames = 64;
-      engine.max_taps = 64;
-      LivePipelineOptions options;
-      options.block_frames = 64;
-      options.realtime = false;
-      pipeline_ = std::make_unique<LivePipeline>(
-          std::make_unique<DiagonalEngine>(make_cpu_engine(*matrix_->diagonal_bank(), engine)),
-          options);
+      pipeline_ = testing::make_idle_pipeline(*matrix_);
       api_ = std::make_unique<ControlApi>(*pipeline_, hooks_, root_ / "uploads");
     }
     return [this](std::string_view line) {

@@ -17,9 +17,8 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
-#include "dsp/cpu/cpu_engine.hpp"
-#include "dsp/model/diagonal_engine.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
+#include "tests/idle_pipeline.hpp"
 
 namespace {
 
@@ -34,15 +33,7 @@ struct Daemon {
   std::unique_ptr<ControlServer> server;
 
   Daemon() {
-    EngineOptions engine;
-    engine.max_block_frames = 64;
-    engine.max_taps = 64;
-    LivePipelineOptions options;
-    options.block_frames = 64;
-    options.realtime = false;
-    pipeline = std::make_unique<LivePipeline>(
-        std::make_unique<DiagonalEngine>(make_cpu_engine(*matrix->diagonal_bank(), engine)),
-        options);
+    pipeline = testing::make_idle_pipeline(*matrix);
     ApiHooks hooks;
     hooks.matrix = [this] { return matrix; };
     hooks.load = [](const LoadRequest& request) {
