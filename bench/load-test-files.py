@@ -5,7 +5,12 @@ a sound file paced at the sample rate (`realtime = true`, so its driver thread
 acts as a device callback and counts late periods as one would), filters it
 with the CUDA engine (or --backend cpu) and writes the output file, while this
 script swaps the filters every 3 s (`tapstream ctl load all FILE`) and reads
-`ctl status` and the daemon's resident memory every 10 s.
+`ctl status` and the daemon's resident memory every 10 s. Beside it runs
+`tapstream probe` (a busy thread that records the machine's own stalls); when
+the late periods grow, `ctl trace` dumps the daemon's per-period timestamps,
+and at the end every late period is lined up with the engine's call and the
+probe's gaps (bench/trace_lineup.py): a stall of the machine, or the engine's
+own (not begun by the deadline, or too slow).
 
   bench/load-test-files.py [--tapstream PATH] [--seconds 600] [--backend cuda]
       [--kernel auto|partitioned] [--channels 8] [--period 64] [--taps 65536] [--spin-us 0]
@@ -33,6 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_lineup  # noqa: E402
 
 SWAP_INTERVAL_S = 3.0
 SAMPLE_INTERVAL_S = 10.0
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--taps", type=int, default=65536)
     ap.add_argument("--spin-us", type=int, default=0,
                     help="[engine] spin_us: the engine thread polls this long for input")
+    ap.add_argument("--probe-threshold-us", type=float, default=200.0,
+                    help="the stalls `tapstream probe` records beside the daemon (0: no probe)")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = ap.parse_args()
     if args.seconds < 20:
@@ -152,6 +162,20 @@ def main():
         sys.exit("load-test-files: the daemon did not start:\n" +
                  open(os.path.join(work, "daemon.log")).read())
 
+    probe = None
+    if args.probe_threshold_us > 0:
+        probe_out = open(os.path.join(work, "probe.csv"), "w")
+        probe = subprocess.Popen([tapstream, "probe", "--seconds", str(args.seconds + 60),
+                                  "--threshold-us", str(args.probe_threshold_us)],
+                                 stdout=probe_out, stderr=subprocess.PIPE, text=True)
+    traces = []
+    traced_late = [0]
+
+    def dump_trace():
+        rc, text = ctl("trace", "32768")
+        if rc == 0:
+            traces.append(json.loads(text))
+
     rows, failures = [], []
     start = time.monotonic()
     ticks0 = cpu_ticks(daemon.pid)
@@ -172,6 +196,11 @@ def main():
             row[key] = find(s, key)
         row["requested"] = requested
         rows.append(row)
+        # The trace holds the last 32768 periods (43 s at 64 frames): dumped
+        # whenever late periods came since the last dump, they are all kept.
+        if (row["late_periods"] or 0) > traced_late[0]:
+            dump_trace()
+            traced_late[0] = row["late_periods"]
         print("%7.1f %9d %9s %6s %6d %6s %6s %6s %6s %8s %8s %6.1f %5.2f" % (
             row["t_s"], row["rss_kib"], row["blocks"], row["swaps"], requested,
             row["underruns"], row["overruns"], row["late_periods"], row["rejected_swaps"],
@@ -200,6 +229,7 @@ def main():
         time.sleep(0.02)
     time.sleep(1.0)  # the last swap lands
     take_row()
+    dump_trace()
     wall_s = time.monotonic() - start
     daemon.send_signal(signal.SIGTERM)
     try:
@@ -209,6 +239,18 @@ def main():
         status = daemon.wait()
     log.close()
     daemon_log = open(os.path.join(work, "daemon.log")).read()
+    probe_summary, gaps = "no probe", []
+    if probe is not None:
+        probe.send_signal(signal.SIGINT)
+        try:
+            _, probe_err = probe.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            _, probe_err = probe.communicate()
+        probe_out.close()
+        probe_summary = probe_err.strip().splitlines()[-1] if probe_err.strip() else "(silent)"
+        gaps = trace_lineup.read_probe(os.path.join(work, "probe.csv"))
+    lined_up, lineup_summary = trace_lineup.lineup(traces, gaps) if traces else ([], {})
 
     first, last = rows[0], rows[-1]
     span = last["t_s"] - first["t_s"]
@@ -243,6 +285,11 @@ def main():
               1e6 * args.period / RATE, last["cpu_percent"]))
     print("summary: RSS %d KiB at %.0f s, max %d KiB after it (tolerance %d KiB)" % (
         base_rss, after[0]["t_s"], max_rss, tolerance))
+    print("summary: " + probe_summary)
+    if lineup_summary:
+        print("summary: late periods lined up: %s" % json.dumps(lineup_summary))
+        for r in lined_up[:40]:
+            print("  late " + json.dumps(r))
     print("daemon log (last lines):\n" + "\n".join(daemon_log.splitlines()[-5:]))
 
     commit = os.environ.get("TAPSTREAM_COMMIT") or subprocess.run(
@@ -252,7 +299,8 @@ def main():
               "backend": args.backend, "kernel": args.kernel, "spin_us": args.spin_us, "channels": args.channels,
               "period": args.period, "taps": args.taps, "seconds": wall_s,
               "swaps_requested": requested, "passed": not failures, "failures": failures,
-              "rows": rows}
+              "rows": rows, "probe": probe_summary, "probe_gaps": gaps,
+              "late_lineup": lined_up, "late_lineup_summary": lineup_summary}
     out = os.path.join(args.out, "load-test-files-%s-%s.json" % (
         args.backend, datetime.datetime.utcnow().strftime("%Y%m%dT%H%M%SZ")))
     with open(out, "w") as f:

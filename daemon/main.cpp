@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       add_process_command(app), add_design_command(app), add_run_command(app),
       add_devices_command(app), add_ctl_command(app),    add_bench_command(app),
-      add_info_command(app),    add_plot_command(app),
+      add_info_command(app),    add_plot_command(app),   add_probe_command(app),
   };
 
   try {

@@ -250,6 +250,7 @@ TEST_F(HostileClient, TheWebsocketCannotUseTheOwnersRequests) {
       {{"request", "load"}, {"input", 0}, {"output", 0}, {"file", valid}},
       {{"request", "load"}, {"matrix", (dir_ / "live.toml").string()}},
       {{"request", "load"}, {"channel", 0}, {"file", "/etc/passwd"}},
+      {{"request", "get_trace"}},
   };
   for (const json& request : owners) {
     const std::string error = refusal(api_call(client, request));

@@ -266,10 +266,40 @@ TEST(CtlRequest, EachTextSpellingIsWrittenAsTheApiRequest) {
       {"load all /f/c.wav", R"({"request":"load","channel":"all","file":"/f/c.wav"})"},
       {"load path 1 0 /f/p.txt", R"({"request":"load","input":1,"output":0,"file":"/f/p.txt"})"},
       {"load matrix /m.toml", R"({"request":"load","matrix":"/m.toml"})"},
+      {"trace", R"({"request":"get_trace"})"},
+      {"trace 16", R"({"request":"get_trace","records":16})"},
   };
   for (const auto& [command, request] : cases) {
     EXPECT_EQ(ctl_request_json(command), request) << command;
   }
+}
+
+TEST_F(ControlSocketTest, CtlTraceDumpsThePipelinesTimestampsWithinItsBound) {
+  ControlServer server(socket_, answer());
+  server.start();
+  // The idle pipeline takes a few unpaced calls, so that each ring holds records.
+  std::vector<float> frames(2 * 64, 0.25f);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(pipeline_->offer_input(frames.data(), 64), 64u);
+  }
+  const std::string reply = ctl("trace 2");
+  ASSERT_TRUE(is_ok(reply)) << reply;
+  const Json trace = Json::parse(reply);
+  EXPECT_EQ(trace["clock"], "CLOCK_MONOTONIC, nanoseconds");
+  EXPECT_EQ(trace["inputs"]["fields"],
+            Json::parse(R"(["start_ns","handed_ns","first_frame","frames"])"));
+  EXPECT_EQ(trace["inputs"]["written"], 3);
+  ASSERT_EQ(trace["inputs"]["rows"].size(), 2u) << "the newest two of three";
+  EXPECT_EQ(trace["inputs"]["rows"][1][2], 128) << "the third call's first frame";
+  EXPECT_LE(trace["inputs"]["rows"][1][0].get<std::int64_t>(), trace["now_ns"].get<std::int64_t>());
+  for (const char* ring : {"outputs", "blocks"}) EXPECT_TRUE(trace[ring]["rows"].is_array());
+  for (const char* bad :
+       {R"({"request":"get_trace","records":0})", R"({"request":"get_trace","records":1e9})",
+        R"({"request":"get_trace","records":"all"})"}) {
+    const Json refused = Json::parse(control_request(socket_, bad));
+    EXPECT_FALSE(refused["ok"].get<bool>()) << bad;
+  }
+  EXPECT_FALSE(is_ok(ctl("trace many")));
 }
 
 TEST_F(ControlSocketTest, ReloadAndStopReachTheirHooksAndTakeNoArguments) {

@@ -205,6 +205,70 @@ TEST(LiveZeroLatency, AMissedDeadlinePlaysSilenceCountsALatePeriodAndStaysAligne
   EXPECT_GE(exact_at_end, 45u) << "on time again after the stall";
 }
 
+TEST(LiveZeroLatency, TheTraceLinesUpEachLatePeriodWithTheEngineCallThatOverranIt) {
+  const std::size_t channels = 1, block = 64, periods = 120, stalled = 40;
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  auto engine = std::make_unique<DiagonalEngine>(std::make_unique<StallingEngine>(
+      make_cpu_engine(FilterBank::shared(random_signal(100, 9), channels), engine_options), stalled,
+      std::chrono::milliseconds(400)));
+  LivePipelineOptions options = zero_options(block);
+  options.sample_rate = 1000;  // 64 ms periods, 32 ms deadlines (as above)
+  options.zero_deadline_fraction = 0.5;
+  LivePipeline pipeline(std::move(engine), options);
+  pipeline.start();
+  drive(pipeline, random_signal(block * periods, 10), std::vector<std::size_t>(periods, block));
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  ASSERT_GE(stats.late_periods, 1u);
+  const PeriodTrace& trace = pipeline.trace();
+  const auto inputs = trace.inputs.snapshot(PeriodTrace::kRecords);
+  const auto outputs = trace.outputs.snapshot(PeriodTrace::kRecords);
+  const auto blocks = trace.blocks.snapshot(PeriodTrace::kRecords);
+  ASSERT_EQ(inputs.size(), periods);
+  ASSERT_EQ(outputs.size(), periods);
+  // Every period: its frames in order, its deadline half a period after the
+  // callback began; the late ones (and only they) taken past the deadline.
+  std::size_t late = 0;
+  std::int64_t first_late_frame = -1;
+  for (std::size_t p = 0; p < periods; ++p) {
+    const auto& in = inputs[p];
+    const auto& out = outputs[p];
+    EXPECT_EQ(in[PeriodTrace::input_first], std::int64_t(p * block));
+    EXPECT_EQ(out[PeriodTrace::output_first], std::int64_t(p * block));
+    EXPECT_LE(in[PeriodTrace::input_start], in[PeriodTrace::input_handed]);
+    const std::int64_t allowed = out[PeriodTrace::output_deadline] - out[PeriodTrace::output_start];
+    // (The deadline is read just after the start: a preempted test thread only lengthens it.)
+    EXPECT_GE(allowed, 32'000'000) << "period " << p;
+    EXPECT_LE(allowed, 32'000'000 + 30'000'000) << "period " << p;
+    if (out[PeriodTrace::output_late] > 0) {
+      ++late;
+      if (first_late_frame < 0) first_late_frame = out[PeriodTrace::output_first];
+      EXPECT_GE(out[PeriodTrace::output_taken], out[PeriodTrace::output_deadline])
+          << "period " << p << " counted late before its deadline";
+    }
+  }
+  EXPECT_EQ(late, stats.late_periods);
+  // The engine's calls cover the input frame by frame; none starts before
+  // its input was handed over; the one that stalled began the first late period.
+  std::int64_t next_frame = 0;
+  std::int64_t stalled_first = -1;
+  for (const auto& b : blocks) {
+    EXPECT_EQ(b[PeriodTrace::block_first], next_frame);
+    next_frame += b[PeriodTrace::block_frames];
+    EXPECT_LE(b[PeriodTrace::block_woke], b[PeriodTrace::block_start]);
+    EXPECT_LE(b[PeriodTrace::block_start], b[PeriodTrace::block_end]);
+    const auto& handed = inputs[std::size_t(b[PeriodTrace::block_first]) / block];
+    EXPECT_GE(b[PeriodTrace::block_woke], handed[PeriodTrace::input_start]);
+    if (b[PeriodTrace::block_end] - b[PeriodTrace::block_start] >= 350'000'000) {
+      stalled_first = b[PeriodTrace::block_first];
+    }
+  }
+  EXPECT_EQ(next_frame, std::int64_t(periods * block));
+  EXPECT_EQ(stalled_first, std::int64_t(stalled * block));
+  EXPECT_EQ(first_late_frame, stalled_first);
+}
+
 TEST(LiveZeroLatency, APeriodThatChangesIsFollowed) {
   const std::size_t channels = 2, block = 64;
   const auto h = random_signal(500, 8);

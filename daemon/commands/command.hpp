@@ -45,5 +45,6 @@ Command add_ctl_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_plot_command(CLI::App& app);
+Command add_probe_command(CLI::App& app);
 
 }  // namespace tapstream

@@ -17,6 +17,7 @@
 #include "daemon/control/control_socket.hpp"
 #include "daemon/control/ctl_request.hpp"
 #include "daemon/control/json.hpp"
+#include "daemon/pipeline/period_trace.hpp"
 
 namespace tapstream {
 
@@ -27,6 +28,7 @@ struct CtlArgs {
   std::string config;
   int timeout_ms = 10000;
   std::vector<std::string> load;  // CHANNEL|all FILE, path I O FILE, matrix FILE
+  unsigned trace_records = 4096;
 };
 
 // The `load` text command for `words`; throws UsageError when they are not
@@ -90,10 +92,17 @@ Command add_ctl_command(CLI::App& app) {
   reload->fallthrough();
   CLI::App* stop = ctl->add_subcommand("stop", "Stop the daemon cleanly (drains, then exits 0)");
   stop->fallthrough();
+  CLI::App* trace = ctl->add_subcommand(
+      "trace",
+      "Print the timestamps of the recent periods, engine calls and outputs (CLOCK_MONOTONIC "
+      "ns, as `tapstream probe` prints) as one line of JSON");
+  trace->fallthrough();
+  trace->add_option("records", args->trace_records, "How many of each (the newest)")
+      ->check(CLI::Range(1u, unsigned(PeriodTrace::kRecords)));
 
   Command command;
   command.app = ctl;
-  command.run = [args, status, load, reload, stop]() {
+  command.run = [args, status, load, reload, stop, trace]() {
     const std::filesystem::path socket = choose_socket(*args);
     std::string request;
     if (status->parsed()) {
@@ -104,6 +113,8 @@ Command add_ctl_command(CLI::App& app) {
       request = "stop";
     } else if (load->parsed()) {
       request = load_request(args->load);
+    } else if (trace->parsed()) {
+      request = "trace " + std::to_string(args->trace_records);
     }
     const std::string reply =
         ctl_exchange(socket, request, std::chrono::milliseconds(args->timeout_ms));

@@ -12,6 +12,7 @@
 
 #include "daemon/config/config_keys.hpp"
 #include "daemon/control/file_text.hpp"
+#include "daemon/control/trace_document.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 
 namespace tapstream {
@@ -60,6 +61,7 @@ constexpr const char* known_requests[] = {"list_requests",
                                           "undo_config",
                                           "get_log",
                                           "get_status",
+                                          "get_trace",
                                           "load",
                                           "reload",
                                           "stop"};
@@ -738,6 +740,20 @@ struct ControlApi::Impl {
   json dispatch(const std::string& verb, const json& request, ApiSession& session) {
     OutputStage& stage = pipeline.output_stage();
     if (verb == "get_status") return status_now();
+    if (verb == "get_trace") {
+      // Owner only: megabytes of JSON per answer, and timing nobody else needs.
+      owner_only(session, verb);
+      std::size_t records = 4096;
+      if (request.contains("records")) {
+        const double wanted = number_field(request, "records");
+        if (!(wanted >= 1 && wanted <= double(PeriodTrace::kRecords))) {
+          fail(ApiErrorType::invalid_value,
+               fmt::format("records must be between 1 and {}", PeriodTrace::kRecords));
+        }
+        records = static_cast<std::size_t>(wanted);
+      }
+      return trace_document(pipeline, records);
+    }
     if (verb == "load" || verb == "reload" || verb == "stop") {
       owner_only(session, verb);
       if (verb == "load") return owner_load(request);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "daemon/control/json.hpp"
 #include "daemon/control/request_text.hpp"
@@ -389,12 +390,14 @@ std::string control_request(const fs::path& socket_path, std::string_view reques
   }
 
   std::string reply;
-  char buffer[4096];
+  std::vector<char> buffer(std::size_t(1) << 16);
+  std::size_t searched = 0;  // the reply before this holds no newline (replies run to megabytes)
   while (true) {
-    const auto newline = reply.find('\n');
+    const auto newline = reply.find('\n', searched);
     if (newline != std::string::npos) return reply.substr(0, newline);
+    searched = reply.size();
     wait_for(POLLIN);
-    const ssize_t n = ::recv(fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+    const ssize_t n = ::recv(fd.get(), buffer.data(), buffer.size(), MSG_DONTWAIT);
     if (n == 0) {
       if (!reply.empty()) return reply;
       throw ControlSocketError(socket_path.string() + " closed the connection without a reply");
@@ -402,7 +405,7 @@ std::string control_request(const fs::path& socket_path, std::string_view reques
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       throw ControlSocketError("reading from " + socket_path.string() + ": " + errno_text(errno));
     }
-    if (n > 0) reply.append(buffer, static_cast<std::size_t>(n));
+    if (n > 0) reply.append(buffer.data(), static_cast<std::size_t>(n));
   }
 }
 

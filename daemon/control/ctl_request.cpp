@@ -11,7 +11,8 @@ namespace tapstream {
 namespace {
 
 constexpr std::string_view known_commands =
-    "status, load CHANNEL|all FILE, load path I O FILE, load matrix FILE, reload, stop";
+    "status, load CHANNEL|all FILE, load path I O FILE, load matrix FILE, trace [RECORDS], reload, "
+    "stop";
 
 // The first word of `text`, and the rest (trimmed) in `rest`.
 std::string_view first_word(std::string_view text, std::string_view& rest) {
@@ -88,6 +89,15 @@ std::string ctl_request_json(std::string_view command) {
     return json_line(Json{{"request", verb == "status" ? "get_status" : std::string(verb)}});
   }
   if (verb == "load") return json_line(load_request(rest));
+  if (verb == "trace") {
+    Json request = {{"request", "get_trace"}};
+    if (!rest.empty()) {
+      const auto records = number(rest);
+      if (!records) throw CtlSyntaxError("usage: trace [RECORDS] (RECORDS a number from 1)");
+      request["records"] = *records;
+    }
+    return json_line(request);
+  }
   throw CtlSyntaxError("unknown command '" + shorten(verb) +
                        "' (known: " + std::string(known_commands) + ")");
 }

@@ -11,8 +11,8 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/deadline_counter.hpp"
+#include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/thread_priority.hpp"
 
 namespace tapstream {
@@ -146,6 +146,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
       in = engine_in_.data();
     }
     const auto started = std::chrono::steady_clock::now();
+    const std::int64_t started_ns = monotonic_ns();
     const std::span<const float> block_in(in, samples);
     const std::span<float> block_out(engine_out_.data(), samples);
     if (deadline == nullptr) {  // unpaced: no deadline, so never late
@@ -160,6 +161,9 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
       late_frames += n;  // engine_out_ holds silence
     }
     processing_times_.record(std::chrono::steady_clock::now() - started);
+    trace_.blocks.write({started_ns, started_ns, monotonic_ns(),
+                         std::int64_t(frames_in_.load(std::memory_order_relaxed) + done),
+                         std::int64_t(n)});
     blocks_.fetch_add(1, std::memory_order_relaxed);
     // Room is short only if the output side stopped taking: the engine's
     // stream goes on, the output is dropped.
@@ -175,6 +179,8 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
 }
 
 void LivePipeline::push_input(const float* interleaved, std::size_t frames) noexcept {
+  const std::int64_t started_ns = monotonic_ns();
+  const std::uint64_t first_frame = frames_in_.load(std::memory_order_relaxed);
   if (realtime_engine_ != nullptr) {
     const timespec deadline = zero_deadline(frames);
     const std::size_t late_frames = filter_in_callback(interleaved, frames, &deadline);
@@ -184,6 +190,8 @@ void LivePipeline::push_input(const float* interleaved, std::size_t frames) noex
       underrun_frames_.fetch_add(late_frames, std::memory_order_relaxed);
     }
     frames_in_.fetch_add(frames, std::memory_order_relaxed);
+    trace_.inputs.write(
+        {started_ns, monotonic_ns(), std::int64_t(first_frame), std::int64_t(frames)});
     // For an output callback of another stream waiting in pull_output().
     sem_post(&output_ready_);
     return;
@@ -222,6 +230,8 @@ void LivePipeline::push_input(const float* interleaved, std::size_t frames) noex
   }
   frames_in_.fetch_add(frames, std::memory_order_relaxed);
   wake_engine();
+  trace_.inputs.write(
+      {started_ns, monotonic_ns(), std::int64_t(first_frame), std::int64_t(frames)});
 }
 
 bool LivePipeline::wait_for_output(std::size_t samples, const timespec& deadline) noexcept {
@@ -253,12 +263,17 @@ bool LivePipeline::wait_for_output(std::size_t samples, const timespec& deadline
 }
 
 void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept {
+  const std::int64_t started_ns = monotonic_ns();
+  std::int64_t deadline_ns = 0;
   if (options_.latency == LatencyMode::zero) {
     const timespec deadline = zero_deadline(frames);
+    deadline_ns = to_ns(deadline);
     // Late or not, what is there by now is played; a late period is one
     // that finds its own output short below.
     static_cast<void>(wait_for_output((output_debt_frames_ + frames) * output_channels_, deadline));
   }
+  const std::int64_t taken_ns = monotonic_ns();
+  const std::uint64_t first_frame = frames_out_.load(std::memory_order_relaxed);
   // Frames that came too late (silence was played in their place) are
   // dropped, so that the latency stays what was reported.
   while (output_debt_frames_ > 0) {
@@ -288,6 +303,8 @@ void LivePipeline::pull_output(float* interleaved, std::size_t frames) noexcept 
   }
   output_stage_.process(interleaved, frames);
   frames_out_.fetch_add(frames, std::memory_order_relaxed);
+  trace_.outputs.write({started_ns, taken_ns, deadline_ns, std::int64_t(first_frame),
+                        std::int64_t(frames), std::int64_t(got < frames ? frames - got : 0)});
   // Buffered: the engine may be waiting for room in the output ring. Zero:
   // push_input() has just woken it for this period, and a second wake-up per
   // period is a futex call and a context switch for nothing.
@@ -311,27 +328,38 @@ void LivePipeline::device_callback(const float* input, float* output, std::size_
 }
 
 std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t frames) {
+  const std::int64_t started_ns = monotonic_ns();
+  const std::uint64_t first_frame = frames_in_.load(std::memory_order_relaxed);
   if (realtime_engine_ != nullptr) {
     // Unpaced: what the output ring has room for, with all the time it takes.
     frames = std::min(frames, output_ring_.writable() / output_channels_);
     filter_in_callback(interleaved, frames, nullptr);
     frames_in_.fetch_add(frames, std::memory_order_relaxed);
-    return frames;
+  } else {
+    frames = input_ring_.write(std::span<const float>(interleaved, frames * input_channels_)) /
+             input_channels_;
+    frames_in_.fetch_add(frames, std::memory_order_relaxed);
+    wake_engine();
   }
-  const std::size_t written =
-      input_ring_.write(std::span<const float>(interleaved, frames * input_channels_)) /
-      input_channels_;
-  frames_in_.fetch_add(written, std::memory_order_relaxed);
-  wake_engine();
-  return written;
+  if (frames > 0) {
+    trace_.inputs.write(
+        {started_ns, monotonic_ns(), std::int64_t(first_frame), std::int64_t(frames)});
+  }
+  return frames;
 }
 
 std::size_t LivePipeline::take_output(float* interleaved, std::size_t frames) {
+  const std::int64_t started_ns = monotonic_ns();
+  const std::uint64_t first_frame = frames_out_.load(std::memory_order_relaxed);
   const std::size_t got =
       output_ring_.read(std::span<float>(interleaved, frames * output_channels_)) /
       output_channels_;
   output_stage_.process(interleaved, got);
   frames_out_.fetch_add(got, std::memory_order_relaxed);
+  if (got > 0) {
+    const std::int64_t now = monotonic_ns();
+    trace_.outputs.write({started_ns, now, 0, std::int64_t(first_frame), std::int64_t(got), 0});
+  }
   wake_engine();
   return got;
 }
@@ -410,7 +438,7 @@ void LivePipeline::install_posted_bank() {
   }
 }
 
-void LivePipeline::filter_block(std::size_t frames) {
+void LivePipeline::filter_block(std::size_t frames, std::int64_t woke_ns) {
   const std::size_t samples_out = output_channels_ * frames;
   // One NaN or infinity would stay in the channel's delay line for the
   // filter's length; every input, from a device, JACK or a file, passes here.
@@ -420,6 +448,7 @@ void LivePipeline::filter_block(std::size_t frames) {
     nonfinite_inputs_.fetch_add(bad, std::memory_order_relaxed);
   }
   const auto started = std::chrono::steady_clock::now();
+  const std::int64_t started_ns = monotonic_ns();
   const std::uint64_t block = blocks_.load(std::memory_order_relaxed);
   try {
     engine_->process(std::span<const float>(engine_in_.data(), input_channels_ * frames),
@@ -432,6 +461,9 @@ void LivePipeline::filter_block(std::size_t frames) {
     }
   }
   processing_times_.record(std::chrono::steady_clock::now() - started);
+  trace_.blocks.write(
+      {woke_ns, started_ns, monotonic_ns(), std::int64_t(engine_frames_), std::int64_t(frames)});
+  engine_frames_ += frames;
   blocks_.store(block + 1, std::memory_order_relaxed);
 }
 
@@ -502,8 +534,9 @@ void LivePipeline::engine_loop() {
       sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
       continue;
     }
+    const std::int64_t woke_ns = monotonic_ns();
     input_ring_.read(std::span<float>(engine_in_.data(), wanted));
-    filter_block(frames);
+    filter_block(frames, woke_ns);
     output_ring_.write(std::span<const float>(engine_out_.data(), frames * output_channels_));
     if (zero) sem_post(&output_ready_);
     // A new bank is taken between blocks, after the output is out: in zero

@@ -71,6 +71,7 @@
 #include <vector>
 
 #include "daemon/pipeline/latency_mode.hpp"
+#include "daemon/pipeline/period_trace.hpp"
 #include "dsp/model/engine.hpp"
 #include "dsp/model/matrix_engine.hpp"
 #include "dsp/realtime/filter_mailbox.hpp"
@@ -194,6 +195,8 @@ class LivePipeline {
   LiveStats stats() const;
   // Engine time per block, swap included (recorded by the engine thread).
   const LatencyStats& processing_times() const { return processing_times_; }
+  // Timestamps of the recent periods, blocks and calls (any thread may dump them).
+  const PeriodTrace& trace() const { return trace_; }
 
  private:
   void engine_loop();
@@ -206,7 +209,8 @@ class LivePipeline {
                                  const timespec* deadline) noexcept;
   // Filters `frames` frames of engine_in_ into engine_out_ (the engine
   // thread's one step, in both modes).
-  void filter_block(std::size_t frames);
+  // `woke_ns`: when the thread found the input (CLOCK_MONOTONIC), for the trace.
+  void filter_block(std::size_t frames, std::int64_t woke_ns);
   // Gives the engine a bank posted to the mailbox, if any (between blocks).
   void install_posted_bank();
   void wake_engine() noexcept;
@@ -237,6 +241,7 @@ class LivePipeline {
   SpscRing<float> output_ring_;
   MatrixMailbox mailbox_;
   LatencyStats processing_times_;
+  PeriodTrace trace_;
   OutputStage output_stage_;
   sem_t data_ready_;
   sem_t output_ready_;  // zero mode: posted by the engine thread after each block
@@ -259,6 +264,7 @@ class LivePipeline {
   int current_priority_ = 0;
   std::vector<float> engine_in_;
   std::vector<float> engine_out_;
+  std::uint64_t engine_frames_ = 0;  // input frames the engine thread has filtered
 
   std::atomic<bool> running_{false};
   std::atomic<bool> draining_{false};
