@@ -35,7 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class ControlSocketTest : public testing::Test {
+class ControlSocketTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::temp_directory_path() /
