@@ -431,6 +431,34 @@ TEST_F(ControlSocketTest, AnOversizedRequestGetsAnErrorAndOnlyThatConnectionIsCl
   EXPECT_TRUE(loads_.empty());
 }
 
+TEST_F(ControlSocketTest, OneLargeReplyArrivesWholeAndAClientThatNeverReadsIsDropped) {
+  // Replies of 2 MiB, as a trace of 8192 records is: above the 1 MiB of unread replies a
+  // client may leave waiting, which must not cut one reply short.
+  const std::string big(2 << 20, 'x');
+  ControlServer server(socket_,
+                       [&](std::string_view) { return "{\"ok\":true,\"pad\":\"" + big + "\"}"; });
+  server.start();
+  {
+    RawClient client(socket_);
+    client.send("{\"request\":\"get_trace\"}\n");
+    const std::string reply = client.read_line();
+    EXPECT_EQ(reply.size(), big.size() + 19) << reply.substr(0, 100);
+  }
+  {
+    // Pipelined requests never read: the second finds a reply waiting above
+    // the bound, and the connection ends (what was sent so far may arrive).
+    RawClient client(socket_);
+    std::string requests;
+    for (int i = 0; i < 8; ++i) requests += "{\"request\":\"get_trace\"}\n";
+    client.send(requests);
+    const std::string received = client.read_all();
+    EXPECT_LT(received.size(), 2 * (big.size() + 20)) << "more than two replies were queued";
+  }
+  RawClient after(socket_);
+  after.send("{\"request\":\"get_status\"}\n");
+  EXPECT_EQ(after.read_line().size(), big.size() + 19) << "the server stopped serving";
+}
+
 TEST_F(ControlSocketTest, PipelinedRequestsOnOneConnectionGetOneReplyEach) {
   ControlServer server(socket_, answer());
   server.start();

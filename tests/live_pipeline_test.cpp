@@ -327,7 +327,11 @@ TEST(LivePipeline, SwapThroughTheMailboxSwitchesAtOneBlockBoundaryWithCrossfade)
     ASSERT_EQ(got.size(), frames) << "no sample lost or repeated";
     expect_swap_at_block(got, channel_of(input, channels, c), old_taps, new_taps,
                          stats.last_swap_block, block);
-  }
+  }  // The trace holds the swap: when the engine took the matrix, and from which block.
+  const auto swaps = pipeline.trace().swaps.snapshot(10);
+  ASSERT_EQ(swaps.size(), 1u);
+  EXPECT_EQ(swaps[0][PeriodTrace::swap_block], std::int64_t(stats.last_swap_block));
+  EXPECT_LE(swaps[0][PeriodTrace::swap_start], swaps[0][PeriodTrace::swap_end]);
 }
 
 TEST(LivePipeline, ABankTheEngineRefusesLeavesTheOldFilterRunning) {

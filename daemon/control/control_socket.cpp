@@ -240,13 +240,16 @@ void ControlServer::serve() {
   std::vector<char> buffer(64 * 1024);  // an upload of megabytes comes in few reads
 
   const auto queue_reply = [](Client& client, const std::string& reply) {
-    client.output += reply;
-    client.output += '\n';
+    // A client that does not read its replies is dropped once more than the
+    // bound of them wait; one reply of any size (a trace runs to megabytes) goes out.
     if (client.output.size() > max_pending_reply_bytes) {
       client.output.clear();
       client.closing = true;
-      client.fd.reset();  // a client that never reads its replies is dropped
+      client.fd.reset();
+      return;
     }
+    client.output += reply;
+    client.output += '\n';
   };
   // Answers every complete line in client.input; an oversized one ends the connection.
   const auto answer_lines = [&](Client& client, bool at_eof) {

@@ -36,6 +36,8 @@ nlohmann::json trace_document(const LivePipeline& pipeline, std::size_t records)
       {"start_ns", "taken_ns", "deadline_ns", "first_frame", "frames", "late_frames"}, records);
   json["blocks"] = rows_json<PeriodTrace::block_fields>(
       trace.blocks, {"woke_ns", "start_ns", "end_ns", "first_frame", "frames"}, records);
+  json["swaps"] =
+      rows_json<PeriodTrace::swap_fields>(trace.swaps, {"start_ns", "end_ns", "block"}, records);
   return json;
 }
 

@@ -408,7 +408,9 @@ void LivePipeline::swap_loop() {
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
       if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+            const std::int64_t started_ns = monotonic_ns();
             realtime_engine_->post_matrix(matrix, options_.crossfade);
+            trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
           })) {
         swaps_.fetch_add(1, std::memory_order_relaxed);
         last_swap_block_.store(next_block, std::memory_order_relaxed);
@@ -427,7 +429,9 @@ void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
     if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+          const std::int64_t started_ns = monotonic_ns();
           engine_->set_matrix(matrix, options_.crossfade);
+          trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
         })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);
       last_swap_block_.store(next_block, std::memory_order_relaxed);

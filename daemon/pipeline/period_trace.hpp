@@ -9,8 +9,9 @@
 // Threads: each ring has one writer (dsp/realtime/trace_ring.hpp): `inputs`
 // the thread that calls push_input()/offer_input(), `outputs` the thread that
 // calls pull_output(), `blocks` the thread that runs the engine (the engine
-// thread, or the input side when the engine runs in the callback). Any thread
-// may dump.
+// thread, or the input side when the engine runs in the callback), `swaps`
+// the thread that gives the engine new matrices (the engine thread, or the
+// swap thread). Any thread may dump.
 
 #include <time.h>
 
@@ -58,11 +59,17 @@ struct PeriodTrace {
     block_fields
   };
 
+  // One new matrix given to the engine (set_matrix on the engine thread, or
+  // post_matrix on the swap thread when the engine runs in the callback),
+  // from `start` to `end`; `block`: the first block it may filter.
+  enum Swap : std::size_t { swap_start, swap_end, swap_block, swap_fields };
+
   static constexpr std::size_t kRecords = std::size_t(1) << 15;
 
   TraceRing<input_fields> inputs{kRecords};
   TraceRing<output_fields> outputs{kRecords};
   TraceRing<block_fields> blocks{kRecords};
+  TraceRing<swap_fields> swaps{1024};
 };
 
 }  // namespace tapstream
