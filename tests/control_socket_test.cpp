@@ -442,7 +442,7 @@ TEST_F(ControlSocketTest, OneLargeReplyArrivesWholeAndAClientThatNeverReadsIsDro
     RawClient client(socket_);
     client.send("{\"request\":\"get_trace\"}\n");
     const std::string reply = client.read_line();
-    EXPECT_EQ(reply.size(), big.size() + 19) << reply.substr(0, 100);
+    EXPECT_EQ(reply.size(), big.size() + 20) << reply.substr(0, 100);
   }
   {
     // Pipelined requests never read: the second finds a reply waiting above
@@ -456,7 +456,7 @@ TEST_F(ControlSocketTest, OneLargeReplyArrivesWholeAndAClientThatNeverReadsIsDro
   }
   RawClient after(socket_);
   after.send("{\"request\":\"get_status\"}\n");
-  EXPECT_EQ(after.read_line().size(), big.size() + 19) << "the server stopped serving";
+  EXPECT_EQ(after.read_line().size(), big.size() + 20) << "the server stopped serving";
 }
 
 TEST_F(ControlSocketTest, PipelinedRequestsOnOneConnectionGetOneReplyEach) {
