@@ -341,6 +341,37 @@ TEST(ProcessJobs, ABadListIsRefusedBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+TEST(ProcessJobs, TheShippedExampleDatasetRunsFromMakeJobs) {
+  if (std::system("python3 --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is not installed: tools/make-jobs.py cannot run";
+  }
+  TempDir dir;
+  const fs::path examples = fs::path(TAPSTREAM_SOURCE_DIR) / "config/examples/dataset";
+  const std::string make_jobs =
+      shell_quote(std::string(TAPSTREAM_SOURCE_DIR) + "/tools/make-jobs.py") + " " +
+      shell_quote((examples / "clean").string()) + " " + shell_quote((examples / "rirs").string()) +
+      " " + shell_quote((dir / "reverb").string()) + " --seed 7 -o ";
+  for (const char* csv : {"a.csv", "b.csv"}) {
+    ASSERT_EQ(
+        std::system(
+            ("python3 " + make_jobs + shell_quote((dir / csv).string()) + " 2>/dev/null").c_str()),
+        0);
+  }
+  // The same folders and seed: the same list.
+  EXPECT_EQ(read_text(dir / "a.csv"), read_text(dir / "b.csv"));
+  const RunResult run = tapstream(dir, {"process", "--jobs", (dir / "a.csv").string()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::set<std::string> recordings;
+  for (const auto& e : fs::directory_iterator(examples / "clean")) {
+    recordings.insert(e.path().filename().string());
+    const Sound clean = read_sound(e.path());
+    const Sound reverb = read_sound(dir / "reverb" / e.path().filename());
+    EXPECT_EQ(reverb.samples.size(), clean.samples.size()) << e.path();
+  }
+  EXPECT_EQ(recordings.size(), 6u);
+  EXPECT_EQ(files_under(dir / "reverb"), recordings);
+}
+
 // Which of `names` each of `count` shards wrote into `out` (outputs of shard k in out/k).
 void expect_every_item_once(const fs::path& out, std::size_t count,
                             const std::set<std::string>& names) {
