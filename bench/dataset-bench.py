@@ -9,7 +9,9 @@ room impulse response per file, CSV-driven, in files per second.
       all made here, seeded, and in the page cache when timed
   tapstream: `tapstream process --jobs jobs.csv --overwrite -q` as a whole
       command (start-up, every filter loaded and transformed, every file read,
-      filtered and written, each output renamed into place), median of REPEATS
+      filtered and written, each output renamed into place), median of REPEATS;
+      and the same rows all through one impulse response (the cost of an
+      engine per filter, apart)
   the peer: one warm Python process (torch, torchaudio and soundfile imported,
       CUDA initialised, the impulse responses loaded once onto the device, one
       file done untimed) looping soundfile.read -> torchaudio.functional.
@@ -226,11 +228,24 @@ def main():
     ours = len(jobs) / seconds
     log("tapstream --jobs (--backend %s): %.2f s, %.0f files/s (runs: %s)"
         % (args.backend, seconds, ours, ", ".join("%.2f" % t for t in times)))
+    # The same rows through one impulse response: what making an engine per
+    # filter costs, apart from the files' own reading, filtering and writing.
+    one_csv = os.path.join(work, "one-filter.csv")
+    import csv
+    with open(csv_path, newline="") as f, open(one_csv, "w", newline="") as out:
+        rows = list(csv.reader(f))
+        column = rows[0].index("filter")
+        for row in rows[1:]:
+            row[column] = rows[1][column]
+        csv.writer(out, lineterminator="\n").writerows(rows)
+    one_seconds, _ = run_tapstream(os.path.abspath(args.tapstream), one_csv, args.backend, args.repeats)
+    log("the same rows through one impulse response: %.2f s, %.0f files/s"
+        % (one_seconds, len(jobs) / one_seconds))
     results = {"benchmark": "bench/dataset-bench.py", "commit": args.commit, "machine": machine(),
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "files": len(jobs), "rirs": args.rirs, "audio_s": audio_s,
                "tapstream": {"backend": args.backend, "seconds": seconds, "runs": times,
-                             "files_per_s": ours}}
+                             "files_per_s": ours, "one_filter_seconds": one_seconds}}
 
     peer_seconds, peer_note = run_peer(jobs, os.path.join(args.work, "peer"))
     if peer_seconds is None:
