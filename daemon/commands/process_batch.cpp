@@ -232,8 +232,10 @@ class Batch {
       try {
         if (!file.problem.empty()) throw std::invalid_argument(file.problem);
         std::error_code error;
-        if (!settings_.job_list.empty() && !settings_.overwrite &&
-            fs::symlink_status(file.output, error).type() != fs::file_type::not_found) {
+        const fs::file_type output_type = fs::symlink_status(file.output, error).type();
+        // (A path that cannot be looked at is left to the writer, which names why.)
+        if (!settings_.job_list.empty() && !settings_.overwrite && !error &&
+            output_type != fs::file_type::not_found) {
           throw std::invalid_argument("its output " + file.output.string() +
                                       " exists (--overwrite replaces it)");
         }
