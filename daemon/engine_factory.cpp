@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "dsp/cpu/cpu_engine.hpp"
@@ -123,9 +126,19 @@ EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions
   }
   return options;
 }
+// True the first time a reason for auto's fallback is given in this process:
+// a batch or job list makes an engine per group of files, and says it once.
+bool first_time_told(const std::string& reason) {
+  static std::mutex mutex;
+  static std::set<std::string> told;
+  const std::lock_guard lock(mutex);
+  return told.insert(reason).second;
+}
+
 // Builds the engine `backend` names: the CUDA one through the module's
 // `make_cuda` when a GPU works (for auto: also when building it works),
-// otherwise `make_cpu`, logging auto's fallback once with its reason.
+// otherwise `make_cpu`, logging auto's fallback with its reason (once per
+// reason and process).
 template <typename Made, typename MakeCuda, typename MakeCpu>
 Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cpu) {
   if (backend == Backend::cpu) return make_cpu();
@@ -162,7 +175,8 @@ Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cp
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
 #endif
-  spdlog::info("backend auto: using the CPU engine: {}", reason);
+  spdlog::log(first_time_told(reason) ? spdlog::level::info : spdlog::level::debug,
+              "backend auto: using the CPU engine: {}", reason);
   return make_cpu();
 }
 

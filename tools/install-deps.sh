@@ -23,6 +23,7 @@ packages=(
   jconvolver             # bench/compare-jconvolver.sh: the zero-latency convolver tapstream is compared with
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
+  slurm-wlm munge        # tests/slurm_array_test.cpp: a one-node Slurm runs config/slurm-array.sh
   chromium               # the browser page's end-to-end test (tools/web-e2e.sh, with node + npm)
 )
 

@@ -10,8 +10,10 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
+#include "daemon/commands/job_list.hpp"
 #include "daemon/commands/progress.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/realtime/non_finite.hpp"
@@ -22,9 +24,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct BatchFile {
+// One input of the batch, planned: where it goes and through which filter.
+// `label` names it in messages: the input's path, or the job list's line.
+struct PlannedFile {
+  std::string label;
   fs::path input;
   fs::path output;
+  std::size_t filter = 0;  // index into Batch::filters_
+  std::string problem;     // non-empty: refused before any work, for this reason
+};
+
+struct BatchFile {
+  std::string label;
+  fs::path input;
+  fs::path output;
+  std::size_t filter = 0;
   SoundFileInfo info;
 };
 
@@ -55,10 +69,18 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return fs::exists(b, error) && fs::equivalent(a, b, error) && !error;
 }
 
-// "path: problem", unless the message already starts with the path.
-std::string about(const fs::path& file, const std::string& message) {
-  const std::string name = file.string();
-  return message.rfind(name, 0) == 0 ? message : name + ": " + message;
+// One spelling per file for comparing paths: symbolic links, "." and ".."
+// resolved as far as the path exists.
+fs::path canonical_name(const fs::path& path) {
+  std::error_code error;
+  fs::path name = fs::weakly_canonical(path, error);
+  if (error) name = fs::absolute(path, error).lexically_normal();
+  return name;
+}
+
+// "label: problem", unless the message already starts with the label.
+std::string about(const std::string& label, const std::string& message) {
+  return message.rfind(label, 0) == 0 ? message : label + ": " + message;
 }
 
 std::string message_of(const std::exception_ptr& error) {
@@ -76,18 +98,35 @@ class Batch {
   explicit Batch(const BatchSettings& settings) : settings_(settings) {}
 
   int run() {
-    std::error_code error;
-    fs::create_directories(settings_.out_dir, error);
-    if (error || !fs::is_directory(settings_.out_dir)) {
-      throw std::runtime_error("--out-dir " + settings_.out_dir.string() +
-                               ": cannot create the directory" +
-                               (error ? ": " + error.message() : std::string()));
+    std::vector<PlannedFile> planned;
+    if (settings_.job_list.empty()) {
+      std::error_code error;
+      fs::create_directories(settings_.out_dir, error);
+      if (error || !fs::is_directory(settings_.out_dir)) {
+        throw std::runtime_error("--out-dir " + settings_.out_dir.string() +
+                                 ": cannot create the directory" +
+                                 (error ? ": " + error.message() : std::string()));
+      }
+      planned = plan_inputs();
+    } else {
+      planned = plan_job_list();
     }
-    const std::vector<BatchFile> files = probe(expand(settings_.inputs));
-    // One engine per channel count and sample rate, in the order first seen.
-    std::vector<std::pair<std::pair<int, int>, std::vector<BatchFile>>> groups;
+    check_outputs(planned);
+    // This process's share, after every check that concerns two items.
+    const Shard& shard = settings_.shard;
+    std::vector<PlannedFile> mine;
+    for (std::size_t i = 0; i < planned.size(); ++i) {
+      if (shard.takes(i)) mine.push_back(std::move(planned[i]));
+    }
+    if (shard.count > 1) {
+      spdlog::info("{}: {} of {} {}s", shard.describe(), mine.size(), planned.size(), noun());
+    }
+    const std::vector<BatchFile> files = probe(mine);
+    // One engine per filter, channel count and sample rate, in the order first seen.
+    using GroupKey = std::tuple<std::size_t, int, int>;
+    std::vector<std::pair<GroupKey, std::vector<BatchFile>>> groups;
     for (const BatchFile& file : files) {
-      const std::pair<int, int> key{file.info.channels, file.info.sample_rate};
+      const GroupKey key{file.filter, file.info.channels, file.info.sample_rate};
       auto group =
           std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (group == groups.end()) group = groups.insert(groups.end(), {key, {}});
@@ -100,48 +139,112 @@ class Batch {
 
     const std::size_t count = done_ + failed_;
     if (failed_ > 0) {
-      spdlog::warn("{} of {} files failed", failed_, count);
+      spdlog::warn("{} of {} {}s failed", failed_, count, noun());
     } else {
-      spdlog::info("{} files done", done_);
+      spdlog::info("{} {}s done", done_, noun());
     }
     if (failed_ == 0) return damaged_ > 0 ? 3 : 0;
     return done_ > 0 ? 3 : 1;
   }
 
  private:
-  void fail(const fs::path& file, const std::string& message) {
+  const char* noun() const { return settings_.job_list.empty() ? "file" : "row"; }
+
+  void fail(const std::string& label, const std::string& message) {
     progress_->finish();
-    spdlog::error("{}", about(file, message));
+    spdlog::error("{}", about(label, message));
     ++failed_;
   }
 
-  // Headers of every input and where each goes; failures reported now.
-  std::vector<BatchFile> probe(const std::vector<fs::path>& inputs) {
+  // The inputs (directories expanded), each to --out-dir under its own name.
+  std::vector<PlannedFile> plan_inputs() {
+    filters_.push_back(settings_.filters);
+    std::vector<PlannedFile> planned;
+    for (const fs::path& input : expand(settings_.inputs)) {
+      planned.push_back({input.string(), input, settings_.out_dir / input.filename(), 0, {}});
+    }
+    return planned;
+  }
+
+  // The job list's rows; rows naming one filter file (however spelled) with
+  // one gain share its FilterChoice, and so its engines.
+  std::vector<PlannedFile> plan_job_list() {
+    const std::vector<JobRow> rows = read_job_list(settings_.job_list);
+    std::map<std::pair<fs::path, double>, std::size_t> known;
+    std::vector<PlannedFile> planned;
+    planned.reserve(rows.size());
+    for (const JobRow& row : rows) {
+      const double gain_db = row.gain_db.value_or(settings_.filters.gain_db);
+      const auto key = std::make_pair(canonical_name(row.filter), gain_db);
+      auto found = known.find(key);
+      if (found == known.end()) {
+        FilterChoice choice = settings_.filters;
+        choice.taps.clear();
+        choice.matrix.clear();
+        (is_matrix_file(row.filter) ? choice.matrix : choice.taps) = row.filter;
+        choice.gain_db = gain_db;
+        found = known.emplace(key, filters_.size()).first;
+        filters_.push_back(std::move(choice));
+      }
+      planned.push_back({settings_.job_list.string() + ":" + std::to_string(row.line),
+                         row.input,
+                         row.output,
+                         found->second,
+                         {}});
+    }
+    return planned;
+  }
+
+  // What concerns two items at once, over the whole list: an output that
+  // another item (or this one) reads, or that an earlier item writes.
+  void check_outputs(std::vector<PlannedFile>& planned) const {
+    std::map<fs::path, std::string> read;  // what some item reads -> what it is to it
+    for (const PlannedFile& file : planned) {
+      read.emplace(canonical_name(file.input), "the input of " + file.label);
+    }
+    for (std::size_t f = 0; f < filters_.size(); ++f) {
+      const FilterChoice& choice = filters_[f];
+      const fs::path& filter = choice.matrix.empty() ? choice.taps : choice.matrix;
+      read.emplace(canonical_name(filter),
+                   std::string(choice.matrix.empty() ? "a taps file" : "a matrix file"));
+    }
+    std::map<fs::path, std::string> claimed;  // output -> the item that writes it
+    for (PlannedFile& file : planned) {
+      const fs::path output = canonical_name(file.output);
+      const std::string quoted = "its output " + file.output.string();
+      if (same_file(file.input, file.output) || output == canonical_name(file.input)) {
+        file.problem = quoted + " is the input itself: refusing to overwrite it";
+      } else if (const auto reader = read.find(output); reader != read.end()) {
+        file.problem = quoted + " is " + reader->second + ": refusing to overwrite it";
+      } else if (const auto other = claimed.find(output); other != claimed.end()) {
+        file.problem = quoted + " is also the output of " + other->second;
+      } else {
+        claimed.emplace(output, file.label);
+      }
+    }
+  }
+
+  // Headers of every input of this shard; failures reported now.
+  std::vector<BatchFile> probe(const std::vector<PlannedFile>& planned) {
     progress_ = std::make_unique<ProgressBar>(0, false);
     std::vector<BatchFile> files;
-    std::map<fs::path, fs::path> claimed;  // output -> the input that writes it
-    for (const fs::path& input : inputs) {
-      const fs::path output = settings_.out_dir / input.filename();
+    for (const PlannedFile& file : planned) {
       try {
-        if (same_file(input, output)) {
-          throw std::invalid_argument("its output " + output.string() +
-                                      " is the input itself: refusing to overwrite it");
+        if (!file.problem.empty()) throw std::invalid_argument(file.problem);
+        std::error_code error;
+        const fs::file_type output_type = fs::symlink_status(file.output, error).type();
+        // (A path that cannot be looked at is left to the writer, which names why.)
+        if (!settings_.job_list.empty() && !settings_.overwrite && !error &&
+            output_type != fs::file_type::not_found) {
+          throw std::invalid_argument("its output " + file.output.string() +
+                                      " exists (--overwrite replaces it)");
         }
-        if (same_file(settings_.filters.taps, output)) {
-          throw std::invalid_argument("its output " + output.string() + " is the taps file");
-        }
-        if (same_file(settings_.filters.matrix, output)) {
-          throw std::invalid_argument("its output " + output.string() + " is the matrix file");
-        }
-        if (const auto other = claimed.find(output); other != claimed.end()) {
-          throw std::invalid_argument("its output " + output.string() + " is also the output of " +
-                                      other->second.string());
-        }
-        const SoundFileReader reader(input);
-        claimed[output] = input;
-        files.push_back({input, output, reader.info()});
+        const SoundFileReader reader(file.input);
+        // A name whose type is unknown is refused now, not after the filtering.
+        choose_output_format(reader.info().format, settings_.format, "", file.output, false);
+        files.push_back({file.label, file.input, file.output, file.filter, reader.info()});
       } catch (const std::exception& e) {
-        fail(input, e.what());
+        fail(file.label, e.what());
       }
     }
     return files;
@@ -151,10 +254,12 @@ class Batch {
     const SoundFileInfo& first = files.front().info;
     std::optional<OfflineFilter> filter;
     try {
-      filter.emplace(settings_.filters, std::size_t(first.channels), first.sample_rate);
+      filter.emplace(filters_[files.front().filter], std::size_t(first.channels),
+                     first.sample_rate);
     } catch (const std::exception& e) {
-      // The filters do not fit these files (channels, rate): each is reported.
-      for (const BatchFile& file : files) fail(file.input, e.what());
+      // The filters do not fit these files (channels, rate), or cannot be
+      // read: each is reported.
+      for (const BatchFile& file : files) fail(file.label, e.what());
       return;
     }
     spdlog::debug("{} files of {} channels at {} Hz through {}", files.size(), first.channels,
@@ -188,6 +293,15 @@ class Batch {
                 tail};
           },
           [&file, this, output_channels] {
+            // A job list may name outputs in folders yet to be made.
+            if (!settings_.job_list.empty() && file.output.has_parent_path()) {
+              std::error_code error;
+              fs::create_directories(file.output.parent_path(), error);
+              if (error) {
+                throw SoundFileError(file.output.parent_path().string() +
+                                     ": cannot create the folder: " + error.message());
+              }
+            }
             auto writer = std::make_shared<SoundFileWriter>(
                 file.output, file.info.sample_rate, output_channels,
                 choose_output_format(file.info.format, settings_.format, "", file.output, false)
@@ -210,14 +324,15 @@ class Batch {
     options.on_job_done = [&](std::size_t i, const OfflineJobResult& result) {
       const BatchFile& file = files[i];
       if (result.error) {
-        fail(file.input, message_of(result.error));
+        fail(file.label, message_of(result.error));
         return;
       }
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - job_started).count();
       job_started = now;
       progress_->finish();
-      spdlog::info("{} -> {}: {:.2f} s of audio in {:.3f} s", file.input.string(),
+      spdlog::info("{}{} -> {}: {:.2f} s of audio in {:.3f} s",
+                   settings_.job_list.empty() ? "" : file.label + ": ", file.input.string(),
                    file.output.string(),
                    double(result.output_frames) / double(file.info.sample_rate), seconds);
       if (const NonFiniteTally& tally = *non_finite[i]; tally.count > 0) {
@@ -246,6 +361,7 @@ class Batch {
   }
 
   const BatchSettings& settings_;
+  std::vector<FilterChoice> filters_;  // the batch's one, or each distinct filter of a job list
   std::unique_ptr<ProgressBar> progress_;
   std::uint64_t total_frames_ = 0;
   std::uint64_t frames_done_ = 0;

@@ -1,7 +1,8 @@
 // `tapstream process IN OUT --taps FILE ...`: filters a sound file offline
 // (or `--matrix FILE.toml`: through a routing matrix, its inputs in and its
 // outputs out);
-// `tapstream process IN... --out-dir DIR ...` filters many (process_batch).
+// `tapstream process IN... --out-dir DIR ...` filters many, and
+// `tapstream process --jobs FILE.csv` a filter per file (process_batch).
 // Nothing is lost or half-written: IN is only read, OUT appears (atomically,
 // by rename) only when the whole job succeeded, and every failure is one line
 // naming the culprit. "-" is standard input or output; a FIFO or device
@@ -30,6 +31,7 @@
 #include "daemon/commands/offline_filter.hpp"
 #include "daemon/commands/process_batch.hpp"
 #include "daemon/commands/progress.hpp"
+#include "daemon/commands/shard.hpp"
 #include "daemon/config/gain_range.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
@@ -49,6 +51,9 @@ constexpr std::size_t kMaxBlockFrames = 1u << 20;
 struct ProcessArgs {
   std::vector<std::string> files;  // IN OUT, or with out_dir: IN...
   std::string out_dir;
+  std::string jobs;  // --jobs FILE.csv: instead of files
+  bool overwrite = false;
+  std::string shard;  // --shard: empty, K/N, slurm, k8s/N
   std::string input;
   std::string output;
   std::string taps;
@@ -241,8 +246,30 @@ int process(const ProcessArgs& args) {
   const Algorithm algorithm = parse_algorithm(args.algorithm);
   const SampleFormat format =
       args.format.empty() ? SampleFormat::same_as_input : parse_sample_format(args.format);
-  if (args.taps.empty() == args.matrix.empty()) {
+  if (!args.jobs.empty()) {
+    if (!args.taps.empty() || !args.matrix.empty()) {
+      throw UsageError("--jobs: each row names its filter; no --taps or --matrix");
+    }
+    if (!std::isnan(args.normalize_dbfs) || !args.input_type.empty() || !args.type.empty()) {
+      throw UsageError("--jobs: --normalize, --input-type and --type apply to one file only");
+    }
+  } else if (args.taps.empty() == args.matrix.empty()) {
     throw UsageError("give the filters as --taps FILE or as --matrix FILE.toml (one of them)");
+  }
+  if (args.overwrite && args.jobs.empty()) {
+    throw UsageError(
+        "--overwrite applies to --jobs (one file and --out-dir replace their outputs)");
+  }
+  Shard shard;
+  if (!args.shard.empty()) {
+    if (args.jobs.empty() && args.out_dir.empty()) {
+      throw UsageError("--shard splits a batch: give --out-dir or --jobs");
+    }
+    try {
+      shard = parse_shard(args.shard, process_environment);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
   }
   if (!args.matrix.empty() && algorithm != Algorithm::automatic) {
     throw UsageError("--algorithm applies to --taps; the matrix engines choose their own");
@@ -264,12 +291,15 @@ int process(const ProcessArgs& args) {
       throw UsageError(std::string("--engine-option ") + e.what());
     }
   }
-  if (!args.out_dir.empty()) {
+  if (!args.out_dir.empty() || !args.jobs.empty()) {
     // A bad matrix is refused before the output directory is made.
     if (!args.matrix.empty()) load_offline_matrix(filters, 0);
     BatchSettings batch;
     batch.inputs.assign(args.files.begin(), args.files.end());
     batch.out_dir = args.out_dir;
+    batch.job_list = args.jobs;
+    batch.overwrite = args.overwrite;
+    batch.shard = shard;
     batch.filters = filters;
     batch.format = format;
     batch.tail = args.tail;
@@ -426,12 +456,32 @@ Command add_process_command(CLI::App& app) {
                   "IN OUT: the sound file to filter (any format libsndfile reads, or - for "
                   "standard input) and where to write the result (a file, type from its "
                   "extension; - for standard output, a FIFO or a device); with --out-dir: IN... "
-                  "(sound files and directories)")
-      ->required();
-  sub->add_option("-o,--out-dir", args->out_dir,
-                  "Filter every IN into this directory, keeping file names (a batch)");
+                  "(sound files and directories); none with --jobs");
+  auto* out_dir =
+      sub->add_option("-o,--out-dir", args->out_dir,
+                      "Filter every IN into this directory, keeping file names (a batch)");
+  sub->add_option("--jobs", args->jobs,
+                  "A CSV job list: a header naming the columns input, filter, output (and "
+                  "optionally gain_db), then a row per file; paths relative to the CSV's folder; "
+                  "filter is a coefficient file or a matrix .toml")
+      ->excludes(out_dir);
+  sub->add_flag("--overwrite", args->overwrite,
+                "With --jobs: replace outputs that exist (else such rows are refused)");
+  sub->add_option("--shard", args->shard,
+                  "Do only a share of a batch or job list: K/N (items i with i mod N = K), slurm "
+                  "(SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT), or k8s/N "
+                  "(JOB_COMPLETION_INDEX of N)");
   sub->parse_complete_callback([args] {
-    if (!args->out_dir.empty()) return;
+    if (!args->jobs.empty()) {
+      if (!args->files.empty()) {
+        throw CLI::ValidationError("files", "--jobs names every file; no IN or OUT besides");
+      }
+      return;
+    }
+    if (!args->out_dir.empty()) {
+      if (args->files.empty()) throw CLI::ValidationError("files", "--out-dir needs IN...");
+      return;
+    }
     if (args->files.size() != 2) {
       throw CLI::ValidationError("files", "expected IN OUT (or IN... --out-dir DIR), got " +
                                               std::to_string(args->files.size()) + " files");
