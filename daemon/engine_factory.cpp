@@ -123,6 +123,15 @@ EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions
   }
   return options;
 }
+
+// The options for an engine that folds a path's delay into its taps (the
+// per-channel engines, the CUDA matrix engine): max_taps bounds filters
+// alone, so such an engine holds the matrix's delays on top.
+EngineOptions folding_delays(const RoutingMatrix& matrix, EngineOptions options) {
+  if (options.max_taps != 0) options.max_taps += matrix.max_delay_frames();
+  return options;
+}
+
 // Builds the engine `backend` names: the CUDA one through the module's
 // `make_cuda` when a GPU works (for auto: also when building it works),
 // otherwise `make_cpu`, logging auto's fallback once with its reason.
@@ -175,7 +184,8 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
     return make_any<std::unique_ptr<MatrixEngine>>(
         backend,
         [&](const auto& module) {
-          return module.make_matrix_engine(matrix, for_engine("cuda", channels, options));
+          return module.make_matrix_engine(
+              matrix, for_engine("cuda", channels, folding_delays(matrix, options)));
         },
         [&] { return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options)); });
   }
@@ -183,8 +193,8 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
   return make_any<std::unique_ptr<MatrixEngine>>(
       backend,
       [&](const auto& module) -> std::unique_ptr<MatrixEngine> {
-        std::unique_ptr<Engine> engine =
-            module.make_engine(*bank, for_engine("cuda", channels, options));
+        std::unique_ptr<Engine> engine = module.make_engine(
+            *bank, for_engine("cuda", channels, folding_delays(matrix, options)));
         EngineTransport transport;
         transport.staging_input = module.staging(*engine, true);
         transport.staging_output = module.staging(*engine, false);
@@ -194,7 +204,7 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
       },
       [&]() -> std::unique_ptr<MatrixEngine> {
         return std::make_unique<DiagonalEngine>(
-            make_cpu_engine(*bank, for_engine("cpu", channels, options)));
+            make_cpu_engine(*bank, for_engine("cpu", channels, folding_delays(matrix, options))));
       });
 }
 

@@ -158,16 +158,19 @@ TEST_F(LiveMatrixConfigTest, EveryBadPathIsRefusedNamingTheFileThePathAndTheReas
             std::string::npos);
 }
 
-TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTaps) {
+TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTapsAndItsDelayIsNotCounted) {
   write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"\ndelay_frames = 200");
-  const LiveConfig config = parse("", "max_taps = 100\n");
+  const LiveConfig roomy = parse("", "max_taps = 100\n");
+  EXPECT_EQ(engine_max_taps(roomy, load_configured_matrix(roomy).max_filter_taps()), 100u)
+      << "2 taps and a delay of 200 frames fit max_taps = 100: a delay is not filter length";
+  const LiveConfig config = parse("", "max_taps = 1\n");
   const RoutingMatrix matrix = load_configured_matrix(config);
   try {
-    engine_max_taps(config, matrix.max_taps());
-    FAIL() << "a 202-tap path was taken by an engine of max_taps = 100";
+    engine_max_taps(config, matrix.max_filter_taps());
+    FAIL() << "a 3-tap path was taken by an engine of max_taps = 1";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("the matrix's longest path has 202 taps (delay "
-                                         "included), more than [filter] max_taps = 100"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "the matrix's longest path has 3 taps, more than [filter] max_taps = 1"),
               std::string::npos)
         << e.what();
   }

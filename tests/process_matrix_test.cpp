@@ -268,8 +268,8 @@ TEST(ProcessMatrix, BadMatricesAndMismatchedInputsAreRefusedAndNothingIsWritten)
       {head + good + good, "path 1 (input 0 -> output 0)"},
       {head + "[[path]]\ninput = 2\noutput = 0\nfile = \"f.txt\"\n", "input"},
       {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\nchannel = 3\n", "channel 3"},
-      {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ndelay_frames = 4095\n",
-       "exceed the maximum of 4096"},
+      {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ndelay_frames = 4194305\n",
+       "delay_frames"},
       {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ncolour = 1\n", "colour"},
   };
   for (std::size_t i = 0; i < refusals.size(); ++i) {

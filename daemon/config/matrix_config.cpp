@@ -68,7 +68,8 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
         std::size_t(reader.integer(table, name, "channel", 0, kMaxChannels - 1).value_or(0));
     path.gain_db = reader.number(table, name, "gain_db", -120.0, 40.0).value_or(0.0);
     path.delay_frames = std::size_t(
-        reader.integer(table, name, "delay_frames", 0, std::int64_t(options.max_taps)).value_or(0));
+        reader.integer(table, name, "delay_frames", 0, std::int64_t(RoutingMatrix::kMaxDelayFrames))
+            .value_or(0));
     path.invert = reader.boolean(table, name, "invert").value_or(false);
     auto it = loaded.find(resolved);
     if (it == loaded.end()) {
