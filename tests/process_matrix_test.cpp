@@ -135,7 +135,8 @@ std::vector<std::vector<float>> random_inputs(std::size_t channels, std::size_t 
 
 TEST(ProcessMatrix, ShippedExamplesMatchTheSumOfTheirPathsInFloat64) {
   const TempDir dir;
-  for (const char* name : {"crossover-2way.toml", "crossfeed-2x2.toml"}) {
+  for (const char* name : {"crossover-2way.toml", "crossfeed-2x2.toml", "true-stereo-reverb.toml",
+                           "hesuvi-7.1.toml", "sofa-5.0.toml"}) {
     const fs::path file = fs::path(TAPSTREAM_SOURCE_DIR) / "config/matrix" / name;
     const RoutingMatrix matrix = load_matrix_file(file, {});
     const auto inputs = random_inputs(matrix.inputs(), 20000, 11);
