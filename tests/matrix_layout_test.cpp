@@ -165,6 +165,34 @@ TEST(MatrixLayout, SofaNearestDirectionCountsElevation) {
   expect_paths(matrix, {{0, 0, left}, {0, 1, right}}, 0.0);
 }
 
+TEST(MatrixLayout, SofaInterpolationWeighsTheThreeNearestByInverseAngleAndIsExactWhenMeasured) {
+  const TempDir dir;
+  const fs::path sofa = kShipped / "tiny-hrtf-48k.sofa";
+  std::ofstream(dir / "m.toml") << "inputs = 2\noutputs = 2\n[sofa]\nfile = \"" << sofa.string()
+                                << "\"\ninterpolate = true\n"
+                                << "[[sofa.source]]\ninput = 0\nazimuth = 15\nelevation = 0\n"
+                                << "[[sofa.source]]\ninput = 1\nazimuth = 30\nelevation = 0\n";
+  const RoutingMatrix matrix = load_matrix_file(dir / "m.toml", {});
+  const auto paths = by_pair(matrix);
+  // (15, 0) lies 15 degrees from (0, 0) and (30, 0); the third nearest is
+  // (60, 0), 45 degrees away (before (0, 45) and (0, -45), at acos(cos 45 cos 15) = 46.9).
+  const std::vector<double> weights = {1 / 15.0, 1 / 15.0, 1 / 45.0};
+  const double total = weights[0] + weights[1] + weights[2];
+  const auto a = measured(sofa, 0, 0), b = measured(sofa, 30, 0), c = measured(sofa, 60, 0);
+  for (std::size_t ear = 0; ear < 2; ++ear) {
+    const auto& ra = ear == 0 ? a.first : a.second;
+    const auto& rb = ear == 0 ? b.first : b.second;
+    const auto& rc = ear == 0 ? c.first : c.second;
+    const MatrixPath& p = *paths.at({0, ear});
+    ASSERT_EQ(p.taps.size(), ra.size());
+    for (std::size_t t = 0; t < ra.size(); ++t) {
+      const double want = (weights[0] * ra[t] + weights[1] * rb[t] + weights[2] * rc[t]) / total;
+      EXPECT_NEAR(p.taps[t], want, 1e-6) << "ear " << ear << ", tap " << t;
+    }
+    EXPECT_EQ(paths.at({1, ear})->taps, rb) << "a measured direction is its measurement exactly";
+  }
+}
+
 struct Refusal {
   std::string toml;
   std::string culprit;  // besides the matrix file's name

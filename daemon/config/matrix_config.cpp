@@ -1,5 +1,6 @@
 #include "daemon/config/matrix_config.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
@@ -227,7 +228,7 @@ std::vector<MatrixPath> read_dense(const Reader& reader, const toml::table& dens
 // of the measured direction nearest to the source's, with the set's delays.
 std::vector<MatrixPath> read_sofa(const Reader& reader, const toml::table& sofa, std::size_t inputs,
                                   std::size_t outputs, const MatrixFileOptions& options) {
-  reader.check_known(sofa, "sofa", {"file", "gain_db", "source"});
+  reader.check_known(sofa, "sofa", {"file", "gain_db", "interpolate", "source"});
   if (outputs != 2)
     reader.fail(
         "sofa: a SOFA set renders binaurally, to outputs 0 (left ear) and 1 (right ear); "
@@ -238,6 +239,7 @@ std::vector<MatrixPath> read_sofa(const Reader& reader, const toml::table& sofa,
   const fs::path resolved = reader.resolve(*file);
   reader.require_file("sofa.file", *sofa.get("file"), resolved);
   const double gain_db = reader.number(sofa, "sofa", "gain_db", -120.0, 40.0).value_or(0.0);
+  const bool interpolate = reader.boolean(sofa, "sofa", "interpolate").value_or(false);
   const toml::node* sources = sofa.get("source");
   if (sources == nullptr)
     reader.fail(
@@ -282,21 +284,50 @@ std::vector<MatrixPath> read_sofa(const Reader& reader, const toml::table& sofa,
                   "]); one source per input");
     const double source_gain = reader.number(table, name, "gain_db", -120.0, 40.0).value_or(0.0);
     const SofaDirection wanted{*azimuth, *elevation};
-    const std::size_t m = set.nearest(wanted);
-    const SofaDirection& got = set.directions[m];
-    spdlog::info(
-        "{}: {} (input {}, azimuth {}, elevation {}) takes measurement {} (azimuth {}, "
-        "elevation {}), {:.2f} degrees away",
-        resolved.string(), name, *input, *azimuth, *elevation, m, got.azimuth, got.elevation,
-        SofaSet::angle_between(wanted, got));
+    SofaSet::Blend blend;
+    if (interpolate) {
+      blend = set.interpolation(wanted);
+    } else {
+      blend.measurements = {set.nearest(wanted)};
+      blend.weights = {1.0};
+    }
+    std::string taken;
+    for (std::size_t b = 0; b < blend.measurements.size(); ++b) {
+      const SofaDirection& got = set.directions[blend.measurements[b]];
+      taken += fmt::format(
+          "{}measurement {} (azimuth {}, elevation {}, {:.2f} degrees away{})", b == 0 ? "" : ", ",
+          blend.measurements[b], got.azimuth, got.elevation, SofaSet::angle_between(wanted, got),
+          blend.weights.size() > 1 ? fmt::format(", weight {:.3f}", blend.weights[b])
+                                   : std::string());
+    }
+    spdlog::info("{}: {} (input {}, azimuth {}, elevation {}) takes {}", resolved.string(), name,
+                 *input, *azimuth, *elevation, taken);
     for (std::size_t ear = 0; ear < 2; ++ear) {
       MatrixPath path;
       path.input = std::size_t(*input);
       path.output = ear;
       path.gain_db = gain_db + source_gain;
-      path.delay_frames = set.delays[m * 2 + ear];
-      path.taps.assign(set.response(m, ear), set.response(m, ear) + set.taps);
-      path.source = resolved.string() + " measurement " + std::to_string(m) +
+      // A blend of responses with different delays is not the response of any
+      // direction: interpolation needs the neighbours' delays equal.
+      path.delay_frames = set.delays[blend.measurements.front() * 2 + ear];
+      for (std::size_t m : blend.measurements) {
+        if (set.delays[m * 2 + ear] != path.delay_frames)
+          reader.fail(name + ": interpolate = true blends measurements " +
+                      std::to_string(blend.measurements.front()) + " and " + std::to_string(m) +
+                      ", whose Data.Delay differ (" + std::to_string(path.delay_frames) + " and " +
+                      std::to_string(set.delays[m * 2 + ear]) +
+                      " frames); set interpolate = false to take the nearest");
+      }
+      std::vector<double> sum(set.taps, 0.0);
+      for (std::size_t b = 0; b < blend.measurements.size(); ++b) {
+        const float* response = set.response(blend.measurements[b], ear);
+        for (std::size_t t = 0; t < set.taps; ++t) sum[t] += blend.weights[b] * double(response[t]);
+      }
+      path.taps.assign(sum.begin(), sum.end());
+      path.source = resolved.string() +
+                    (blend.measurements.size() == 1
+                         ? " measurement " + std::to_string(blend.measurements.front())
+                         : std::string(" interpolated")) +
                     (ear == 0 ? " left ear" : " right ear");
       path.file = resolved;
       paths.push_back(std::move(path));

@@ -34,6 +34,7 @@
 //   [sofa]
 //   file = "kemar.sofa"
 //   gain_db = 0.0         # optional, for every path
+//   interpolate = false   # true: the three nearest directions, inverse-angle weighted
 //   [[sofa.source]]
 //   input = 0
 //   azimuth = 30          # degrees, counter-clockwise from ahead (SOFA's)

@@ -86,6 +86,29 @@ std::size_t SofaSet::nearest(const SofaDirection& direction) const {
   return best;
 }
 
+SofaSet::Blend SofaSet::interpolation(const SofaDirection& direction) const {
+  std::vector<std::pair<double, std::size_t>> by_angle;
+  for (std::size_t m = 0; m < directions.size(); ++m)
+    by_angle.emplace_back(angle_between(direction, directions[m]), m);
+  // Nearest first, the first of equals first.
+  std::stable_sort(by_angle.begin(), by_angle.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  Blend blend;
+  if (by_angle.front().first < 1e-9) {
+    blend.measurements = {by_angle.front().second};
+    blend.weights = {1.0};
+    return blend;
+  }
+  double total = 0.0;
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, by_angle.size()); ++i) {
+    blend.measurements.push_back(by_angle[i].second);
+    blend.weights.push_back(1.0 / by_angle[i].first);
+    total += blend.weights.back();
+  }
+  for (double& w : blend.weights) w /= total;
+  return blend;
+}
+
 SofaSet load_sofa_file(const std::filesystem::path& file) {
   const auto fail = [&](const std::string& why) -> void {
     throw std::runtime_error(file.string() + ": " + why);

@@ -35,6 +35,15 @@ struct SofaSet {
   // The measurement nearest (by angle on the sphere) to a direction: the
   // first of equals.
   std::size_t nearest(const SofaDirection& direction) const;
+  // An interpolation between measured directions: the three nearest (fewer
+  // if the set has fewer), weighted by the inverse of their angle to the
+  // direction, the weights summing to 1; one measurement of weight 1 when the
+  // direction is measured (within 1e-9 degrees).
+  struct Blend {
+    std::vector<std::size_t> measurements;
+    std::vector<double> weights;
+  };
+  Blend interpolation(const SofaDirection& direction) const;
   // The angle in degrees between two directions.
   static double angle_between(const SofaDirection& a, const SofaDirection& b);
 };
