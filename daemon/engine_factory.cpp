@@ -126,6 +126,7 @@ EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions
   }
   return options;
 }
+
 // True the first time a reason for auto's fallback is given in this process:
 // a batch or job list makes an engine per group of files, and says it once.
 bool first_time_told(const std::string& reason) {
@@ -133,6 +134,14 @@ bool first_time_told(const std::string& reason) {
   static std::set<std::string> told;
   const std::lock_guard lock(mutex);
   return told.insert(reason).second;
+}
+
+// The options for an engine that folds a path's delay into its taps (the
+// per-channel engines, the CUDA matrix engine): max_taps bounds filters
+// alone, so such an engine holds the matrix's delays on top.
+EngineOptions folding_delays(const RoutingMatrix& matrix, EngineOptions options) {
+  if (options.max_taps != 0) options.max_taps += matrix.max_delay_frames();
+  return options;
 }
 
 // Builds the engine `backend` names: the CUDA one through the module's
@@ -189,7 +198,8 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
     return make_any<std::unique_ptr<MatrixEngine>>(
         backend,
         [&](const auto& module) {
-          return module.make_matrix_engine(matrix, for_engine("cuda", channels, options));
+          return module.make_matrix_engine(
+              matrix, for_engine("cuda", channels, folding_delays(matrix, options)));
         },
         [&] { return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options)); });
   }
@@ -197,8 +207,8 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
   return make_any<std::unique_ptr<MatrixEngine>>(
       backend,
       [&](const auto& module) -> std::unique_ptr<MatrixEngine> {
-        std::unique_ptr<Engine> engine =
-            module.make_engine(*bank, for_engine("cuda", channels, options));
+        std::unique_ptr<Engine> engine = module.make_engine(
+            *bank, for_engine("cuda", channels, folding_delays(matrix, options)));
         EngineTransport transport;
         transport.staging_input = module.staging(*engine, true);
         transport.staging_output = module.staging(*engine, false);
@@ -208,7 +218,7 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
       },
       [&]() -> std::unique_ptr<MatrixEngine> {
         return std::make_unique<DiagonalEngine>(
-            make_cpu_engine(*bank, for_engine("cpu", channels, options)));
+            make_cpu_engine(*bank, for_engine("cpu", channels, folding_delays(matrix, options))));
       });
 }
 

@@ -158,16 +158,49 @@ TEST_F(LiveMatrixConfigTest, EveryBadPathIsRefusedNamingTheFileThePathAndTheReas
             std::string::npos);
 }
 
-TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTaps) {
+TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTapsAndItsDelayIsNotCounted) {
   write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"\ndelay_frames = 200");
-  const LiveConfig config = parse("", "max_taps = 100\n");
+  const LiveConfig roomy = parse("", "max_taps = 100\n");
+  EXPECT_EQ(engine_max_taps(roomy, load_configured_matrix(roomy).max_filter_taps()), 100u)
+      << "2 taps and a delay of 200 frames fit max_taps = 100: a delay is not filter length";
+  const LiveConfig config = parse("", "max_taps = 1\n");
   const RoutingMatrix matrix = load_configured_matrix(config);
   try {
-    engine_max_taps(config, matrix.max_taps());
-    FAIL() << "a 202-tap path was taken by an engine of max_taps = 100";
+    engine_max_taps(config, matrix.max_filter_taps());
+    FAIL() << "a 3-tap path was taken by an engine of max_taps = 1";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("the matrix's longest path has 202 taps (delay "
-                                         "included), more than [filter] max_taps = 100"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "the matrix's longest path has 3 taps, more than [filter] max_taps = 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(LiveMatrixConfigTest, TheLayoutFormsRunLiveGivingTheStreamTheirChannelsAndRates) {
+  const fs::path shipped = fs::path(TAPSTREAM_SOURCE_DIR) / "config/matrix";
+  struct Form {
+    const char* file;
+    std::size_t inputs, outputs, paths;
+  };
+  for (const Form& form : {Form{"true-stereo-reverb.toml", 2, 2, 4},
+                           Form{"hesuvi-7.1.toml", 8, 2, 16}, Form{"sofa-5.0.toml", 5, 2, 10}}) {
+    SCOPED_TRACE(form.file);
+    const std::string matrix = "[filter]\nmatrix = \"" + (shipped / form.file).string() + "\"\n";
+    const LiveConfig config =
+        parse_live_config("sample_rate = 48000\n" + matrix, dir_.path(), "live.toml");
+    EXPECT_EQ(config.input_channels(), form.inputs);
+    EXPECT_EQ(config.output_channels(), form.outputs);
+    EXPECT_EQ(load_configured_matrix(config).paths().size(), form.paths);
+  }
+  // The SOFA set is measured at 48 kHz: a daemon at 44.1 kHz refuses it, naming both rates.
+  const LiveConfig at_44k = parse_live_config(
+      "sample_rate = 44100\n[filter]\nmatrix = \"" + (shipped / "sofa-5.0.toml").string() + "\"\n",
+      dir_.path(), "live.toml");
+  try {
+    load_configured_matrix(at_44k);
+    FAIL() << "a 48 kHz SOFA set was taken by a 44.1 kHz daemon";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is measured at 48000 Hz and the signal is at 44100 Hz"),
               std::string::npos)
         << e.what();
   }

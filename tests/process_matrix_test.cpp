@@ -135,7 +135,8 @@ std::vector<std::vector<float>> random_inputs(std::size_t channels, std::size_t 
 
 TEST(ProcessMatrix, ShippedExamplesMatchTheSumOfTheirPathsInFloat64) {
   const TempDir dir;
-  for (const char* name : {"crossover-2way.toml", "crossfeed-2x2.toml"}) {
+  for (const char* name : {"crossover-2way.toml", "crossfeed-2x2.toml", "true-stereo-reverb.toml",
+                           "hesuvi-7.1.toml", "sofa-5.0.toml"}) {
     const fs::path file = fs::path(TAPSTREAM_SOURCE_DIR) / "config/matrix" / name;
     const RoutingMatrix matrix = load_matrix_file(file, {});
     const auto inputs = random_inputs(matrix.inputs(), 20000, 11);
@@ -268,8 +269,8 @@ TEST(ProcessMatrix, BadMatricesAndMismatchedInputsAreRefusedAndNothingIsWritten)
       {head + good + good, "path 1 (input 0 -> output 0)"},
       {head + "[[path]]\ninput = 2\noutput = 0\nfile = \"f.txt\"\n", "input"},
       {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\nchannel = 3\n", "channel 3"},
-      {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ndelay_frames = 4095\n",
-       "exceed the maximum of 4096"},
+      {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ndelay_frames = 4194305\n",
+       "delay_frames"},
       {head + "[[path]]\ninput = 0\noutput = 0\nfile = \"f.txt\"\ncolour = 1\n", "colour"},
   };
   for (std::size_t i = 0; i < refusals.size(); ++i) {

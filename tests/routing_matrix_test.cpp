@@ -110,7 +110,10 @@ TEST(RoutingMatrix, BadPathsAreRefusedNamingThePathAndTheReason) {
   refused(2, 2, {make_path(0, 5, {1})}, "output 5 is out of range");
   refused(2, 2, {make_path(0, 1, {1}), make_path(0, 1, {0.5f})}, "is given twice");
   refused(2, 2, {make_path(0, 1, {})}, "no taps");
-  refused(1, 1, {make_path(0, 0, {1, 2, 3}, 0, 10)}, "exceed the maximum of 12", 12);
+  refused(1, 1, {make_path(0, 0, std::vector<float>(13, 1.0f))}, "13 taps exceed the maximum of 12",
+          12);
+  refused(1, 1, {make_path(0, 0, {1}, 0, RoutingMatrix::kMaxDelayFrames + 1)},
+          "a delay of 4194305 frames exceeds the maximum");
   refused(1, 1, {make_path(0, 0, {NAN})}, "not a finite number");
 }
 
@@ -173,6 +176,127 @@ TEST(RoutingMatrix, CrossfadedSwapBlendsOneBlockAndThenFiltersWithTheNewMatrix) 
       EXPECT_LE(relative_error(got, want), 1e-5) << "output " << o;
     }
   }
+}
+
+TEST(RoutingMatrix, DelayIsNotFilterLengthAndDoesNotCountAgainstMaxTaps) {
+  const RoutingMatrix matrix =
+      RoutingMatrix::make(1, 2, {make_path(0, 0, {1, 2, 3}, 0, 10), make_path(0, 1, {1}, 0, 24000)},
+                          /*max_taps=*/12);
+  EXPECT_EQ(matrix.max_filter_taps(), 3u);
+  EXPECT_EQ(matrix.max_delay_frames(), 24000u);
+  EXPECT_EQ(matrix.max_taps(), 24001u) << "the longest response, for tails";
+  EngineOptions options;
+  options.max_block_frames = 256;
+  const auto engine = make_cpu_matrix_engine(matrix, options);
+  EXPECT_EQ(engine->max_taps(), 3u) << "the native engine runs no delay as taps";
+  EXPECT_GE(engine->max_delay_frames(), 24000u);
+}
+
+// Delays from none to a second, on segment boundaries and off them, on paths
+// of 1 to 3000 taps; two paths share an input and a delay.
+RoutingMatrix delayed_matrix(std::uint64_t seed) {
+  return RoutingMatrix::make(2, 4,
+                             {make_path(0, 0, random_signal(3000, seed + 1), 0.0, 0),
+                              make_path(1, 0, random_signal(1, seed + 2), -6.0, 24000, true),
+                              make_path(0, 1, random_signal(700, seed + 3), 0.0, 4096),
+                              make_path(1, 1, random_signal(65, seed + 4), 3.0, 48007),
+                              make_path(0, 2, random_signal(512, seed + 5), 0.0, 511),
+                              make_path(1, 2, random_signal(512, seed + 6), 0.0, 511),
+                              make_path(0, 3, random_signal(2048, seed + 7), 0.0, 24000),
+                              make_path(1, 3, random_signal(33, seed + 8), 0.0, 1)});
+}
+
+TEST(RoutingMatrix, LongDelaysMatchTheFloat64ReferenceOfTheDelayedSignalAtAnyBlockSize) {
+  const std::uint64_t seed = 20261126;
+  std::cout << "seed " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  const RoutingMatrix matrix = delayed_matrix(seed);
+  const std::vector<std::vector<float>> inputs = {random_signal(70000, seed + 20),
+                                                  random_signal(70000, seed + 21)};
+  std::vector<std::vector<double>> want;
+  for (std::size_t o = 0; o < 4; ++o) want.push_back(reference_output(matrix, inputs, o));
+  for (const Kind kind : {Kind::native, Kind::per_path}) {
+    for (const std::size_t max_block : {std::size_t(8192), std::size_t(97), std::size_t(1)}) {
+      SCOPED_TRACE(std::string(name_of(kind)) + ", blocks <= " + std::to_string(max_block));
+      const auto filter = make_matrix_engine(kind, matrix, max_block);
+      const auto got = run_stream(*filter, inputs, rng, Layout::interleaved);
+      for (std::size_t o = 0; o < 4; ++o)
+        EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << "output " << o;
+    }
+  }
+}
+
+TEST(RoutingMatrix, SwapThatMovesDelaysCrossfadesOneBlockAndIsExactAfter) {
+  const std::uint64_t seed = 91;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix before =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(300, seed), 0.0, 0),
+                           make_path(1, 0, random_signal(50, seed + 1), 0.0, 30000),
+                           make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
+  const RoutingMatrix after =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(300, seed + 3), 0.0, 20000),
+                           make_path(1, 0, random_signal(50, seed + 4), 0.0, 3),
+                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 60001)});
+  const std::size_t frames = 100000, swap_at = 70001, fade = 700;
+  const std::vector<std::vector<float>> inputs = {random_signal(frames, seed + 6),
+                                                  random_signal(frames, seed + 7)};
+  EngineOptions options;
+  options.max_block_frames = 1024;
+  options.max_taps = 1200;
+  const auto engine = make_cpu_matrix_engine(before, options);
+  std::vector<float> in(2 * frames), out(2 * frames);
+  for (std::size_t f = 0; f < frames; ++f)
+    for (std::size_t c = 0; c < 2; ++c) in[f * 2 + c] = inputs[c][f];
+  std::size_t start = 0;
+  const auto run = [&](std::size_t n) {
+    engine->process(std::span<const float>(in).subspan(start * 2, n * 2),
+                    std::span<float>(out).subspan(start * 2, n * 2), n, Layout::interleaved);
+    start += n;
+  };
+  while (start < swap_at) run(std::min<std::size_t>(333, swap_at - start));
+  engine->set_matrix(after, /*crossfade=*/true);
+  run(fade);
+  while (start < frames) run(std::min<std::size_t>(1000, frames - start));
+  for (std::size_t o = 0; o < 2; ++o) {
+    const auto old_out = reference_output(before, inputs, o);
+    const auto new_out = reference_output(after, inputs, o);
+    std::vector<double> want(frames);
+    for (std::size_t f = 0; f < frames; ++f) {
+      const double w = f < swap_at          ? 0.0
+                       : f < swap_at + fade ? double(f - swap_at + 1) / fade
+                                            : 1.0;
+      want[f] = old_out[f] + w * (new_out[f] - old_out[f]);
+    }
+    std::vector<float> got(frames);
+    for (std::size_t f = 0; f < frames; ++f) got[f] = out[f * 2 + o];
+    EXPECT_LE(relative_error(got, want), 1e-5) << "output " << o;
+  }
+}
+
+TEST(RoutingMatrix, SwapBeyondTheDelayLineIsRefusedNamingThePathAndKeepsTheRunningMatrix) {
+  const RoutingMatrix running = RoutingMatrix::make(1, 1, {make_path(0, 0, {1}, 0, 100)});
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.max_delay_frames = 70000;
+  const auto engine = make_cpu_matrix_engine(running, options);
+  const std::size_t reach = engine->max_delay_frames();
+  EXPECT_GE(reach, 70000u);
+  try {
+    engine->set_matrix(RoutingMatrix::make(1, 1, {make_path(0, 0, {1}, 0, reach + 1)}), false);
+    ADD_FAILURE() << "a delay beyond the delay line was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("path 0 (input 0 -> output 0): a delay of " +
+                                         std::to_string(reach + 1)),
+              std::string::npos)
+        << e.what();
+  }
+  const std::vector<float> in(64, 1.0f);
+  std::vector<float> out(64);
+  for (int i = 0; i < 2; ++i) engine->process(in, out, 64, Layout::planar);
+  EXPECT_NEAR(out[100 - 64 - 1], 0.0f, 1e-6);
+  EXPECT_NEAR(out[100 - 64], 1.0f, 1e-6) << "the running matrix (delay 100) still runs";
 }
 
 void write_text(const std::filesystem::path& file, const std::string& text) {

@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfftw3-dev           # CPU engine's FFTs (single precision, libfftw3f)
   libtomlplusplus-dev    # configuration files
+  libmysofa-dev          # SOFA HRTF sets for binaural matrices ([sofa] in a matrix file)
   libcli11-dev           # command line
   nlohmann-json3-dev     # every JSON tapstream reads or writes (control socket, info, benches)
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot

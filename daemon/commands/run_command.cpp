@@ -469,7 +469,7 @@ fs::path web_root(const LiveConfig& config) {
 // Throws what a start would throw for `config`'s filters: a file that does
 // not load, or filters longer than its [filter] max_taps.
 void check_startable(const LiveConfig& config) {
-  engine_max_taps(config, load_configured_filters(config).max_taps());
+  engine_max_taps(config, load_configured_filters(config).max_filter_taps());
 }
 
 // The API's view of the daemon (volume and meters it takes from the pipeline itself).
@@ -627,7 +627,7 @@ int run_daemon(RunArgs args) {
     pipeline_options.latency = config.latency;
     pipeline_options.engine_spin = config.engine_spin;
     RoutingMatrix matrix = load_configured_filters(config);
-    engine_options.max_taps = engine_max_taps(config, matrix.max_taps());
+    engine_options.max_taps = engine_max_taps(config, matrix.max_filter_taps());
     auto engine = make_engine(config.backend, matrix, engine_options);
     spdlog::info("engine: {}", engine->description());
     live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);

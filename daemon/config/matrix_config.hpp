@@ -10,18 +10,35 @@
 //   file = "woofer.txt"   # any coefficient file tapstream reads
 //   channel = 0           # which channel of a multichannel IR file (default 0)
 //   gain_db = -3.0        # default 0
-//   delay_frames = 12     # default 0
+//   delay_frames = 12     # default 0 (a delay, not filter length: see RoutingMatrix)
 //   invert = false        # default false
 //
-// or, for big matrices, the dense form: one multichannel IR file whose channel
-// k is the path from input k % inputs to output k / inputs (all inputs of
-// output 0, then all of output 1, ...); an all-zero channel is an absent path.
+// or one multichannel IR file whose channels are the paths, in a layout: the
+// dense one (default) has channel k the path from input k % inputs to output
+// k / inputs (all inputs of output 0, then all of output 1, ...); an
+// all-zero channel is an absent path.
 //
 //   inputs = 16
 //   outputs = 128
 //   [dense]
 //   file = "wfs.wav"
 //   gain_db = 0.0         # optional, for every path
+//   layout = "dense"      # or "true-stereo" (2 -> 2: LL, LR, RL, RR),
+//                         # "hesuvi" (8 -> 2: HeSuVi's 14 channels)
+//
+// or a SOFA HRTF set rendering virtual sources binaurally (N -> 2, the
+// measured direction nearest to each source, the set's own rate only):
+//
+//   inputs = 2
+//   outputs = 2
+//   [sofa]
+//   file = "kemar.sofa"
+//   gain_db = 0.0         # optional, for every path
+//   interpolate = false   # true: the three nearest directions, inverse-angle weighted
+//   [[sofa.source]]
+//   input = 0
+//   azimuth = 30          # degrees, counter-clockwise from ahead (SOFA's)
+//   elevation = 0         # degrees up
 
 #include <cstddef>
 #include <filesystem>

@@ -102,12 +102,11 @@ std::size_t engine_max_taps(const LiveConfig& config, std::size_t first_max_taps
   if (config.engine.max_taps == 0) return first_max_taps;
   if (first_max_taps > config.engine.max_taps) {
     throw ConfigError(fmt::format(
-        "{}: the {} {} taps{}, more than [filter] max_taps = {} (raise max_taps, or 0 for the "
+        "{}: the {} {} taps, more than [filter] max_taps = {} (raise max_taps, or 0 for the "
         "{}' own length)",
         where_configured(config),
         config.has_matrix() ? "matrix's longest path has" : "filters have", first_max_taps,
-        config.has_matrix() ? " (delay included)" : "", config.engine.max_taps,
-        config.has_matrix() ? "paths" : "filters"));
+        config.engine.max_taps, config.has_matrix() ? "paths" : "filters"));
   }
   return config.engine.max_taps;
 }
@@ -170,20 +169,24 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
   const auto running = current();
   try {
     const std::size_t max_taps = pipeline_.engine_max_taps();
+    // An engine that delays natively counts taps alone (its delay line's reach
+    // is check_matrix_swap's question); one that folds delays counts both.
+    const std::size_t max_delay = pipeline_.engine_max_delay_frames();
     for (std::size_t p = 0; p < next->paths().size(); ++p) {
       const MatrixPath& path = next->paths()[p];
-      const std::size_t taps = path.delay_frames + path.taps.size();
+      const bool folded = max_delay == 0 && path.delay_frames > 0;
+      const std::size_t taps = path.taps.size() + (folded ? path.delay_frames : 0);
       if (taps <= max_taps) continue;
       const LiveConfig config = this->config();
       throw std::invalid_argument(fmt::format(
           "{}{} taps{}, more than the {} the engine was started with ([filter] max_taps{}); "
           "raise [filter] max_taps in {} and restart tapstream (a running engine cannot grow)",
           per_channel_ ? std::string() : RoutingMatrix::describe_path(p, path) + ": ", taps,
-          path.delay_frames > 0 ? " (delay included)" : "", max_taps,
+          folded ? " (delay included: this engine folds delays into taps)" : "", max_taps,
           config.max_taps_given ? fmt::format(" = {}", config.engine.max_taps) : " not set",
           where_configured(config)));
     }
-    check_matrix_swap(*running, *next, max_taps);
+    check_matrix_swap(*running, *next, max_taps, max_delay);
   } catch (const std::exception& e) {
     return reject(what, without_file_text(e.what()));
   }

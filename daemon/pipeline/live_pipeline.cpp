@@ -34,6 +34,7 @@ LivePipeline::LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipel
       engine_name_(engine_->name()),
       engine_description_(engine_->description()),
       engine_max_taps_(engine_->max_taps()),
+      engine_max_delay_frames_(engine_->max_delay_frames()),
       input_ring_(input_channels_ *
                   (4 * (options.block_frames + options.margin_frames) + ring_slack_frames)),
       output_ring_(output_channels_ *

@@ -190,6 +190,7 @@ class LivePipeline {
   const std::string& engine_name() const { return engine_name_; }
   const std::string& engine_description() const { return engine_description_; }
   std::size_t engine_max_taps() const { return engine_max_taps_; }
+  std::size_t engine_max_delay_frames() const { return engine_max_delay_frames_; }
   bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
 
   LiveStats stats() const;
@@ -236,6 +237,7 @@ class LivePipeline {
   std::string engine_name_;
   std::string engine_description_;
   std::size_t engine_max_taps_;
+  std::size_t engine_max_delay_frames_;
 
   SpscRing<float> input_ring_;
   SpscRing<float> output_ring_;

@@ -9,9 +9,16 @@
 // transforms the window with the samples not yet seen still zero and emits
 // only the new positions, so no latency is added whatever the call size.
 //
+// A path's delay d = q P + r is a delay, not filter length: the path reads
+// its input's delay line q segments further back (its partition j meets
+// X_{s-q-j}), and only the remainder r < P becomes leading zeros of its
+// taps, so a delay costs at most one partition, whatever its length. A path
+// with q >= 1 has no head term: all of it is in the tail. The delay line
+// holds enough segments for the longest delay the engine was sized for.
+//
 // A crossfade call runs the old and the new bank over the same windows and
-// delay lines (they do not depend on the filters; each bank has its own
-// tails) and blends: out = old + w (new - old), w = (i + 1) / frames.
+// delay lines (they do not depend on the filters or delays; each bank has
+// its own tails) and blends: out = old + w (new - old), w = (i + 1) / frames.
 
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 
@@ -47,9 +54,10 @@ double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) 
   const double bins = double(p + 1);
   double tail_macs = 0.0, head_macs = 0.0;
   for (const MatrixPath& path : m.paths()) {
-    const std::size_t k = div_up(path.delay_frames + path.taps.size(), p);
-    tail_macs += double(k - 1) * bins;
-    head_macs += bins;
+    const std::size_t k = div_up(path.delay_frames % p + path.taps.size(), p);
+    const bool head = path.delay_frames < p;
+    tail_macs += double(head ? k - 1 : k) * bins;
+    head_macs += head ? bins : 0.0;
   }
   const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
   const double per_call =
@@ -94,11 +102,13 @@ class CpuMatrixEngine final : public MatrixEngine {
   std::size_t outputs() const override { return active_->matrix.outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
+  std::size_t max_delay_frames() const override { return max_delay_; }
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     return "cpu: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
            std::to_string(active_->matrix.paths().size()) + " paths, partitioned FFT, " +
-           std::to_string(2 * partition_) + "-point, " + std::to_string(fdl_slots_) + " partitions";
+           std::to_string(2 * partition_) + "-point, " + std::to_string(fdl_slots_) +
+           " partitions (delays up to " + std::to_string(max_delay_) + " frames)";
   }
 
  private:
@@ -107,6 +117,7 @@ class CpuMatrixEngine final : public MatrixEngine {
     explicit Bank(const RoutingMatrix& m) : matrix(m) {}
     RoutingMatrix matrix;
     std::vector<std::size_t> partitions;  // per path
+    std::vector<std::size_t> skipped;     // per path: whole segments of its delay (q)
     std::vector<AlignedFloats> spectra;   // per path: partition j at j * stride_, scaled 1/N
     AlignedFloats tails;                  // per output, stride_ floats: tail of the current segment
   };
@@ -120,7 +131,7 @@ class CpuMatrixEngine final : public MatrixEngine {
     return fdl_.data() + (input * fdl_slots_ + slot) * stride_;
   }
 
-  std::size_t max_block_, max_taps_;
+  std::size_t max_block_, max_taps_, max_delay_;
   std::size_t partition_ = 0, stride_ = 0, bins_ = 0, fdl_slots_ = 0;
   std::shared_ptr<const fftw::RealFftPair> fft_;
   std::vector<std::vector<std::size_t>> paths_of_output_;
@@ -140,17 +151,23 @@ class CpuMatrixEngine final : public MatrixEngine {
 
 CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
     : max_block_(options.max_block_frames),
-      max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps) {
+      max_taps_(options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps),
+      max_delay_(
+          std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)})) {
   if (max_block_ == 0) throw std::invalid_argument("cpu matrix engine: max_block_frames is 0");
-  if (matrix.max_taps() > max_taps_)
+  if (matrix.max_filter_taps() > max_taps_)
     throw std::invalid_argument("cpu matrix engine: the matrix's longest path has " +
-                                std::to_string(matrix.max_taps()) + " taps, more than max_taps " +
-                                std::to_string(max_taps_));
+                                std::to_string(matrix.max_filter_taps()) +
+                                " taps, more than max_taps " + std::to_string(max_taps_));
   partition_ = best_partition(matrix, max_block_);
   fft_ = fftw::RealFftPair::get(2 * partition_);
   bins_ = partition_ + 1;
   stride_ = fftw::padded_bins(2 * partition_) * 2;
-  fdl_slots_ = div_up(max_taps_, partition_);
+  // A path reaches back q + k - 1 segments (q <= max_delay_ / P whole
+  // segments of delay, k <= (P - 1 + max_taps_) / P partitions with the
+  // remainder's zeros); slot slot_ itself still holds the segment
+  // fdl_slots_ back until the current one completes.
+  fdl_slots_ = max_delay_ / partition_ + div_up(partition_ - 1 + max_taps_, partition_);
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
   windows_ = AlignedFloats(n_in * 2 * partition_);
   fdl_ = AlignedFloats(n_in * fdl_slots_ * stride_);
@@ -171,7 +188,7 @@ std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingM
   const float scale = 1.0f / float(2 * partition_);
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
-    const std::vector<float> taps = path.effective_taps();
+    const std::vector<float> taps = path.effective_taps(path.delay_frames % partition_);
     const std::size_t k = div_up(taps.size(), partition_);
     AlignedFloats spectra(k * stride_);
     for (std::size_t j = 0; j < k; ++j) {
@@ -182,6 +199,7 @@ std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingM
       fft_->forward(time.data(), spectra.data() + j * stride_);
     }
     bank->partitions.push_back(k);
+    bank->skipped.push_back(path.delay_frames / partition_);
     bank->spectra.push_back(std::move(spectra));
   }
   bank->tails = AlignedFloats(m.outputs() * stride_);
@@ -193,8 +211,10 @@ void CpuMatrixEngine::compute_tails(Bank& bank) const {
   const auto& paths = bank.matrix.paths();
   for (std::size_t p = 0; p < paths.size(); ++p) {
     float* tail = bank.tails.data() + paths[p].output * stride_;
-    for (std::size_t j = 1; j < bank.partitions[p]; ++j) {
-      const std::size_t slot = (slot_ + fdl_slots_ - j) % fdl_slots_;
+    // Partition j of the path meets the spectrum of segment s - q - j.
+    const std::size_t q = bank.skipped[p];
+    for (std::size_t j = q == 0 ? 1 : 0; j < bank.partitions[p]; ++j) {
+      const std::size_t slot = (slot_ + fdl_slots_ - q - j) % fdl_slots_;
       multiply_add(tail, fdl_slot(paths[p].input, slot), bank.spectra[p].data() + j * stride_,
                    bins_);
     }
@@ -212,6 +232,7 @@ void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t
     }
     std::memcpy(acc_.data(), bank.tails.data() + o * stride_, stride_ * sizeof(float));
     for (std::size_t p : paths_of_output_[o]) {
+      if (bank.skipped[p] != 0) continue;  // delayed by a segment or more: all in the tail
       multiply_add(acc_.data(), current_.data() + paths[p].input * stride_, bank.spectra[p].data(),
                    bins_);
     }
@@ -285,7 +306,7 @@ void CpuMatrixEngine::process(std::span<const float> in, std::span<float> out, s
 
 void CpuMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
   const RoutingMatrix& running = pending_ ? pending_->matrix : active_->matrix;
-  check_matrix_swap(running, matrix, max_taps_);
+  check_matrix_swap(running, matrix, max_taps_, max_delay_);
   retired_.reset();
   pending_ = make_bank(matrix);
   pending_crossfade_ = crossfade;

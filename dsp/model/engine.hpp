@@ -100,6 +100,10 @@ struct EngineOptions {
   // Longest filter the engine must be able to take in a later set_filters();
   // 0 means the initial bank's max_taps().
   std::size_t max_taps = 0;
+  // Matrix engines that delay natively (MatrixEngine::max_delay_frames): the
+  // longest path delay a later set_matrix() may bring. The delay line reaches
+  // at least max(this, the initial matrix's longest delay, 65536 frames).
+  std::size_t max_delay_frames = 0;
   Algorithm algorithm = Algorithm::automatic;
   // CUDA engine only: concurrent streams, kernel variant ("auto" or a name
   // from kernels/), device ordinal.

@@ -6,7 +6,7 @@
 namespace tapstream {
 
 void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
-                       std::size_t max_taps) {
+                       std::size_t max_taps, std::size_t max_delay_frames) {
   if (next.inputs() != running.inputs() || next.outputs() != running.outputs()) {
     throw std::invalid_argument("the new matrix is " + std::to_string(next.inputs()) + " -> " +
                                 std::to_string(next.outputs()) + ", the running one " +
@@ -28,10 +28,25 @@ void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
           RoutingMatrix::describe_path(p, now[p]) + " (a restart is needed to reroute)");
     }
   }
-  if (next.max_taps() > max_taps) {
-    throw std::invalid_argument("the new matrix has a path of " + std::to_string(next.max_taps()) +
-                                " effective taps; the running engine holds at most " +
-                                std::to_string(max_taps));
+  for (std::size_t p = 0; p < then.size(); ++p) {
+    const MatrixPath& path = then[p];
+    const std::string name = RoutingMatrix::describe_path(p, path);
+    if (max_delay_frames == 0) {
+      if (path.delay_frames + path.taps.size() > max_taps)
+        throw std::invalid_argument(
+            name + ": " + std::to_string(path.delay_frames + path.taps.size()) +
+            " effective taps (delay included); the running engine holds at most " +
+            std::to_string(max_taps));
+      continue;
+    }
+    if (path.taps.size() > max_taps)
+      throw std::invalid_argument(name + ": " + std::to_string(path.taps.size()) +
+                                  " taps; the running engine holds at most " +
+                                  std::to_string(max_taps));
+    if (path.delay_frames > max_delay_frames)
+      throw std::invalid_argument(name + ": a delay of " + std::to_string(path.delay_frames) +
+                                  " frames; the running engine's delay line holds at most " +
+                                  std::to_string(max_delay_frames));
   }
 }
 

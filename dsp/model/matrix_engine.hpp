@@ -64,6 +64,12 @@ class MatrixEngine {
   virtual std::size_t outputs() const = 0;
   virtual std::size_t max_block_frames() const = 0;
   virtual std::size_t max_taps() const = 0;
+  // The longest delay a path may have without counting against max_taps():
+  // an engine that delays natively (reads its inputs' delay line at an
+  // offset) says how far back its delay line reaches; 0 (the default): the
+  // engine folds a path's delay into its taps (delay_frames zeros), so
+  // max_taps() bounds delay + taps.
+  virtual std::size_t max_delay_frames() const { return 0; }
   // Short name ("cpu", "cuda") and a one-line description of the chosen
   // algorithm (for logs and status).
   virtual std::string name() const = 0;
@@ -106,8 +112,11 @@ class RealtimeMatrixEngine {
 };
 
 // Throws std::invalid_argument unless `next` can replace `running` in place
-// (same channel counts, same paths in the same order, taps within max_taps).
+// (same channel counts, same paths in the same order, each path within an
+// engine's max_taps and max_delay_frames, as MatrixEngine says them: with
+// max_delay_frames 0 delay + taps within max_taps, else taps within max_taps
+// and delay within max_delay_frames). The message names the first path over.
 void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
-                       std::size_t max_taps);
+                       std::size_t max_taps, std::size_t max_delay_frames = 0);
 
 }  // namespace tapstream

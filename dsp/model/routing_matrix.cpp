@@ -8,11 +8,11 @@
 
 namespace tapstream {
 
-std::vector<float> MatrixPath::effective_taps() const {
+std::vector<float> MatrixPath::effective_taps(std::size_t leading_zeros) const {
   const double scale = std::pow(10.0, gain_db / 20.0) * (invert ? -1.0 : 1.0);
-  std::vector<float> out(delay_frames + taps.size(), 0.0f);
+  std::vector<float> out(leading_zeros + taps.size(), 0.0f);
   for (std::size_t i = 0; i < taps.size(); ++i) {
-    out[delay_frames + i] = static_cast<float>(double(taps[i]) * scale);
+    out[leading_zeros + i] = static_cast<float>(double(taps[i]) * scale);
   }
   return out;
 }
@@ -54,14 +54,16 @@ RoutingMatrix RoutingMatrix::make(std::size_t inputs, std::size_t outputs,
         throw std::invalid_argument(name + ": tap " + std::to_string(t) + " of " + p.source +
                                     " is not a finite number");
     }
-    const std::size_t effective = p.delay_frames + p.taps.size();
-    if (effective > max_taps)
-      throw std::invalid_argument(name + ": " + std::to_string(p.taps.size()) + " taps" +
-                                  (p.delay_frames
-                                       ? " + " + std::to_string(p.delay_frames) + " frames of delay"
-                                       : std::string()) +
-                                  " exceed the maximum of " + std::to_string(max_taps));
-    matrix.max_taps_ = std::max(matrix.max_taps_, effective);
+    if (p.taps.size() > max_taps)
+      throw std::invalid_argument(name + ": " + std::to_string(p.taps.size()) +
+                                  " taps exceed the maximum of " + std::to_string(max_taps));
+    if (p.delay_frames > kMaxDelayFrames)
+      throw std::invalid_argument(name + ": a delay of " + std::to_string(p.delay_frames) +
+                                  " frames exceeds the maximum of " +
+                                  std::to_string(kMaxDelayFrames));
+    matrix.max_taps_ = std::max(matrix.max_taps_, p.delay_frames + p.taps.size());
+    matrix.max_filter_taps_ = std::max(matrix.max_filter_taps_, p.taps.size());
+    matrix.max_delay_frames_ = std::max(matrix.max_delay_frames_, p.delay_frames);
   }
   matrix.paths_ = std::move(paths);
   return matrix;

@@ -26,16 +26,23 @@ struct MatrixPath {
   std::string source;          // where the taps came from ("woofer.txt", "ir.wav channel 2")
   std::filesystem::path file;  // the coefficient file they were read from (empty: none)
 
-  // The taps the engine runs: delay_frames zeros, then taps x gain x polarity.
-  std::vector<float> effective_taps() const;
+  // The taps an engine that folds delays runs: delay_frames zeros, then taps
+  // x gain x polarity. An engine that delays natively (its delay line read at
+  // an offset) asks for fewer leading zeros (the delay it does not take).
+  std::vector<float> effective_taps() const { return effective_taps(delay_frames); }
+  std::vector<float> effective_taps(std::size_t leading_zeros) const;
 };
 
 class RoutingMatrix {
  public:
+  // The longest delay a path may have: 2^22 frames (87 s at 48 kHz). A delay
+  // is not filter length: it does not count against `max_taps`.
+  static constexpr std::size_t kMaxDelayFrames = std::size_t(1) << 22;
+
   // Throws std::invalid_argument naming the path (by its index in `paths`
   // and its input -> output pair) and the reason: an input or output out of
-  // range, the same pair twice, no taps, a non-finite tap or gain, or more
-  // effective taps (delay included) than `max_taps`.
+  // range, the same pair twice, no taps, a non-finite tap or gain, more taps
+  // than `max_taps` or a delay over kMaxDelayFrames.
   static RoutingMatrix make(std::size_t inputs, std::size_t outputs, std::vector<MatrixPath> paths,
                             std::size_t max_taps = std::size_t(1) << 20);
   // One path per channel, channel c -> channel c through the bank's filter.
@@ -45,8 +52,14 @@ class RoutingMatrix {
   std::size_t inputs() const { return inputs_; }
   std::size_t outputs() const { return outputs_; }
   const std::vector<MatrixPath>& paths() const { return paths_; }
-  // The longest effective filter (delay included).
+  // The longest effective filter (delay included): how long a path's
+  // response lasts (the tail of a file), and the length an engine that folds
+  // delays into taps runs.
   std::size_t max_taps() const { return max_taps_; }
+  // The longest filter, delay not included.
+  std::size_t max_filter_taps() const { return max_filter_taps_; }
+  // The longest delay of any path.
+  std::size_t max_delay_frames() const { return max_delay_frames_; }
   // True when path i runs input i -> output i for every channel, N == M.
   bool is_diagonal() const;
   // One channel per path, in paths() order, holding its effective taps.
@@ -66,6 +79,8 @@ class RoutingMatrix {
   std::size_t inputs_ = 0;
   std::size_t outputs_ = 0;
   std::size_t max_taps_ = 0;
+  std::size_t max_filter_taps_ = 0;
+  std::size_t max_delay_frames_ = 0;
   std::vector<MatrixPath> paths_;
   std::shared_ptr<const FilterBank> diagonal_bank_;  // set by diagonal(bank)
 };
