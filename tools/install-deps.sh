@@ -24,6 +24,7 @@ packages=(
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests
   brutefir sox           # peers in bench/compare-cpu.sh
   chromium               # the browser page's end-to-end test (tools/web-e2e.sh, with node + npm)
+  pybind11-dev python3-dev python3-numpy   # the Python module (python/) and its tests
 )
 
 sudo=""
