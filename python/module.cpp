@@ -91,6 +91,24 @@ RoutingMatrix matrix_of(py::handle filters) {
   return RoutingMatrix::diagonal(bank_from(filters));
 }
 
+// The bytes an array's elements span, first to one past the last.
+std::pair<std::uintptr_t, std::uintptr_t> extent(const py::array& a) {
+  auto low = reinterpret_cast<std::uintptr_t>(a.data()), high = low;
+  if (a.size() == 0) return {low, low};
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    const py::ssize_t reach = (a.shape(d) - 1) * a.strides(d);
+    if (reach < 0) low -= std::uintptr_t(-reach);
+    if (reach > 0) high += std::uintptr_t(reach);
+  }
+  return {low, high + std::uintptr_t(a.itemsize())};
+}
+
+bool overlap(const py::array& a, const py::array& b) {
+  const auto [a_low, a_high] = extent(a);
+  const auto [b_low, b_high] = extent(b);
+  return a_low < b_high && b_low < a_high;
+}
+
 bool is_device_array(py::handle x) {
   return !py::isinstance<py::array>(x) &&
          (py::hasattr(x, "__cuda_array_interface__") || py::hasattr(x, "__dlpack__"));
@@ -126,6 +144,10 @@ class PyEngine {
     }
     const HostBlock in = host_block(x);
     py::array_t<float> output = output_for(out, in.frames);
+    if (!out.is_none() && overlap(in.array, output)) {
+      throw py::value_error(
+          "process: out shares memory with the block; the engine needs them apart");
+    }
     float* out_data = output.mutable_data();
     {
       const py::gil_scoped_release release;

@@ -146,14 +146,19 @@ class EngineTest(unittest.TestCase):
     def test_the_gil_is_released_while_the_engine_works(self):
         filters = np.random.default_rng(3).standard_normal((8, 65536)).astype(np.float32)
         engine = tapstream.Engine(filters, backend="cpu", max_block=4096)
-        x = np.ones((8, 1 << 21), np.float32)
+        x = np.ones((8, 1 << 19), np.float32)
         started = threading.Event()
+        checked = threading.Event()
         done = []
         seen_while_processing = []
 
         def work():
             started.set()
-            engine.process(x)
+            # Calls until this thread has looked (at most 40: a few seconds).
+            for _ in range(40):
+                engine.process(x)
+                if checked.is_set():
+                    break
             done.append(True)
 
         interval = sys.getswitchinterval()
@@ -164,15 +169,17 @@ class EngineTest(unittest.TestCase):
             begin = time.monotonic()
             worker.start()
             started.wait()
-            time.sleep(0.001)  # lets the worker enter process(); back only when the GIL is free
+            time.sleep(0.001)  # lets the worker into process(); back only when the GIL is free
             seen_while_processing.append(not done)
+            checked.set()
             worker.join()
             took = time.monotonic() - begin
         finally:
             sys.setswitchinterval(interval)
-        say(f"process took {took:.2f} s")
+        say(f"the worker's calls took {took:.2f} s")
         self.assertTrue(seen_while_processing[0],
-                        "this thread ran only after process() returned: the GIL was held")
+                        "this thread ran only after the worker's process() calls returned: "
+                        "the GIL was held")
 
 
 if __name__ == "__main__":

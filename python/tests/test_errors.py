@@ -37,6 +37,17 @@ class ErrorTest(unittest.TestCase):
                            np.zeros(10, np.float32))
         self.assert_raises(TypeError, ["float32", "str"], self.engine.process, "samples")
 
+    def test_an_out_array_that_is_the_block_or_the_wrong_shape_is_refused(self):
+        x = np.zeros((2, 10), np.float32)
+        self.assert_raises(ValueError, ["shares memory"], self.engine.process, x, out=x)
+        self.assert_raises(ValueError, ["(2, 10)"], self.engine.process, x,
+                           out=np.zeros((2, 9), np.float32))
+        self.assert_raises(TypeError, ["float32"], self.engine.process, x,
+                           out=np.zeros((2, 10)))
+        out = np.full((2, 10), 7, np.float32)
+        self.assertIs(self.engine.process(x, out=out), out)
+        np.testing.assert_array_equal(out, 0)
+
     def test_misaligned_samples_are_refused_with_the_remedy(self):
         records = np.zeros((2, 10), dtype=[("a", "u1"), ("x", "<f4")])
         self.assert_raises(ValueError, ["aligned", "ascontiguousarray"], self.engine.process,
