@@ -214,6 +214,7 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
         transport.staging_output = module.staging(*engine, false);
         transport.pinned = {module.allocate_pinned, module.free_pinned};
         transport.call_host_us = module.last_call_host_us;
+        transport.process_device = module.process_device;
         return std::make_unique<DiagonalEngine>(std::move(engine), transport);
       },
       [&]() -> std::unique_ptr<MatrixEngine> {

@@ -37,7 +37,7 @@ build=${TAPSTREAM_FUZZ_BUILD:-build-fuzz}
 if ! grep -q '^TAPSTREAM_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_C_COMPILER=clang -DTAPSTREAM_CUDA=OFF -DTAPSTREAM_TESTS=OFF -DTAPSTREAM_BENCH=OFF \
-    -DTAPSTREAM_FUZZ=ON >/dev/null
+    -DTAPSTREAM_PYTHON=OFF -DTAPSTREAM_FUZZ=ON >/dev/null
 fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 fuzzers=$(cd "$build/tests/fuzz" && pwd)

@@ -26,6 +26,7 @@ packages=(
   brutefir sox           # peers in bench/compare-cpu.sh
   slurm-wlm munge        # tests/slurm_array_test.cpp: a one-node Slurm runs config/slurm-array.sh
   chromium               # the browser page's end-to-end test (tools/web-e2e.sh, with node + npm)
+  pybind11-dev python3-dev python3-numpy   # the Python module (python/) and its tests
 )
 
 sudo=""

@@ -106,6 +106,8 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   # The suites each sanitizer build runs, and only those are built: every
   # suite but the JACK ones (label realtime: real-time streams, run once in
   # the Release build above), the load test and the CUDA ones (no CUDA here).
+  # The Python module is not built there (an instrumented module cannot load
+  # into an uninstrumented interpreter); its suites run in the Release build.
   asan_tests=()
   for f in tests/*_test.cpp; do
     t=$(basename "$f" .cpp)
@@ -120,11 +122,11 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   if [ "${TAPSTREAM_FUZZ_SECONDS:-25}" != 0 ] && tools/fuzz.sh --available; then
     for f in tests/fuzz/fuzz_*.cpp; do fuzz_targets+=("$(basename "$f" .cpp)"); done
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-      -DCMAKE_C_COMPILER=clang -DTAPSTREAM_CUDA=OFF -DTAPSTREAM_BENCH=OFF -DTAPSTREAM_FUZZ=ON \
+      -DCMAKE_C_COMPILER=clang -DTAPSTREAM_CUDA=OFF -DTAPSTREAM_BENCH=OFF -DTAPSTREAM_PYTHON=OFF -DTAPSTREAM_FUZZ=ON \
       >/dev/null
   else
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTAPSTREAM_CUDA=OFF \
-      -DTAPSTREAM_BENCH=OFF \
+      -DTAPSTREAM_BENCH=OFF -DTAPSTREAM_PYTHON=OFF \
       "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
       >/dev/null
   fi
@@ -149,7 +151,7 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
               cpu_nonuniform_engine_test live_zero_latency_test output_stage_test offline_pipeline_test
               swap_fuzz_test live_matrix_pipeline_test deadline_counter_test)
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTAPSTREAM_CUDA=OFF \
-    -DTAPSTREAM_BENCH=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
+    -DTAPSTREAM_BENCH=OFF -DTAPSTREAM_PYTHON=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
   present=()
   for t in "${tsan_tests[@]}"; do [ -f "tests/$t.cpp" ] && present+=("$t"); done
   cmake --build build-tsan -j"$jobs" --target tapstream "${present[@]}"

@@ -3,9 +3,12 @@
 #include "daemon/cuda_module/cuda_module.hpp"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/device_memory_check.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
 
 namespace tapstream {
@@ -27,6 +30,24 @@ double last_call_host_us(const Engine& engine) {
   return dynamic_cast<const CudaEngine&>(engine).last_call_host_us();
 }
 
+// A diagonal matrix's block in device memory (MatrixEngine::process_device):
+// after the caller's stream, complete on return.
+bool process_device(Engine& engine, const float* in, std::size_t in_stride, float* out,
+                    std::size_t out_stride, std::size_t frames, void* stream) {
+  auto& cuda = dynamic_cast<CudaEngine&>(engine);
+  cuda::check_device_memory(in, "the input");
+  cuda::check_device_memory(out, "the output");
+  if (in_stride != out_stride) {
+    throw std::invalid_argument("process_device: the input's channel stride " +
+                                std::to_string(in_stride) + " is not the output's " +
+                                std::to_string(out_stride));
+  }
+  TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  cuda.process_device(in, out, frames, in_stride);
+  cuda.synchronize();
+  return true;
+}
+
 void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
@@ -38,7 +59,8 @@ const CudaModule kModule{cuda_device_available,
                          staging,
                          allocate_pinned,
                          free_pinned,
-                         last_call_host_us};
+                         last_call_host_us,
+                         process_device};
 
 }  // namespace
 }  // namespace tapstream

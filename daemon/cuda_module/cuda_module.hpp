@@ -32,6 +32,9 @@ struct CudaModule {
   void (*free_pinned)(float* p);
   // CudaEngine::last_call_host_us: the last call's CPU-side part.
   double (*last_call_host_us)(const Engine& engine);
+  // MatrixEngine::process_device for a CUDA engine under a DiagonalEngine.
+  bool (*process_device)(Engine& engine, const float* in, std::size_t in_stride, float* out,
+                         std::size_t out_stride, std::size_t frames, void* stream);
 };
 
 }  // namespace tapstream

@@ -31,6 +31,9 @@ struct EngineTransport {
   std::span<float> staging_output;
   PinnedMemory pinned;
   double (*call_host_us)(const Engine& engine) = nullptr;  // its last call's CPU-side part
+  // MatrixEngine::process_device on the engine (null: it has no device path).
+  bool (*process_device)(Engine& engine, const float* in, std::size_t in_stride, float* out,
+                         std::size_t out_stride, std::size_t frames, void* stream) = nullptr;
 };
 
 class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
@@ -58,6 +61,11 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
   std::span<float> staging_output() override { return transport_.staging_output; }
   PinnedMemory pinned_memory() const override { return transport_.pinned; }
   double last_call_host_us() const override;
+  bool process_device(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
+                      std::size_t frames, void* stream) override {
+    return transport_.process_device != nullptr &&
+           transport_.process_device(*engine_, in, in_stride, out, out_stride, frames, stream);
+  }
 
  private:
   bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,

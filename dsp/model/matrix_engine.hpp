@@ -85,6 +85,19 @@ class MatrixEngine {
   virtual std::span<float> staging_output() { return {}; }
   // Memory to hand blocks to process() in (see PinnedMemory).
   virtual PinnedMemory pinned_memory() const { return {}; }
+  // Device memory in and out (a CUDA engine's; the others return false and
+  // do nothing): `frames` (1..max_block_frames()) frames of inputs()
+  // channels, channel c at in + c * in_stride, into outputs() channels at
+  // out + c * out_stride, planar, on the engine's GPU. The work follows what
+  // was enqueued on `stream` (a cudaStream_t; null: the legacy default
+  // stream) before the call and is complete on return; the stream, halo and
+  // swaps are those of process(), so both may be mixed. Throws
+  // std::invalid_argument for memory that is not on the device.
+  virtual bool process_device(const float* /*in*/, std::size_t /*in_stride*/, float* /*out*/,
+                              std::size_t /*out_stride*/, std::size_t /*frames*/,
+                              void* /*stream*/) {
+    return false;
+  }
   // The CPU-side part of the last process() call in microseconds (host
   // copies, launches, enqueueing; the rest is the device's work and the wait
   // for it); NaN when the engine does not tell.

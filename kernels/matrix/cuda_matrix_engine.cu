@@ -23,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
@@ -30,6 +31,7 @@
 #include "kernels/cufft_plan.hpp"
 #include "kernels/device/matrix_chunks.hpp"
 #include "kernels/device/matrix_mac.hpp"
+#include "kernels/device_memory_check.hpp"
 #include "kernels/matrix/cublas_matrix_mac.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
 
@@ -68,6 +70,8 @@ class CudaMatrixEngine final : public MatrixEngine {
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
+  bool process_device(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
+                      std::size_t frames, void* stream) override;
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
   void reset() override;
 
@@ -97,8 +101,13 @@ class CudaMatrixEngine final : public MatrixEngine {
   // H of `m` into `dst`.
   void upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst);
   void bind_cublas();
-  // The call's device work, after its chunks and input are in host_call_.
-  void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade);
+  // Checks a call's size, takes a pending matrix (returns whether the call
+  // fades) and writes the call's chunks into host_call_ (returns their count).
+  std::pair<std::size_t, bool> begin_call(std::size_t frames);
+  // The call's device work, after its chunks and input are in host_call_
+  // (device_io: its input already in device_call_, its output left in d_out_).
+  void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
+               bool device_io = false);
   void run(const CallShape& shape);
 
   cuda::DeviceGuard device_guard_;
@@ -223,13 +232,14 @@ void CudaMatrixEngine::bind_cublas() {
   cublas_->bind(1, old_spectra_.get(), y_old_.get(), stream_.get());
 }
 
-void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade) {
+void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
+                               bool device_io) {
   const cudaStream_t s = stream_.get();
   const std::size_t n_in = inputs(), n_out = outputs();
   const int P = int(partition_);
-  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_call_.get(), host_call_.get(),
-                                       chunk_bytes_ + n_in * frames * sizeof(float),
-                                       cudaMemcpyHostToDevice, s));
+  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(
+      device_call_.get(), host_call_.get(),
+      chunk_bytes_ + (device_io ? 0 : n_in * frames * sizeof(float)), cudaMemcpyHostToDevice, s));
   const auto* d_chunks = reinterpret_cast<const MatrixChunk*>(device_call_.get());
   const bool planar = layout == Layout::planar;
   const cuda::Samples in{reinterpret_cast<float*>(device_call_.get() + chunk_bytes_),
@@ -264,6 +274,7 @@ void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout la
     cuda::launch_emit_output(out, filtered_.get(), fade ? filtered_old_.get() : nullptr, chunk,
                              int(n_out), P, widest, int(frames), s);
   }
+  if (device_io) return;
   TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(host_out_.get(), d_out_.get(),
                                        n_out * frames * sizeof(float), cudaMemcpyDeviceToHost, s));
 }
@@ -305,15 +316,10 @@ void CudaMatrixEngine::run(const CallShape& shape) {
   enqueue(shape.chunks, shape.frames, shape.layout, shape.fade);
 }
 
-void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
-                               Layout layout) {
-  const std::size_t n_in = inputs(), n_out = outputs();
+std::pair<std::size_t, bool> CudaMatrixEngine::begin_call(std::size_t frames) {
   if (frames == 0 || frames > max_block_)
     throw std::invalid_argument("cuda matrix engine: block of " + std::to_string(frames) +
                                 " frames (1.." + std::to_string(max_block_) + ")");
-  if (in.size() < n_in * frames || out.size() < n_out * frames)
-    throw std::invalid_argument("cuda matrix engine: buffers smaller than the block");
-
   bool fade = false;
   if (pending_matrix_) {
     // The running spectra become the old ones; the pending ones run from now.
@@ -336,10 +342,44 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
       position_ = 0;
     }
   }
+  return {count, fade};
+}
+
+void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                               Layout layout) {
+  const std::size_t n_in = inputs(), n_out = outputs();
+  if (frames != 0 && (in.size() < n_in * frames || out.size() < n_out * frames))
+    throw std::invalid_argument("cuda matrix engine: buffers smaller than the block");
+  const auto [count, fade] = begin_call(frames);
   std::memcpy(host_call_.get() + chunk_bytes_, in.data(), n_in * frames * sizeof(float));
   run(CallShape{frames, count, layout, fade, spectra_.get(), fade ? old_spectra_.get() : nullptr});
   stream_.synchronize();
   std::memcpy(out.data(), host_out_.get(), n_out * frames * sizeof(float));
+}
+
+// The input is copied on the device into the call's staging and the output
+// out of d_out_ (two strided copies); the launches are enqueued directly, not
+// as a graph, since a graph would hold the caller's pointers.
+bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, float* out,
+                                      std::size_t out_stride, std::size_t frames, void* stream) {
+  const std::size_t n_in = inputs(), n_out = outputs();
+  cuda::check_device_memory(in, "the input");
+  cuda::check_device_memory(out, "the output");
+  if (in_stride < frames || out_stride < frames)
+    throw std::invalid_argument("cuda matrix engine: a channel stride below the block's frames");
+  const auto [count, fade] = begin_call(frames);
+  const cudaStream_t s = stream_.get();
+  // After what the caller enqueued: its input is then complete.
+  TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(device_call_.get() + chunk_bytes_, frames * sizeof(float),
+                                         in, in_stride * sizeof(float), frames * sizeof(float),
+                                         n_in, cudaMemcpyDeviceToDevice, s));
+  enqueue(count, frames, Layout::planar, fade, true);
+  TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(out, out_stride * sizeof(float), d_out_.get(),
+                                         frames * sizeof(float), frames * sizeof(float), n_out,
+                                         cudaMemcpyDeviceToDevice, s));
+  stream_.synchronize();
+  return true;
 }
 
 void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {

@@ -1,0 +1,80 @@
+#pragma once
+// The Python module's engine: a MatrixEngine (made by the engine factory) and
+// the matrix it runs, for callers that hand it blocks of any length in any
+// memory order. Plain C++ (no Python): the module calls it with the GIL
+// released.
+//
+// Threads: any number may call it; one at a time gets the engine (a
+// MatrixEngine takes one caller at a time), the others wait.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "dsp/model/matrix_engine.hpp"
+#include "dsp/model/routing_matrix.hpp"
+
+namespace tapstream::python {
+
+// Samples of a 2-D (channels, frames) block anywhere in memory: sample
+// (channel c, frame f) at data[c * channel_stride + f * frame_stride].
+struct StridedBlock {
+  const float* data = nullptr;
+  std::ptrdiff_t channel_stride = 0;
+  std::ptrdiff_t frame_stride = 0;
+};
+
+class EngineSession {
+ public:
+  EngineSession(std::unique_ptr<MatrixEngine> engine, RoutingMatrix matrix);
+
+  // Filters `frames` frames (any number) of inputs() channels from `in` into
+  // `out`, outputs() rows of `frames` floats each (C order). Calls longer than
+  // the engine's block are split; a C-ordered block that fits one engine call
+  // goes straight through, anything else through the session's own staging.
+  void process(const StridedBlock& in, float* out, std::size_t frames);
+
+  // The same through device memory (a CUDA engine's; see
+  // MatrixEngine::process_device): `in` holds inputs() rows of `frames`
+  // floats, `out` outputs() rows, both C order on the engine's GPU. Returns
+  // false, doing nothing, where the engine has no device path.
+  bool process_device(const float* in, float* out, std::size_t frames, void* stream);
+
+  // The engine's own time for `calls` calls of `frames` frames from `in` (C
+  // order, at most one engine block) into `out`, in microseconds each: what
+  // a call costs without the module (bench/python_overhead.py).
+  std::vector<double> time_engine_calls(const float* in, float* out, std::size_t frames,
+                                        std::size_t calls);
+  // The same for process_device (false where there is none).
+  std::vector<double> time_device_calls(const float* in, float* out, std::size_t frames,
+                                        void* stream, std::size_t calls);
+
+  // Swaps in `next` (same paths as the running one) at the next call;
+  // throws std::invalid_argument naming the first difference.
+  void set_matrix(const RoutingMatrix& next, bool crossfade);
+  // New taps for some paths, keyed by (input, output); every other path and
+  // every gain, delay and polarity stays. Throws std::invalid_argument naming
+  // a pair that is no path of the matrix.
+  void set_paths(std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> taps,
+                 bool crossfade);
+
+  // Forgets the input history.
+  void reset();
+
+  // The matrix as last set (what runs from the next call on).
+  std::shared_ptr<const RoutingMatrix> matrix() const;
+  const MatrixEngine& engine() const { return *engine_; }
+  std::size_t inputs() const { return engine_->inputs(); }
+  std::size_t outputs() const { return engine_->outputs(); }
+
+ private:
+  mutable std::mutex mutex_;  // one caller at a time in the engine, and guards matrix_
+  std::unique_ptr<MatrixEngine> engine_;
+  std::shared_ptr<const RoutingMatrix> matrix_;
+  std::vector<float> staging_in_, staging_out_;  // planar, one engine block each
+};
+
+}  // namespace tapstream::python

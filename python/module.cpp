@@ -1,0 +1,427 @@
+// The tapstream Python module's compiled part (`tapstream._tapstream`;
+// python/tapstream/__init__.py is the package): Engine and Matrix over the one
+// model (a RoutingMatrix run by a MatrixEngine from the engine factory, a
+// filter per channel being the diagonal matrix), and the process command for
+// process_file. NumPy blocks are read and written in place where their memory
+// order allows, with the GIL released while the engine works; CUDA arrays go
+// through tapstream._device_arrays.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/commands/command.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/config/matrix_config.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/fftw_environment.hpp"
+#include "python/engine_session.hpp"
+#include "python/process_command_runner.hpp"
+#include "python/python_filters.hpp"
+
+namespace py = pybind11;
+using namespace py::literals;
+
+namespace tapstream::python {
+namespace {
+
+constexpr std::size_t kMostBlockFrames = std::size_t(1) << 20;
+
+// A routing matrix as Python holds it: immutable, shared with the engines
+// that run it; `file` is the TOML file it was read from (empty: made in Python).
+struct PyMatrix {
+  std::shared_ptr<const RoutingMatrix> matrix;
+  std::string file;
+};
+
+PyMatrix make_matrix(std::size_t inputs, std::size_t outputs, const py::iterable& paths) {
+  std::vector<MatrixPath> model;
+  for (py::handle path : paths) model.push_back(path_from(path, model.size()));
+  return {
+      std::make_shared<const RoutingMatrix>(RoutingMatrix::make(inputs, outputs, std::move(model))),
+      {}};
+}
+
+PyMatrix matrix_from_toml(const std::filesystem::path& file, int sample_rate) {
+  std::error_code error;
+  if (!std::filesystem::exists(file, error)) {
+    throw py::value_error("Matrix.from_toml: " + file.string() + ": no such file");
+  }
+  MatrixFileOptions options;
+  options.sample_rate = sample_rate;
+  RoutingMatrix matrix = [&] {
+    const py::gil_scoped_release release;
+    return load_matrix_file(file, options);
+  }();
+  return {std::make_shared<const RoutingMatrix>(std::move(matrix)), file.string()};
+}
+
+py::list matrix_paths(const PyMatrix& m) {
+  py::list paths;
+  for (const MatrixPath& p : m.matrix->paths()) {
+    py::array_t<float> taps(py::ssize_t(p.taps.size()));
+    std::copy(p.taps.begin(), p.taps.end(), taps.mutable_data());
+    paths.append(py::make_tuple(p.input, p.output, taps, p.gain_db, p.delay_frames, p.invert));
+  }
+  return paths;
+}
+
+std::string matrix_repr(const PyMatrix& m) {
+  return "tapstream.Matrix(" + std::to_string(m.matrix->inputs()) + " inputs, " +
+         std::to_string(m.matrix->outputs()) + " outputs, " +
+         std::to_string(m.matrix->paths().size()) + " paths, " +
+         std::to_string(m.matrix->max_taps()) + " taps at most" +
+         (m.file.empty() ? "" : ", from " + m.file) + ")";
+}
+
+// What Engine() and set_filters() take: a Matrix, or filters per channel.
+RoutingMatrix matrix_of(py::handle filters) {
+  if (py::isinstance<PyMatrix>(filters)) return *filters.cast<const PyMatrix&>().matrix;
+  return RoutingMatrix::diagonal(bank_from(filters));
+}
+
+// The bytes an array's elements span, first to one past the last.
+std::pair<std::uintptr_t, std::uintptr_t> extent(const py::array& a) {
+  auto low = reinterpret_cast<std::uintptr_t>(a.data()), high = low;
+  if (a.size() == 0) return {low, low};
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    const py::ssize_t reach = (a.shape(d) - 1) * a.strides(d);
+    if (reach < 0) low -= std::uintptr_t(-reach);
+    if (reach > 0) high += std::uintptr_t(reach);
+  }
+  return {low, high + std::uintptr_t(a.itemsize())};
+}
+
+bool overlap(const py::array& a, const py::array& b) {
+  const auto [a_low, a_high] = extent(a);
+  const auto [b_low, b_high] = extent(b);
+  return a_low < b_high && b_low < a_high;
+}
+
+bool is_device_array(py::handle x) {
+  return !py::isinstance<py::array>(x) &&
+         (py::hasattr(x, "__cuda_array_interface__") || py::hasattr(x, "__dlpack__"));
+}
+
+class PyEngine {
+ public:
+  PyEngine(py::handle filters, const std::string& backend, std::size_t max_block,
+           std::optional<std::size_t> max_taps) {
+    if (max_block == 0 || max_block > kMostBlockFrames) {
+      throw py::value_error("max_block is " + std::to_string(max_block) + ": must be 1.." +
+                            std::to_string(kMostBlockFrames));
+    }
+    RoutingMatrix matrix = matrix_of(filters);
+    EngineOptions options;
+    options.max_block_frames = max_block;
+    options.max_taps = max_taps.value_or(0);
+    if (max_taps && *max_taps < matrix.max_taps()) {
+      throw py::value_error("max_taps is " + std::to_string(*max_taps) +
+                            ", below the longest filter's " + std::to_string(matrix.max_taps()) +
+                            " taps (delay included)");
+    }
+    const Backend chosen = parse_backend(backend);
+    const py::gil_scoped_release release;
+    std::unique_ptr<MatrixEngine> engine = make_engine(chosen, matrix, options);
+    session_ = std::make_shared<EngineSession>(std::move(engine), std::move(matrix));
+  }
+
+  py::object process(py::handle x, py::object out) {
+    if (is_device_array(x)) {
+      if (!out.is_none()) throw py::type_error("process: out= is for NumPy blocks");
+      return py::module_::import("tapstream._device_arrays").attr("process")(py::cast(this), x);
+    }
+    const HostBlock in = host_block(x);
+    py::array_t<float> output = output_for(out, in.frames);
+    if (!out.is_none() && overlap(in.array, output)) {
+      throw py::value_error(
+          "process: out shares memory with the block; the engine needs them apart");
+    }
+    float* out_data = output.mutable_data();
+    {
+      const py::gil_scoped_release release;
+      session_->process(in.samples, out_data, in.frames);
+    }
+    return output;
+  }
+
+  // The device-array path's way in (tapstream._device_arrays): C-ordered
+  // (inputs, frames) and (outputs, frames) float32 arrays on GPU `device`.
+  void process_device(std::uintptr_t in, std::uintptr_t out, std::size_t frames,
+                      std::uintptr_t stream, int device) {
+    if (device != device_) {
+      throw py::value_error("process: the array is on GPU " + std::to_string(device) +
+                            "; the engine runs on GPU " + std::to_string(device_));
+    }
+    bool done = false;
+    {
+      const py::gil_scoped_release release;
+      done = session_->process_device(reinterpret_cast<const float*>(in),
+                                      reinterpret_cast<float*>(out), frames,
+                                      reinterpret_cast<void*>(stream));
+    }
+    if (!done) {
+      throw py::type_error("process: the " + session_->engine().name() +
+                           " engine filters host memory; pass a NumPy array (e.g. x.get() or "
+                           "x.cpu().numpy()), or use backend=\"cuda\"");
+    }
+  }
+
+  std::vector<double> time_engine_calls(py::handle x, std::size_t calls) {
+    const HostBlock in = host_block(x);
+    const std::size_t frames = in.frames;
+    if (in.samples.frame_stride != 1 || in.samples.channel_stride != std::ptrdiff_t(frames) ||
+        frames == 0 || frames > session_->engine().max_block_frames()) {
+      throw py::value_error("_time_engine_calls: a C-ordered block of 1..max_block frames");
+    }
+    py::array_t<float> output = output_for(py::none(), frames);
+    float* out_data = output.mutable_data();
+    const py::gil_scoped_release release;
+    return session_->time_engine_calls(in.samples.data, out_data, frames, calls);
+  }
+
+  std::vector<double> time_device_calls(std::uintptr_t in, std::uintptr_t out, std::size_t frames,
+                                        std::uintptr_t stream, std::size_t calls) {
+    const py::gil_scoped_release release;
+    return session_->time_device_calls(reinterpret_cast<const float*>(in),
+                                       reinterpret_cast<float*>(out), frames,
+                                       reinterpret_cast<void*>(stream), calls);
+  }
+
+  void set_filters(py::handle filters, bool crossfade) {
+    const bool is_matrix = py::isinstance<PyMatrix>(filters);
+    if (!is_matrix && !session_->matrix()->is_diagonal()) {
+      throw py::value_error(
+          "set_filters: this engine runs a routing matrix; give a Matrix with the same paths, "
+          "or new taps for some paths with set_paths");
+    }
+    const RoutingMatrix next = matrix_of(filters);
+    const py::gil_scoped_release release;
+    session_->set_matrix(next, crossfade);
+  }
+
+  void set_paths(const py::dict& taps, bool crossfade) {
+    std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> by_pair;
+    for (const auto& [key, value] : taps) {
+      if (!py::isinstance<py::tuple>(key) || py::len(key) != 2) {
+        throw py::type_error("set_paths: keys are (input, output) pairs, got " +
+                             std::string(py::str(py::repr(key))));
+      }
+      const auto pair = key.cast<py::tuple>();
+      const long long input = pair[0].cast<long long>(), output = pair[1].cast<long long>();
+      if (input < 0 || output < 0) {
+        throw py::value_error("set_paths: (" + std::to_string(input) + ", " +
+                              std::to_string(output) + ") is no path: indices count from 0");
+      }
+      by_pair[{std::size_t(input), std::size_t(output)}] =
+          taps_from(value, "set_paths: input " + std::to_string(input) + " -> output " +
+                               std::to_string(output));
+    }
+    const py::gil_scoped_release release;
+    session_->set_paths(std::move(by_pair), crossfade);
+  }
+
+  void reset() {
+    const py::gil_scoped_release release;
+    session_->reset();
+  }
+
+  std::size_t inputs() const { return session_->inputs(); }
+  std::size_t outputs() const { return session_->outputs(); }
+  std::size_t max_block() const { return session_->engine().max_block_frames(); }
+  std::size_t max_taps() const { return session_->engine().max_taps(); }
+  std::string backend() const { return session_->engine().name(); }
+  std::string description() const { return session_->engine().description(); }
+  PyMatrix matrix() const { return {session_->matrix(), {}}; }
+
+ private:
+  // A NumPy block (kept alive by `array`) and where its samples are.
+  struct HostBlock {
+    py::array array;
+    StridedBlock samples;
+    std::size_t frames = 0;
+  };
+
+  // A NumPy block's samples where they are, after every check.
+  HostBlock host_block(py::handle x) const {
+    py::array block = py::array::ensure(x);
+    if (!block) {
+      throw py::type_error("process: expected a (channels, frames) float32 array, got " +
+                           std::string(py::str(py::type::handle_of(x).attr("__name__"))));
+    }
+    if (!py::isinstance<py::array_t<float>>(block)) {
+      const std::string from =
+          py::isinstance<py::array>(x)
+              ? ""
+              : " from a " + std::string(py::str(py::type::handle_of(x).attr("__name__")));
+      throw py::type_error("process: the block must be float32, got " +
+                           std::string(py::str(block.dtype())) + from + " (x.astype(np.float32))");
+    }
+    if (block.ndim() != 2) {
+      throw py::value_error("process: expected a 2-D (channels, frames) block, got " +
+                            std::to_string(block.ndim()) + " dimensions");
+    }
+    const auto channels = std::size_t(block.shape(0));
+    if (channels != session_->inputs()) {
+      throw py::value_error("process: the block has " + std::to_string(channels) +
+                            " channels; the engine has " + std::to_string(session_->inputs()) +
+                            " inputs");
+    }
+    const auto item = py::ssize_t(sizeof(float));
+    if (block.strides(0) % item != 0 || block.strides(1) % item != 0 ||
+        reinterpret_cast<std::uintptr_t>(block.data()) % alignof(float) != 0) {
+      throw py::value_error(
+          "process: the block's samples are not aligned float32 (a view into packed "
+          "records?); pass np.ascontiguousarray(x)");
+    }
+    const StridedBlock samples{static_cast<const float*>(block.data()), block.strides(0) / item,
+                               block.strides(1) / item};
+    return {block, samples, std::size_t(block.shape(1))};
+  }
+
+  // `out` when given (checked), else a new (outputs, frames) array.
+  py::array_t<float> output_for(py::object out, std::size_t frames) const {
+    const auto rows = py::ssize_t(session_->outputs()), columns = py::ssize_t(frames);
+    if (out.is_none()) return py::array_t<float>({rows, columns});
+    if (!py::isinstance<py::array_t<float>>(out)) {
+      throw py::type_error("process: out must be a float32 NumPy array");
+    }
+    auto array = out.cast<py::array_t<float>>();
+    if (array.ndim() != 2 || array.shape(0) != rows || array.shape(1) != columns ||
+        !(array.flags() & py::array::c_style) || !array.writeable()) {
+      throw py::value_error("process: out must be a writable C-ordered (" + std::to_string(rows) +
+                            ", " + std::to_string(columns) + ") float32 array");
+    }
+    return array;
+  }
+
+  std::shared_ptr<EngineSession> session_;
+  int device_ = 0;  // the GPU a CUDA engine runs on (EngineOptions::device)
+};
+
+int process_command(const std::vector<std::string>& arguments) {
+  const py::gil_scoped_release release;
+  return run_process_command(arguments);
+}
+
+}  // namespace
+}  // namespace tapstream::python
+
+PYBIND11_MODULE(_tapstream, m) {
+  using namespace tapstream;
+  using namespace tapstream::python;
+  m.doc() = "tapstream's engines (see the package tapstream)";
+  // A library says nothing unless something is wrong (the executable's -v is not here).
+  spdlog::set_level(spdlog::level::warn);
+  // The FFTW planning and wisdom of the executable (TAPSTREAM_FFTW_WISDOM,
+  // TAPSTREAM_FFTW_PLANNER), so that the CPU engine plans as `tapstream` does.
+  fftw::set_planner_options(fftw_planner_from_environment());
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ConfigError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const UsageError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  py::class_<PyMatrix>(
+      m, "Matrix", R"(A routing matrix: inputs in, outputs out, each output the sum of its paths.
+
+Matrix(inputs, outputs, paths), each path a tuple
+(input, output, taps[, gain_db[, delay_frames[, invert]]]): channels count
+from 0; taps a 1-D float32 or float64 array; gain_db (default 0.0) scales the
+taps, delay_frames (default 0) delays them, invert (default False) flips their
+polarity. An input or output out of range, the same pair twice, a path with
+no taps or a non-finite tap raise ValueError naming the path.
+
+Matrix.from_toml(file) reads a matrix file (docs/routing-matrix.md).
+A Matrix whose paths are input c -> output c for every channel runs on the
+per-channel engines, like the filters it describes.)")
+      .def(py::init(&make_matrix), "inputs"_a, "outputs"_a, "paths"_a)
+      .def_static("from_toml", &matrix_from_toml, "file"_a, "sample_rate"_a = 0,
+                  R"(Reads a matrix file (TOML: [[path]] tables or [dense]; coefficient files
+relative to it). sample_rate (Hz, 0: no check) must match every impulse
+response that declares a rate. Raises ValueError naming the file, the path
+and the reason.)")
+      .def_property_readonly("inputs", [](const PyMatrix& x) { return x.matrix->inputs(); })
+      .def_property_readonly("outputs", [](const PyMatrix& x) { return x.matrix->outputs(); })
+      .def_property_readonly(
+          "max_taps", [](const PyMatrix& x) { return x.matrix->max_taps(); },
+          "The longest path's taps, its delay included.")
+      .def_property_readonly(
+          "file", [](const PyMatrix& x) { return x.file; },
+          "The TOML file it was read from ('' for a matrix made in Python).")
+      .def_property_readonly("paths", &matrix_paths,
+                             "The paths as (input, output, taps, gain_db, delay_frames, invert).")
+      .def("__repr__", &matrix_repr);
+
+  py::class_<PyEngine>(
+      m, "Engine",
+      R"(A streaming FIR engine: Engine(filters, backend="auto", max_block=4096, max_taps=None).
+
+filters: a float32 (channels, taps) array or a list of 1-D arrays of any
+lengths (a filter per channel: channel c in -> channel c out), or a Matrix.
+backend: "cpu", "cuda" or "auto" (the GPU when one works, else the CPU).
+max_block: the frames one engine call takes (longer process() calls are
+split). max_taps: the longest filter a later set_filters may bring (default:
+the longest given now).
+
+process(x) filters the next frames of one continuous stream: the output is
+exactly the causal convolution of everything processed so far, however the
+stream is cut into calls. One thread at a time uses the engine; the GIL is
+released while it works.)")
+      .def(py::init<py::handle, const std::string&, std::size_t, std::optional<std::size_t>>(),
+           "filters"_a, "backend"_a = "auto", "max_block"_a = 4096, "max_taps"_a = py::none())
+      .def("process", &PyEngine::process, "x"_a, "out"_a = py::none(),
+           R"(Filters x, a (inputs, frames) float32 array of any number of frames (any
+memory order), and returns the (outputs, frames) float32 output. A CUDA
+array (CuPy, PyTorch, anything with __cuda_array_interface__ or DLPack) on the
+CUDA engine is read and written on the device and the same kind of array is
+returned. out: a C-ordered (outputs, frames) float32 NumPy array to write
+into (and return) instead of a new one. Raises ValueError when x's channel
+count is not the engine's inputs, TypeError when x is not float32.)")
+      .def("set_filters", &PyEngine::set_filters, "filters"_a, "crossfade"_a = true,
+           R"(Replaces every filter (the same forms as Engine's filters; a Matrix with
+the same paths for a matrix engine). Takes effect at the next process(); with
+crossfade, its first engine block (min(frames, max_block) frames) fades from
+the old filters' output to the new ones', so the swap makes no click; the
+input history is kept, nothing is lost.)")
+      .def("set_paths", &PyEngine::set_paths, "paths"_a, "crossfade"_a = true,
+           R"(New taps for some paths: {(input, output): taps, ...}. Every other path,
+and every path's gain, delay and polarity, stays. Takes effect like
+set_filters. Raises ValueError for a pair that is no path of the matrix.)")
+      .def("reset", &PyEngine::reset, "Forgets the input history, as if the stream started again.")
+      .def("_process_device", &PyEngine::process_device)
+      .def("_time_engine_calls", &PyEngine::time_engine_calls, "x"_a, "calls"_a,
+           "The engine's own microseconds for each of `calls` calls on x (no module in between).")
+      .def("_time_device_calls", &PyEngine::time_device_calls, "x"_a, "out"_a, "frames"_a,
+           "stream"_a, "calls"_a)
+      .def_property_readonly("inputs", &PyEngine::inputs)
+      .def_property_readonly("outputs", &PyEngine::outputs)
+      .def_property_readonly("max_block", &PyEngine::max_block)
+      .def_property_readonly("max_taps", &PyEngine::max_taps)
+      .def_property_readonly("backend", &PyEngine::backend,
+                             "The engine that runs: 'cpu' or 'cuda'.")
+      .def_property_readonly("description", &PyEngine::description)
+      .def_property_readonly("matrix", &PyEngine::matrix,
+                             "The matrix as last set (per-channel filters: the diagonal).")
+      .def("__repr__",
+           [](const PyEngine& e) { return "tapstream.Engine(" + e.description() + ")"; });
+
+  m.def("_process_command", &process_command, "arguments"_a,
+        "Runs `tapstream process ARGUMENTS...`; returns its exit status.");
+}

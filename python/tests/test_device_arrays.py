@@ -1,0 +1,149 @@
+"""CUDA arrays (CuPy, PyTorch) through the CUDA engine: read and written on the
+device, the same kind of array back, exact for any split into calls. Each case
+skips, with the reason, where there is no GPU, no CuPy or no PyTorch."""
+
+import unittest
+
+import numpy as np
+
+import tapstream
+from support import causal_convolution, random_splits, relative_error, say
+
+
+def cuda_engine(filters, **kwargs):
+    try:
+        return tapstream.Engine(filters, backend="cuda", **kwargs)
+    except RuntimeError as e:
+        raise unittest.SkipTest(f"no CUDA engine here: {e}")
+
+
+def cupy_or_skip():
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+        return cupy
+    except Exception as e:  # ImportError, or CuPy without a usable device
+        raise unittest.SkipTest(f"no CuPy with a GPU: {e}")
+
+
+def torch_or_skip():
+    try:
+        import torch
+    except ImportError as e:
+        raise unittest.SkipTest(f"no PyTorch: {e}")
+    if not torch.cuda.is_available():
+        raise unittest.SkipTest("PyTorch sees no GPU")
+    return torch
+
+
+class Arrays:
+    """CuPy or PyTorch behind one face: to the device, back to NumPy, the kind."""
+
+    def __init__(self, name):
+        self.name = name
+        self.lib = cupy_or_skip() if name == "cupy" else torch_or_skip()
+
+    def device(self, a):
+        return self.lib.asarray(a) if self.name == "cupy" else self.lib.from_numpy(a).cuda()
+
+    def host(self, a):
+        return a.get() if self.name == "cupy" else a.cpu().numpy()
+
+    def is_device_array(self, a):
+        if self.name == "cupy":
+            return isinstance(a, self.lib.ndarray)
+        return isinstance(a, self.lib.Tensor) and a.is_cuda
+
+
+class DeviceArrayTest(unittest.TestCase):
+
+    def check_exact_for_any_split(self, name, matrix):
+        arrays = Arrays(name)
+        rng = np.random.default_rng(71)
+        say(f"seed 71, {name}, {'matrix' if matrix else 'a filter per channel'}")
+        h = [rng.standard_normal(n).astype(np.float32) for n in (300, 5000)]
+        if matrix:
+            paths = [(0, 0, h[0]), (1, 2, h[1], -6.0, 10), (0, 2, h[0], 0.0, 0, True)]
+            engine = cuda_engine(tapstream.Matrix(2, 3, paths), max_block=512)
+        else:
+            engine = cuda_engine(h, max_block=512)
+        x = rng.standard_normal((2, 30000)).astype(np.float32)
+        pieces, done = [], 0
+        for n in random_splits(rng, x.shape[1], 1500):
+            y = engine.process(arrays.device(x[:, done:done + n]))
+            self.assertTrue(arrays.is_device_array(y), f"{type(y)} is not a {name} device array")
+            self.assertEqual(tuple(y.shape), (engine.outputs, n))
+            pieces.append(arrays.host(y))
+            done += n
+        y = np.concatenate(pieces, axis=1)
+        if matrix:
+            expected = np.zeros((3, x.shape[1]))
+            for i, o, taps, gain_db, delay, invert in engine.matrix.paths:
+                taps = np.concatenate([np.zeros(delay), taps]) * 10 ** (gain_db / 20)
+                expected[o] += causal_convolution(x[i], -taps if invert else taps)
+        else:
+            expected = np.array([causal_convolution(x[c], h[c]) for c in range(2)])
+        for o in range(expected.shape[0]):
+            error = relative_error(y[o], expected[o])
+            self.assertLessEqual(error, 1e-5, f"{name}, output {o}: relative error {error:.3g}")
+
+    def test_cupy_arrays_are_filtered_exactly_on_the_device_for_any_split(self):
+        self.check_exact_for_any_split("cupy", matrix=False)
+
+    def test_torch_tensors_are_filtered_exactly_on_the_device_for_any_split(self):
+        self.check_exact_for_any_split("torch", matrix=False)
+
+    def test_a_matrix_filters_cupy_arrays_exactly(self):
+        self.check_exact_for_any_split("cupy", matrix=True)
+
+    def test_a_matrix_filters_torch_tensors_exactly(self):
+        self.check_exact_for_any_split("torch", matrix=True)
+
+    def test_device_and_host_calls_are_one_stream(self):
+        arrays = Arrays("cupy")
+        rng = np.random.default_rng(72)
+        say("seed 72")
+        h = rng.standard_normal((2, 2000)).astype(np.float32)
+        engine = cuda_engine(h, max_block=256)
+        x = rng.standard_normal((2, 4000)).astype(np.float32)
+        y = np.concatenate([engine.process(x[:, :1000]),
+                            arrays.host(engine.process(arrays.device(x[:, 1000:3000]))),
+                            engine.process(x[:, 3000:])], axis=1)
+        for c in range(2):
+            self.assertLessEqual(relative_error(y[c], causal_convolution(x[c], h[c])), 1e-5)
+
+    def test_filters_from_device_arrays_update_the_engine(self):
+        arrays = Arrays("torch")
+        rng = np.random.default_rng(73)
+        say("seed 73")
+        old, new = (rng.standard_normal((2, 700)).astype(np.float32) for _ in range(2))
+        engine = cuda_engine(arrays.device(old), max_block=256)
+        x = rng.standard_normal((2, 3000)).astype(np.float32)
+        engine.process(arrays.device(x[:, :1000]))
+        engine.set_filters(arrays.device(new), crossfade=True)
+        y = arrays.host(engine.process(arrays.device(x[:, 1000:])))
+        for c in range(2):
+            expected = causal_convolution(x[c], new[c])[1000:]
+            self.assertLessEqual(relative_error(y[c, 256:], expected[256:]), 1e-5)
+
+    def test_a_device_block_of_another_channel_count_names_both_counts(self):
+        arrays = Arrays("cupy")
+        engine = cuda_engine([np.ones(4, np.float32)] * 2)
+        with self.assertRaises(ValueError) as caught:
+            engine.process(arrays.device(np.zeros((3, 8), np.float32)))
+        self.assertIn("3 channels", str(caught.exception))
+        self.assertIn("2 inputs", str(caught.exception))
+        with self.assertRaises(TypeError) as caught:
+            engine.process(arrays.device(np.zeros((2, 8), np.float64)))
+        self.assertIn("float64", str(caught.exception))
+
+    def test_a_device_array_on_the_cpu_engine_is_refused_with_the_remedy(self):
+        arrays = Arrays("cupy")
+        engine = tapstream.Engine([np.ones(4, np.float32)], backend="cpu")
+        with self.assertRaises(TypeError) as caught:
+            engine.process(arrays.device(np.zeros((1, 8), np.float32)))
+        self.assertIn("host memory", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
