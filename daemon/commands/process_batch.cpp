@@ -96,6 +96,14 @@ class Batch {
     }
     progress_ = std::make_unique<ProgressBar>(total_frames_, ProgressBar::stderr_is_terminal());
     for (const auto& group : groups) run_group(group.second);
+    // The last outputs' flush to disk and rename, which overlapped the work
+    // on the files after them (SoundFileWriter::commit).
+    for (const BackgroundCommits::Failure& failure : commits_.wait()) {
+      --done_;
+      const auto input = input_of_.find(failure.destination);
+      fail(input != input_of_.end() ? input->second : failure.destination,
+           failure.destination.string() + ": " + failure.problem);
+    }
     progress_->finish();
 
     const std::size_t count = done_ + failed_;
@@ -139,6 +147,7 @@ class Batch {
         }
         const SoundFileReader reader(input);
         claimed[output] = input;
+        input_of_[output] = input;
         files.push_back({input, output, reader.info()});
       } catch (const std::exception& e) {
         fail(input, e.what());
@@ -234,7 +243,7 @@ class Batch {
   }
 
   void commit(SoundFileWriter& writer) {
-    writer.commit();
+    writer.commit(&commits_);
     const ClipStats& clip = writer.clip_stats();
     if (clip.clipped_samples > 0) {
       progress_->finish();
@@ -252,6 +261,9 @@ class Batch {
   std::size_t done_ = 0;
   std::size_t failed_ = 0;
   std::size_t damaged_ = 0;  // done, from input with NaN or infinite samples
+  std::map<fs::path, fs::path> input_of_;  // output -> its input
+  // Last, so that it is destroyed first: it commits what it still holds.
+  BackgroundCommits commits_;
 };
 
 }  // namespace

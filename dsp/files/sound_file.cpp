@@ -797,7 +797,7 @@ void SoundFileWriter::write_fast_samples(std::span<const float> interleaved) {
   if (quantiser_) clip_.clipped_samples = quantiser_->clipped_samples();
 }
 
-void SoundFileWriter::commit() {
+void SoundFileWriter::commit(BackgroundCommits* later) {
   if (committed_) return;
   if (fast_) {
     finish_fast();
@@ -812,7 +812,11 @@ void SoundFileWriter::commit() {
   }
   try {
     if (stream_) stream_->finish();
-    if (temporary_) temporary_->commit();
+    if (temporary_ && later != nullptr) {
+      later->add(std::move(temporary_));
+    } else if (temporary_) {
+      temporary_->commit();
+    }
   } catch (const std::runtime_error& e) {
     throw error_for(is_standard_stream(destination_) ? "standard output" : destination_.string(),
                     e.what());

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsp/files/background_commits.hpp"
 #include "dsp/files/pcm_header.hpp"
 #include "dsp/files/sample_quantiser.hpp"
 #include "dsp/files/staged_file_writer.hpp"
@@ -166,8 +167,11 @@ class SoundFileWriter {
 
   void write(std::span<const float> interleaved);  // throws SoundFileError
   // Flushes and closes the file and, for a regular file, renames it onto
-  // the destination.
-  void commit();
+  // the destination after flushing it to disk (fsync). With `later`, a
+  // regular file is handed to it instead, to be flushed and renamed on its
+  // thread (a batch overlaps that with its next file); its failures are
+  // then reported by later->wait().
+  void commit(BackgroundCommits* later = nullptr);
   const std::filesystem::path& destination() const { return destination_; }
   // True when the output goes out as it is written (stdout, FIFO, device):
   // a failure can no longer take back what was sent.
