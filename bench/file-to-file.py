@@ -24,6 +24,17 @@ date.
 
 usage: file-to-file.py --tapstream DIR [--out FILE.json] [--work DIR] [--budget-s S]
   DIR holds the tapstream executable (and libtapstream_cuda.so beside it).
+
+--two-core (issue 23, the development machine: no GPU, no numpy needed):
+  the target "identity 32 ch x 30 s float WAV, file to file, within 1.5x of
+  cp + sync of the same file" (printed met / missed), then real filters
+  (--backend cpu, 2048 and 65536 taps), a batch (12 files x 32 ch x 5 s,
+  `process DIR --out-dir` against cp of the folder + sync) and the peers
+  installed here (sox: a copy, and its `fir` effect with the same taps).
+  --baseline DIR: a second tapstream (e.g. the branch start) timed in the
+  same run, its repeats interleaved with the main one's (a shared, loaded
+  machine drifts). Medians of --repeats runs; the load average is recorded
+  before and after each measurement.
 """
 
 import argparse
@@ -37,8 +48,11 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-import scipy.io.wavfile
+try:  # the GPU machine's runs; the 2-core run (--two-core) needs neither
+    import numpy as np
+    import scipy.io.wavfile
+except ImportError:
+    np = None
 
 SEED = 20261123
 RATE = 48000
@@ -249,9 +263,143 @@ class Bench:
         self.save()
 
 
+def write_float_wav(path, channels, seconds, seed):
+    """A float WAV (WAVE_FORMAT_IEEE_FLOAT, as scipy writes it) of seeded
+    noise at -12 dBFS, without numpy: one second is made and repeated."""
+    import array
+    import random
+    rng = random.Random(seed)
+    second = array.array("f", (rng.gauss(0.0, 0.25) for _ in range(RATE * channels)))
+    data_bytes = len(second) * 4 * seconds
+    header = b"RIFF" + (4 + 24 + 8 + data_bytes).to_bytes(4, "little") + b"WAVE"
+    header += b"fmt " + (16).to_bytes(4, "little") + (3).to_bytes(2, "little")
+    header += channels.to_bytes(2, "little") + RATE.to_bytes(4, "little")
+    header += (RATE * channels * 4).to_bytes(4, "little") + (channels * 4).to_bytes(2, "little")
+    header += (32).to_bytes(2, "little") + b"data" + data_bytes.to_bytes(4, "little")
+    with open(path, "wb") as f:
+        f.write(header)
+        for _ in range(seconds):
+            second.tofile(f)
+
+
+def write_taps(path, count, seed):
+    import random
+    rng = random.Random(seed)
+    scale = 1.0 / count ** 0.5
+    with open(path, "w") as f:
+        f.write("\n".join(f"{rng.gauss(0.0, scale):.9g}" for _ in range(count)) + "\n")
+
+
+class TwoCore:
+    """The 2-core machine's run (--two-core): see the module's docstring."""
+
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.exes = {"after": os.path.join(args.tapstream, "tapstream")}
+        if args.baseline:
+            self.exes["before"] = os.path.join(args.baseline, "tapstream")
+        self.results = {"benchmark": "bench/file-to-file.py --two-core", "commit": args.commit,
+                        "baseline_commit": args.baseline_commit if args.baseline else None,
+                        "machine": machine(), "date": datetime.datetime.now(
+                            datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "repeats": args.repeats, "rows": []}
+
+    def run_once(self, command):
+        start = time.perf_counter()
+        run = subprocess.run(command, capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}: exit {run.returncode}: "
+                               f"{run.stderr.strip()[-400:]}")
+        return elapsed
+
+    def compare(self, name, commands, before_each=None):
+        """Times each command of `commands` (label -> argv) args.repeats times,
+        round-robin; records medians, all times, and the load around it."""
+        times = {label: [] for label in commands}
+        load_before = os.getloadavg()
+        for _ in range(self.args.repeats):
+            for label, command in commands.items():
+                if before_each:
+                    before_each()
+                try:
+                    times[label].append(self.run_once(command))
+                except Exception as e:  # noqa: BLE001 - recorded, the bench goes on
+                    log(f"  {label} failed: {e}")
+                    times[label].append(float("nan"))
+        row = {"job": name, "load_before": load_before, "load_after": os.getloadavg(),
+               "median_s": {k: statistics.median(v) for k, v in times.items()},
+               "times_s": times, "commands": {k: " ".join(v) for k, v in commands.items()}}
+        self.results["rows"].append(row)
+        log(f"== {name} (load {load_before[0]:.1f} -> {row['load_after'][0]:.1f})")
+        for label, median in row["median_s"].items():
+            log(f"  {label:28s} {median:7.3f} s  (" + ", ".join(f"{t:.2f}" for t in times[label]) + ")")
+        self.save()
+        return row
+
+    def save(self):
+        if self.args.out:
+            with open(self.args.out, "w") as f:
+                json.dump(self.results, f, indent=1)
+
+    def run(self):
+        src = os.path.join(self.work, "in32.wav")
+        dst = os.path.join(self.work, "out.wav")
+        write_float_wav(src, 32, self.args.seconds, SEED)
+        identity = os.path.join(self.work, "identity.txt")
+        with open(identity, "w") as f:
+            f.write("1.0\n")
+        size = os.path.getsize(src)
+        log(f"input: 32 ch x {self.args.seconds} s float WAV, {size / 1e6:.0f} MB")
+        floor = {"cp + sync": ["sh", "-c", 'cp "$0" "$1" && sync "$1"', src, dst]}
+        ours = {f"tapstream identity ({k})": [exe, "-q", "process", src, dst, "--taps", identity,
+                                              "--backend", "cpu"] for k, exe in self.exes.items()}
+        peers = {}
+        if shutil.which("sox"):
+            peers["sox copy (+ sync)"] = ["sh", "-c", 'sox "$0" "$1" && sync "$1"', src, dst]
+        row = self.compare(f"identity, 32 ch x {self.args.seconds} s float WAV, file to file",
+                           {**floor, **ours, **peers})
+        cp = row["median_s"]["cp + sync"]
+        ratio = row["median_s"]["tapstream identity (after)"] / cp
+        met = ratio <= 1.5
+        row["target"] = {"ratio_to_cp_sync": ratio, "limit": 1.5, "met": met}
+        if "tapstream identity (before)" in row["median_s"]:
+            row["target"]["before_ratio_to_cp_sync"] = row["median_s"]["tapstream identity (before)"] / cp
+        log(f"target: identity within 1.5x of cp + sync: {ratio:.2f}x: {'met' if met else 'missed'}")
+        self.save()
+
+        for taps in (2048, 65536):
+            taps_file = os.path.join(self.work, f"h{taps}.txt")
+            write_taps(taps_file, taps, SEED + taps)
+            commands = {f"tapstream cpu ({k})": [exe, "-q", "process", src, dst, "--taps", taps_file,
+                                                 "--backend", "cpu"] for k, exe in self.exes.items()}
+            if shutil.which("sox"):
+                commands["sox fir (+ sync)"] = ["sh", "-c", 'sox "$0" "$1" fir "$2" && sync "$1"',
+                                                src, dst, taps_file]
+            self.compare(f"{taps} taps, 32 ch x {self.args.seconds} s float WAV", commands)
+
+        batch_in = os.path.join(self.work, "batch-in")
+        batch_out = os.path.join(self.work, "batch-out")
+        os.makedirs(batch_in, exist_ok=True)
+        for i in range(12):
+            write_float_wav(os.path.join(batch_in, f"f{i:02d}.wav"), 32, 5, SEED + 100 + i)
+        commands = {"cp -r + sync": ["sh", "-c", 'cp -r "$0" "$1" && sync "$1"/*', batch_in, batch_out]}
+        for k, exe in self.exes.items():
+            commands[f"tapstream batch identity ({k})"] = [
+                exe, "-q", "process", batch_in, "--out-dir", batch_out, "--taps", identity,
+                "--backend", "cpu"]
+        self.compare("batch: 12 files x 32 ch x 5 s float WAV, identity",
+                     commands, before_each=lambda: shutil.rmtree(batch_out, ignore_errors=True))
+        self.save()
+
+
 def machine():
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        gpu = ""
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -274,7 +422,25 @@ def main():
                         help="skip the CuPy and torchaudio scripts (machines without a GPU)")
     parser.add_argument("--seconds", type=int, default=SECONDS)
     parser.add_argument("--batch-files", type=int, default=BATCH_FILES)
+    parser.add_argument("--two-core", action="store_true",
+                        help="the 2-core machine's run (see above); --seconds defaults to 30")
+    parser.add_argument("--baseline", help="with --two-core: a second tapstream's directory")
+    parser.add_argument("--baseline-commit", default="unknown")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.two_core:
+        if "--seconds" not in sys.argv:
+            args.seconds = 30
+        SECONDS = args.seconds
+        os.makedirs(args.work, exist_ok=True)
+        bench = TwoCore(args)
+        try:
+            bench.run()
+        finally:
+            bench.save()
+            shutil.rmtree(args.work, ignore_errors=True)
+        log(f"wrote {args.out}" if args.out else json.dumps(bench.results, indent=1))
+        return
     args.backends = args.backends.split(",")
     SECONDS, BATCH_FILES = args.seconds, args.batch_files
     os.makedirs(args.work, exist_ok=True)

@@ -135,6 +135,14 @@ class Batch {
     }
     progress_ = std::make_unique<ProgressBar>(total_frames_, ProgressBar::stderr_is_terminal());
     for (const auto& group : groups) run_group(group.second);
+    // The last outputs' flush to disk and rename, which overlapped the work
+    // on the files after them (SoundFileWriter::commit).
+    for (const BackgroundCommits::Failure& failure : commits_.wait()) {
+      --done_;
+      const auto label = label_of_.find(failure.destination);
+      fail(label != label_of_.end() ? label->second : failure.destination.string(),
+           failure.destination.string() + ": " + failure.problem);
+    }
     progress_->finish();
 
     const std::size_t count = done_ + failed_;
@@ -242,6 +250,7 @@ class Batch {
         const SoundFileReader reader(file.input);
         // A name whose type is unknown is refused now, not after the filtering.
         choose_output_format(reader.info().format, settings_.format, "", file.output, false);
+        label_of_[file.output] = file.label;
         files.push_back({file.label, file.input, file.output, file.filter, reader.info()});
       } catch (const std::exception& e) {
         fail(file.label, e.what());
@@ -349,7 +358,7 @@ class Batch {
   }
 
   void commit(SoundFileWriter& writer) {
-    writer.commit();
+    writer.commit(&commits_);
     const ClipStats& clip = writer.clip_stats();
     if (clip.clipped_samples > 0) {
       progress_->finish();
@@ -367,7 +376,10 @@ class Batch {
   std::uint64_t frames_done_ = 0;
   std::size_t done_ = 0;
   std::size_t failed_ = 0;
-  std::size_t damaged_ = 0;  // done, from input with NaN or infinite samples
+  std::size_t damaged_ = 0;                   // done, from input with NaN or infinite samples
+  std::map<fs::path, std::string> label_of_;  // output -> its input or job row
+  // Last, so that it is destroyed first: it commits what it still holds.
+  BackgroundCommits commits_;
 };
 
 }  // namespace

@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "dsp/files/pcm_codec.hpp"
+#include "dsp/files/staged_file_writer.hpp"
 
 namespace tapstream {
 
@@ -423,6 +427,94 @@ SoundFileReader::SoundFileReader(const std::filesystem::path& file,
   }
   declared_frames_ = length_known ? tapstream::declared_frames(file_, sf_info) : 0;
   metadata_ = read_metadata(file_, info_.channels);
+  if (fd_ >= 0 && length_known) choose_fast_path(sf_info);
+}
+
+namespace {
+
+// pread of all `count` bytes unless the file ends first; returns the bytes read.
+std::size_t read_at(int fd, std::uint8_t* bytes, std::size_t count, std::uint64_t offset) {
+  std::size_t got = 0;
+  while (got < count) {
+    const ssize_t n = ::pread(fd, bytes + got, count - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  return got;
+}
+
+bool same_layout(const PcmLayout& layout, const SF_INFO& sf_info, std::uint64_t frames) {
+  return layout.container == (sf_info.format & SF_FORMAT_TYPEMASK) &&
+         libsndfile_subtype(layout.encoding) == (sf_info.format & SF_FORMAT_SUBMASK) &&
+         layout.channels == sf_info.channels && layout.sample_rate == sf_info.samplerate &&
+         static_cast<std::int64_t>(frames) == sf_info.frames;
+}
+
+}  // namespace
+
+void SoundFileReader::choose_fast_path(const SF_INFO& sf_info) {
+  struct stat status {};
+  if (::fstat(fd_, &status) != 0 || !S_ISREG(status.st_mode)) return;
+  const auto file_size = static_cast<std::uint64_t>(status.st_size);
+  std::optional<PcmLayout> layout;
+  if ((sf_info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_RAW) {
+    const auto encoding = pcm_encoding_of(sf_info.format);
+    if (!encoding || (sf_info.format & SF_FORMAT_ENDMASK) == SF_ENDIAN_BIG) return;
+    layout.emplace();
+    layout->container = SF_FORMAT_RAW;
+    layout->encoding = *encoding;
+    layout->channels = sf_info.channels;
+    layout->sample_rate = sf_info.samplerate;
+    layout->declared_bytes = file_size;
+  } else {
+    std::vector<std::uint8_t> head(std::min<std::uint64_t>(file_size, kPcmHeaderBytes));
+    try {
+      head.resize(read_at(fd_, head.data(), head.size(), 0));
+    } catch (const std::runtime_error&) {
+      return;  // libsndfile reads it, and says what is wrong
+    }
+    layout = parse_pcm_header(head, file_size);
+  }
+  if (!layout || layout->data_offset > file_size) return;
+  const std::uint64_t present =
+      std::min<std::uint64_t>(layout->declared_bytes, file_size - layout->data_offset);
+  // Where the two disagree (a damaged or unusual header), libsndfile's reading stands.
+  if (!same_layout(*layout, sf_info, present / layout->frame_bytes())) return;
+  fast_ = layout;
+  ::posix_fadvise(fd_, static_cast<off_t>(layout->data_offset), 0, POSIX_FADV_SEQUENTIAL);
+}
+
+std::size_t SoundFileReader::read_fast(std::span<float> interleaved) {
+  const PcmLayout& layout = *fast_;
+  const auto channels = static_cast<std::size_t>(info_.channels);
+  const std::uint64_t left = static_cast<std::uint64_t>(info_.frames) - fast_next_frame_;
+  const auto frames =
+      static_cast<std::size_t>(std::min<std::uint64_t>(interleaved.size() / channels, left));
+  if (frames == 0) return 0;
+  const std::size_t bytes = frames * layout.frame_bytes();
+  const std::uint64_t offset = layout.data_offset + fast_next_frame_ * layout.frame_bytes();
+  const bool in_place = layout.encoding == PcmEncoding::float32 && !layout.big_endian;
+  std::uint8_t* target = reinterpret_cast<std::uint8_t*>(interleaved.data());
+  if (!in_place) {
+    fast_bytes_.resize(bytes);
+    target = fast_bytes_.data();
+  }
+  std::size_t got = 0;
+  try {
+    got = read_at(fd_, target, bytes, offset);
+  } catch (const std::runtime_error& e) {
+    throw error_for(path_, std::string("read failed: ") + e.what());
+  }
+  // A file that shrank while it was read ends early, as with libsndfile.
+  const std::size_t got_frames = got / layout.frame_bytes();
+  if (!in_place) {
+    decode_samples(std::span<const std::uint8_t>(target, got_frames * layout.frame_bytes()),
+                   layout.encoding, layout.big_endian, interleaved.first(got_frames * channels));
+  }
+  fast_next_frame_ += got_frames;
+  return got_frames;
 }
 
 SoundFileReader::~SoundFileReader() {
@@ -434,6 +526,7 @@ std::size_t SoundFileReader::read(std::span<float> interleaved) {
   const auto channels = static_cast<std::size_t>(info_.channels);
   const auto wanted = static_cast<sf_count_t>(interleaved.size() / channels);
   if (wanted == 0) return 0;
+  if (fast_) return read_fast(interleaved);
   const sf_count_t got = sf_readf_float(file_, interleaved.data(), wanted);
   if (got < wanted && sf_error(file_) != SF_ERR_NO_ERROR) {
     check_stream();
@@ -539,6 +632,8 @@ SoundFileWriter::SoundFileWriter(const std::filesystem::path& file, int sample_r
     stream_ = std::make_unique<StreamOutput>(direct_fd_, format, options.cancel);
     file_ = sf_open_virtual(stream_->io(), SFM_WRITE, &sf_info, stream_.get());
   } else {
+    if (temporary_) choose_fast_path(sample_rate, channels, format, options.metadata);
+    if (fast_) return;
     // The descriptor stays ours (close_desc = false): the TemporaryFile
     // flushes it to disk before the rename and closes it exactly once.
     file_ = sf_open_fd(temporary_ ? temporary_->fd() : direct_fd_, SFM_WRITE, &sf_info, SF_FALSE);
@@ -562,6 +657,63 @@ SoundFileWriter::~SoundFileWriter() {
   // temporary_ removes the temporary file unless it was committed.
 }
 
+void SoundFileWriter::choose_fast_path(int sample_rate, int channels, int format,
+                                       const SoundFileMetadata& metadata) {
+  const auto encoding = pcm_encoding_of(format);
+  const int container = format & SF_FORMAT_TYPEMASK;
+  const int endian = format & SF_FORMAT_ENDMASK;
+  // Strings and channel maps are libsndfile's to write.
+  if (!encoding || !metadata.strings.empty() || !metadata.channel_map.empty()) return;
+  PcmLayout layout;
+  switch (container) {
+    case SF_FORMAT_WAV:
+    case SF_FORMAT_WAVEX:
+    case SF_FORMAT_RF64:
+    case SF_FORMAT_W64:
+      if (endian == SF_ENDIAN_BIG) return;  // RIFX and the like
+      break;
+    case SF_FORMAT_AU:
+      layout.big_endian = endian != SF_ENDIAN_LITTLE && endian != SF_ENDIAN_CPU;
+      break;
+    case SF_FORMAT_RAW:
+      layout.big_endian = endian == SF_ENDIAN_BIG;
+      break;
+    default:
+      return;
+  }
+  layout.container = container;
+  layout.encoding = *encoding;
+  layout.channels = channels;
+  layout.sample_rate = sample_rate;
+  // The header's first version goes first, so that the samples follow it in
+  // whole chunks; finish_fast() rewrites it with the true lengths.
+  const std::vector<std::uint8_t> header = make_pcm_header(layout, 0);
+  fast_file_ = std::make_unique<StagedFileWriter>(temporary_->fd(), true);
+  try {
+    fast_file_->append(header);
+  } catch (const std::runtime_error& e) {
+    throw error_for(destination_, std::string("write failed: ") + e.what());
+  }
+  fast_ = layout;
+}
+
+void SoundFileWriter::finish_fast() {
+  // RIFF chunks are padded to an even size.
+  const int container = fast_->container;
+  const bool pad =
+      (fast_data_bytes_ & 1) != 0 &&
+      (container == SF_FORMAT_WAV || container == SF_FORMAT_WAVEX || container == SF_FORMAT_RF64);
+  PcmLayout layout = *fast_;
+  const std::vector<std::uint8_t> header = make_pcm_header(layout, fast_data_bytes_);
+  try {
+    if (pad) fast_file_->append(std::array<std::uint8_t, 1>{0});
+    fast_file_->finish(header);
+  } catch (const std::runtime_error& e) {
+    throw error_for(destination_, std::string("write failed: ") + e.what());
+  }
+  fast_file_.reset();
+}
+
 void SoundFileWriter::close_file() {
   if (file_ != nullptr) {
     sf_close(file_);
@@ -570,7 +722,9 @@ void SoundFileWriter::close_file() {
 }
 
 void SoundFileWriter::write(std::span<const float> interleaved) {
-  if (committed_ || file_ == nullptr) throw error_for(destination_, "write after commit");
+  if (committed_ || (file_ == nullptr && !fast_)) {
+    throw error_for(destination_, "write after commit");
+  }
   const auto channels = static_cast<std::size_t>(channels_);
   if (interleaved.size() % channels != 0) {
     throw error_for(destination_, "write of " + std::to_string(interleaved.size()) +
@@ -583,6 +737,10 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
   }
   clip_.peak = peak;
   const auto frames = static_cast<sf_count_t>(interleaved.size() / channels);
+  if (fast_) {
+    write_fast_samples(interleaved);
+    return;
+  }
   sf_count_t written = 0;
   if (quantiser_) {
     codes_.resize(interleaved.size());
@@ -607,17 +765,58 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
   }
 }
 
-void SoundFileWriter::commit() {
+void SoundFileWriter::write_fast_samples(std::span<const float> interleaved) {
+  const std::size_t sample_bytes = static_cast<std::size_t>(bytes_per_sample(fast_->encoding));
+  try {
+    if (fast_->encoding == PcmEncoding::float32 && !fast_->big_endian) {
+      // The caller's samples are the file's bytes.
+      fast_file_->append(std::span<const std::uint8_t>(
+          reinterpret_cast<const std::uint8_t*>(interleaved.data()), interleaved.size_bytes()));
+      fast_data_bytes_ += interleaved.size_bytes();
+      return;
+    }
+    // Converted in pieces that stay in the cache.
+    constexpr std::size_t kPiece = 1 << 14;
+    fast_encoded_.resize(std::min(kPiece, interleaved.size()) * sample_bytes);
+    for (std::size_t at = 0; at < interleaved.size(); at += kPiece) {
+      const auto piece = interleaved.subspan(at, std::min(kPiece, interleaved.size() - at));
+      const auto bytes = std::span<std::uint8_t>(fast_encoded_).first(piece.size() * sample_bytes);
+      if (quantiser_) {
+        codes_.resize(piece.size());
+        quantiser_->quantise(piece, codes_);
+        encode_codes(codes_, fast_->encoding, fast_->big_endian, bytes);
+      } else {
+        encode_floats(piece, fast_->big_endian, bytes);
+      }
+      fast_file_->append(bytes);
+      fast_data_bytes_ += bytes.size();
+    }
+  } catch (const std::runtime_error& e) {
+    throw error_for(destination_, std::string("write failed: ") + e.what());
+  }
+  if (quantiser_) clip_.clipped_samples = quantiser_->clipped_samples();
+}
+
+void SoundFileWriter::commit(BackgroundCommits* later) {
   if (committed_) return;
-  if (file_ == nullptr) throw error_for(destination_, "commit after a failed close");
-  const int close_result = sf_close(file_);
-  file_ = nullptr;
-  if (close_result != 0) {
-    throw error_for(destination_, "closing failed: " + std::string(sf_error_number(close_result)));
+  if (fast_) {
+    finish_fast();
+  } else {
+    if (file_ == nullptr) throw error_for(destination_, "commit after a failed close");
+    const int close_result = sf_close(file_);
+    file_ = nullptr;
+    if (close_result != 0) {
+      throw error_for(destination_,
+                      "closing failed: " + std::string(sf_error_number(close_result)));
+    }
   }
   try {
     if (stream_) stream_->finish();
-    if (temporary_) temporary_->commit();
+    if (temporary_ && later != nullptr) {
+      later->add(std::move(temporary_));
+    } else if (temporary_) {
+      temporary_->commit();
+    }
   } catch (const std::runtime_error& e) {
     throw error_for(is_standard_stream(destination_) ? "standard output" : destination_.string(),
                     e.what());

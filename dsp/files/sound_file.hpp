@@ -1,11 +1,21 @@
 #pragma once
-// Sound files through libsndfile, as RAII objects: the file Source and Sink of
-// the offline pipeline. Reading yields interleaved float frames, from a file
-// or from standard input ("-"). Writing goes, for a regular file (or a name
-// not yet taken), to a temporary file beside it that commit() renames onto
-// it, so that a failed run leaves no partial output; a symlink is followed
-// (its target is written, the link kept); standard output ("-"), a FIFO or a
-// character device is written through as the samples come (dsp/files/stream_output).
+// Sound files as RAII objects: the file Source and Sink of the offline
+// pipeline. Reading yields interleaved float frames, from a file or from
+// standard input ("-"). Writing goes, for a regular file (or a name not yet
+// taken), to a temporary file beside it that commit() renames onto it, so
+// that a failed run leaves no partial output; a symlink is followed (its
+// target is written, the link kept); standard output ("-"), a FIFO or a
+// character device is written through as the samples come
+// (dsp/files/stream_output).
+//
+// libsndfile opens every input, and its reading of the header is the one
+// that counts. The samples of a regular file in WAV, WAVE_FORMAT_EXTENSIBLE,
+// RF64, W64, AU or raw, as float or PCM 16/24/32, are then moved by
+// tapstream itself in large sequential reads and writes with the conversion
+// on the fly (dsp/files/pcm_header, pcm_codec, staged_file_writer: the fast
+// path): on reading when its own parse of the header agrees with
+// libsndfile's, on writing when there is no metadata to write. libsndfile
+// does everything else (other containers and encodings, pipes, metadata).
 
 #include <sndfile.h>
 
@@ -21,7 +31,10 @@
 #include <utility>
 #include <vector>
 
+#include "dsp/files/background_commits.hpp"
+#include "dsp/files/pcm_header.hpp"
 #include "dsp/files/sample_quantiser.hpp"
+#include "dsp/files/staged_file_writer.hpp"
 #include "dsp/files/stream_input.hpp"
 #include "dsp/files/stream_output.hpp"
 #include "dsp/files/temporary_file.hpp"
@@ -85,6 +98,8 @@ class SoundFileReader {
   std::int64_t declared_frames() const { return declared_frames_; }
   // Reads up to out.size() / channels frames; returns frames read (0 at the end).
   std::size_t read(std::span<float> interleaved);
+  // True when tapstream reads the samples itself (the fast path), not libsndfile.
+  bool fast_path() const { return fast_.has_value(); }
 
  private:
   // The descriptor libsndfile reads: the file's own, or stream_'s pipe.
@@ -94,6 +109,10 @@ class SoundFileReader {
   // Throws when the stream ended because it was cancelled or failed.
   void check_stream() const;
   void close_source();  // the descriptor or stream libsndfile was given a copy of
+  // Takes the fast path when the file is one of its formats and its header
+  // says what libsndfile found in it.
+  void choose_fast_path(const SF_INFO& sf_info);
+  std::size_t read_fast(std::span<float> interleaved);
 
   std::filesystem::path path_;
   int fd_ = -1;                          // a regular file or block device we opened
@@ -102,6 +121,9 @@ class SoundFileReader {
   SoundFileInfo info_;
   SoundFileMetadata metadata_;
   std::int64_t declared_frames_ = 0;
+  std::optional<PcmLayout> fast_;  // set: the fast path reads the samples
+  std::uint64_t fast_next_frame_ = 0;
+  std::vector<std::uint8_t> fast_bytes_;  // scratch for samples to convert
 };
 
 // A descriptor for sf_open_fd(..., SF_TRUE): a duplicate of `fd` (the same
@@ -145,19 +167,30 @@ class SoundFileWriter {
 
   void write(std::span<const float> interleaved);  // throws SoundFileError
   // Flushes and closes the file and, for a regular file, renames it onto
-  // the destination.
-  void commit();
+  // the destination after flushing it to disk (fsync). With `later`, a
+  // regular file is handed to it instead, to be flushed and renamed on its
+  // thread (a batch overlaps that with its next file); its failures are
+  // then reported by later->wait().
+  void commit(BackgroundCommits* later = nullptr);
   const std::filesystem::path& destination() const { return destination_; }
   // True when the output goes out as it is written (stdout, FIFO, device):
   // a failure can no longer take back what was sent.
   bool is_stream() const { return stream_ != nullptr || direct_fd_ >= 0; }
   const ClipStats& clip_stats() const { return clip_; }
+  // True when tapstream writes the file itself (the fast path), not libsndfile.
+  bool fast_path() const { return fast_.has_value(); }
   // Temporary files of this destination that earlier runs left behind
   // (TemporaryFile::remove_stale), removed on opening; for the caller to log.
   const std::vector<std::filesystem::path>& removed_stale() const { return removed_stale_; }
 
  private:
   void close_file();
+  // Takes the fast path for a regular file in one of its formats with no
+  // metadata to write; writes the header's first version.
+  void choose_fast_path(int sample_rate, int channels, int format,
+                        const SoundFileMetadata& metadata);
+  void write_fast_samples(std::span<const float> interleaved);
+  void finish_fast();  // the rest, a pad byte, the final header
 
   std::filesystem::path destination_;
   std::unique_ptr<TemporaryFile> temporary_;  // a regular file
@@ -171,6 +204,10 @@ class SoundFileWriter {
   ClipStats clip_;
   std::vector<float> clipped_;  // scratch for the clipped copy of a block
   std::vector<int> codes_;      // scratch for integer codes
+  std::optional<PcmLayout> fast_;  // set: the fast path writes the samples, not libsndfile
+  std::unique_ptr<StagedFileWriter> fast_file_;  // the temporary file's bytes
+  std::vector<std::uint8_t> fast_encoded_;       // scratch: a piece of converted samples
+  std::uint64_t fast_data_bytes_ = 0;            // sample bytes so far
   std::vector<std::filesystem::path> removed_stale_;
 };
 
