@@ -199,11 +199,15 @@ TEST_F(CudaPartitioned, OutputDoesNotDependOnHowTheStreamIsCut) {
 // Streams through `make(first)` with three swaps: early (tails of every size
 // in flight), then without crossfade and, before the same call, with (the
 // second replaces the first); checks every frame against float64.
+// With `shared`, the second bank is one filter for every channel (as `ctl
+// load all` makes it), on five channels: its row is sent once and copied to
+// the others on the device (1, then 2, then the 1 left).
 template <typename MakeEngine>
-void check_swaps(MakeEngine make, Layout layout, std::uint64_t seed) {
-  const std::size_t channels = 2, taps = 65536, frames = 120000, max_block = 64;
+void check_swaps(MakeEngine make, Layout layout, std::uint64_t seed, bool shared = false) {
+  const std::size_t channels = shared ? 5 : 2, taps = 65536, frames = 120000, max_block = 64;
   const FilterBank first = bank(channels, taps, 2000, seed);
-  const FilterBank second = bank(channels, taps, 2000, seed + 500);
+  const FilterBank second = shared ? FilterBank::shared(filter(taps, 2000, seed + 500), channels)
+                                   : bank(channels, taps, 2000, seed + 500);
   const FilterBank third = bank(channels, taps / 2, 2000, seed + 900);
   auto engine = make(first, max_block);
   const Signals in = random_signals(channels, frames, seed);
@@ -256,6 +260,10 @@ TEST_F(CudaPartitioned, SwapsCrossfadeWithTailStepsOfEverySizeInFlight) {
             b, max_block, cuda::plan_gpu_partitions(4096, max_block, b.max_taps()));
       },
       Layout::planar, announce("swaps, every tail size", 8106));
+}
+
+TEST_F(CudaPartitioned, ASharedBankSwappedInReachesEveryChannelExactly) {
+  check_swaps(partitioned_engine, Layout::interleaved, announce("shared-bank swaps", 8107), true);
 }
 
 TEST_F(CudaPartitioned, ResetStartsTheStreamAgain) {

@@ -380,10 +380,17 @@ struct PartitionedConvolver::State {
   // last call and every step in flight) uploads them to raw_taps[slot] and
   // transforms every tail segment's partitions into spectra[slot] through the
   // segment's own plan and window, the inverse FFT's 1 / (2P) folded in.
+  //
+  // A bank with one filter for every channel (`ctl load all`) is packed and
+  // sent once and copied to the other rows on the device: the host's share
+  // of a swap runs on the engine thread between two periods, and packing 64
+  // channels of 65536 taps (16 MiB) took longer than a 64-frame period
+  // (docs/load-test.md, the swaps' line-up).
   void upload(const FilterBank& b, int slot) {
     staging_free.synchronize();
     float* dst = staging.get();
-    for (std::size_t c = 0; c < channels; ++c) {
+    const std::size_t packed = b.is_shared() ? 1 : channels;
+    for (std::size_t c = 0; c < packed; ++c) {
       const auto taps = b.taps(c);
       std::copy(taps.begin(), taps.end(), dst + c * taps_stride);
       std::fill(dst + c * taps_stride + taps.size(), dst + (c + 1) * taps_stride, 0.0f);
@@ -394,9 +401,16 @@ struct PartitionedConvolver::State {
       main_mark.wait_on(t);
     }
     join_into(t);
-    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(raw_taps[slot].get(), dst,
-                                         channels * taps_stride * sizeof(float),
+    float* rows = raw_taps[slot].get();
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(rows, dst, packed * taps_stride * sizeof(float),
                                          cudaMemcpyHostToDevice, t));
+    // The shared row doubled into the rows after it: log2(channels) copies.
+    for (std::size_t done = packed; done < channels; done *= 2) {
+      const std::size_t n = std::min(done, channels - done);
+      TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(rows + done * taps_stride, rows,
+                                           n * taps_stride * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, t));
+    }
     staging_free.record(t);
     for (auto& sp : segments) {
       Segment& s = *sp;
