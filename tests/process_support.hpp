@@ -87,7 +87,11 @@ class Child {
   bool started() const { return pid_ > 0; }
   // The process id while it runs (-1 once it has been waited for).
   pid_t pid() const { return pid_; }
-  void signal(int sig) const { kill(pid_, sig); }
+  // Nothing once it has been waited for: kill(-1, sig) would signal every
+  // process the user may signal (the test runner, CI, the shell).
+  void signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
   bool running() {
     if (pid_ <= 0) return false;
     int status = 0;

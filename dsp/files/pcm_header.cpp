@@ -283,18 +283,21 @@ class HeaderBytes {
   void raw(const std::array<std::uint8_t, N>& data) {
     bytes_.insert(bytes_.end(), data.begin(), data.end());
   }
+  // `count` bytes of `value`, the bytes past its eighth 0 (a shift by 64 or
+  // more is undefined, so it is never made).
   void le(std::uint64_t value, int count) {
-    for (int i = 0; i < count; ++i) bytes_.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
+    for (int i = 0; i < count; ++i) bytes_.push_back(byte(value, i));
   }
   void be(std::uint64_t value, int count) {
-    for (int i = count - 1; i >= 0; --i) {
-      bytes_.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-    }
+    for (int i = count - 1; i >= 0; --i) bytes_.push_back(byte(value, i));
   }
   std::size_t size() const { return bytes_.size(); }
   std::vector<std::uint8_t> take() { return std::move(bytes_); }
 
  private:
+  static std::uint8_t byte(std::uint64_t value, int index) {
+    return index < 8 ? static_cast<std::uint8_t>(value >> (8 * index)) : 0;
+  }
   std::vector<std::uint8_t> bytes_;
 };
 
