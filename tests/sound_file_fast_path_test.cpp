@@ -182,7 +182,7 @@ class Chunks {
     le(extensible ? 0xfffe : tag_value, 2);
     le(channels, 2);
     le(48000, 4);
-    le(48000 * channels * bits / 8, 4);
+    le(std::uint64_t(48000) * std::uint64_t(channels) * std::uint64_t(bits) / 8, 4);
     le(channels * bits / 8, 2);
     le(bits, 2);
     if (extensible) {
