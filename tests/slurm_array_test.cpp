@@ -110,6 +110,7 @@ class DaemonGroup {
         ::waitpid(pid_, nullptr, 0);
         break;
       }
+      // The poll of a wait for the daemon's exit, bounded by the 5 s deadline above.
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     // Whatever else the daemon started in its group.
