@@ -15,6 +15,7 @@
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/thread_priority.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -84,11 +85,16 @@ void LivePipeline::start() {
     // The callback makes the real calls; its thread is not ours to use here.
     warm_up_engine();
     spdlog::info("same-period mode: the engine runs inside the audio callback");
-    engine_thread_ = std::thread([this] { swap_loop(); });
+    engine_thread_ = std::thread([this] {
+      name_this_thread("ts-swap");
+      make_this_thread_background();
+      swap_loop();
+    });
     return;
   }
   warmed_up_.store(false);
   engine_thread_ = std::thread([this] {
+    name_this_thread("ts-engine");
     try {
       warm_up_engine();
     } catch (const std::exception& e) {
