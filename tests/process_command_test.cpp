@@ -633,10 +633,12 @@ TEST(ProcessCommand, SaysWhatItDidInOneFinalLineAndNothingWhenQuiet) {
 TEST(ProcessCommand, AutoBackendFallsBackToTheCpuAndSaysSoOnce) {
   TempDir dir;
   write_sound(dir / "in.wav", scaled(random_signal(1000, 15), 0.5f), 1, 48000, kFloatWav);
+  write_sound(dir / "in2.wav", scaled(random_signal(1000, 17), 0.5f), 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
-  const RunResult run =
-      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
-                      (dir / "taps.txt").string(), "--backend", "auto"});
+  // A batch (two files): auto decides by the GPU, not by a single job's size.
+  const RunResult run = tapstream(
+      dir, {"process", (dir / "in.wav").string(), (dir / "in2.wav").string(), "--out-dir",
+            (dir / "out").string(), "--taps", (dir / "taps.txt").string(), "--backend", "auto"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string fallback = "using the CPU engine";
   const auto first = run.err.find(fallback);
@@ -650,6 +652,25 @@ TEST(ProcessCommand, AutoBackendFallsBackToTheCpuAndSaysSoOnce) {
   EXPECT_NE(cuda.exit_code, 0);
   EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
   EXPECT_FALSE(fs::exists(dir / "cuda.wav"));
+}
+
+TEST(ProcessCommand, AutoBackendTakesTheCpuEngineForAJobSmallerThanTheGpusStartUp) {
+  TempDir dir;
+  const std::size_t frames = 3000;
+  write_sound(dir / "in.wav", scaled(random_signal(2 * frames, 16), 0.5f), 2, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--backend", "auto", "-v"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Chosen from the job's size, before any CUDA start-up, GPU or not.
+  EXPECT_NE(run.err.find("using the CPU engine for a job of 6000 samples (2 channels x 3000 "
+                         "frames)"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("cuda start-up"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("engine: cpu"), std::string::npos) << run.err;
+  EXPECT_TRUE(fs::exists(dir / "out.wav"));
 }
 
 // --- design ---------------------------------------------------------------

@@ -320,6 +320,10 @@ int process(const ProcessArgs& args) {
   const std::string input_name = is_standard_stream(args.input) ? "standard input" : args.input;
   spdlog::debug("input {}: {} Hz, {}, {} frames", input_name, info.sample_rate,
                 plural(std::uint64_t(info.channels), "channel"), info.frames);
+  // A job's length is known from a file's header, not from a stream's.
+  filters.backend = backend_for_job(filters.backend, std::size_t(info.channels),
+                                    is_standard_stream(args.input) ? -1 : info.frames);
+  if (filters.backend != Backend::cpu) start_cuda_in_background();
   // Before the filters are loaded and planned: a bad output name fails at once.
   const bool stream = output_is_stream(args.output);
   const OutputFormat chosen =
