@@ -140,10 +140,10 @@ Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t fr
   if (requested != Backend::automatic || frames < 0) return requested;
   const double samples = double(channels) * double(frames);
   if (samples > double(kCpuJobSamples)) return requested;
-  spdlog::info(
-      "backend auto: using the CPU engine for a job of {} samples ({} channels x {} frames): "
-      "it is filtered sooner than the GPU would start (docs/performance.md, \"File to file\")",
-      std::int64_t(samples), channels, frames);
+  spdlog::debug(
+      "backend auto: using the CPU engine for a job of {} samples ({} frames, {} channel{}): it "
+      "is filtered sooner than the GPU would start (docs/performance.md, \"File to file\")",
+      std::int64_t(samples), frames, channels, channels == 1 ? "" : "s");
   return Backend::cpu;
 }
 

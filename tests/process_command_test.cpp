@@ -664,8 +664,8 @@ TEST(ProcessCommand, AutoBackendTakesTheCpuEngineForAJobSmallerThanTheGpusStartU
                       (dir / "taps.txt").string(), "--backend", "auto", "-v"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // Chosen from the job's size, before any CUDA start-up, GPU or not.
-  EXPECT_NE(run.err.find("using the CPU engine for a job of 6000 samples (2 channels x 3000 "
-                         "frames)"),
+  EXPECT_NE(run.err.find("using the CPU engine for a job of 6000 samples (3000 frames, 2 "
+                         "channels)"),
             std::string::npos)
       << run.err;
   EXPECT_EQ(run.err.find("cuda start-up"), std::string::npos) << run.err;
