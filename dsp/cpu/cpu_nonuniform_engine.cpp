@@ -17,6 +17,13 @@
 //   worth of stream time; a call that needs frames from a job not yet done
 //   waits for it (the engine stays exact and is late instead).
 // - process() adds the rings' frames for its own span to the head's output.
+// - With many channels (head_threads(): EngineOptions::cpu.threads, by
+//   default the hardware threads the tail workers leave, once a call's head
+//   work is worth splitting) the call's per-channel work, the head and the
+//   adding of the rings, is spread over a WorkerPool at the caller's
+//   priority, the caller doing its share (dsp/cpu/cpu_worker_pool.hpp). The
+//   caller alone copies the input in and the output out, so that nothing
+//   the pool's threads touch belongs to the caller of process().
 //
 // Swaps: a new bank's spectra are built on a preparer thread (lowest
 // priority), never in process(). When one is ready at frame F, every tail job
@@ -32,7 +39,11 @@
 // Inside an audio callback (RealtimeEngine::process_by, same-period live
 // mode) nothing waits past the period's deadline. A tail job not done by then
 // makes the call late: it returns silence, the stream advances, the job
-// finishes in the background and later calls use it, so they stay exact.
+// finishes in the background and later calls use it, so they stay exact. So
+// does a head thread that has not finished its channels by then (preempted):
+// the next call waits for it, up to its own deadline, before it touches the
+// head or the staging; if it is still not done then, that call's input cannot
+// reach the head, and the engine is overloaded (below).
 // Only if a worker falls so far behind that, at the call's deadline, writing
 // this call's input would still overwrite input a queued job has to read, or
 // its job slots are all still taken, is the engine overloaded: it then stops
@@ -51,7 +62,14 @@
 // acquire load of `done` shows the job that wrote it finished. The ring sizes
 // (see the constructor) make sure a worker never reads input the caller is
 // overwriting and never writes output the caller is reading, given the waits
-// above. The preparer hands a finished bank over by an atomic pointer
+// above. The head's threads read the staging and write the head's state and
+// the staged output between the pool's publication of a job and its tasks'
+// completion count (release/acquire, see WorkerPool); a call that found them
+// not done by its deadline leaves them in flight and the next call waits for
+// them before anything they use changes. The rings they read stay valid:
+// until then the only tail jobs dispatched are that call's, which write at
+// most T + one call past the frames it reads, inside the ring (see its size).
+// The preparer hands a finished bank over by an atomic pointer
 // exchange (release/acquire) and takes requests the same way; post_filters()
 // (another thread than process()'s) touches only that request pointer and the
 // preparer's wake counter. `done` is a DeadlineCounter (dsp/realtime/deadline_counter.hpp),
@@ -74,8 +92,10 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu/cpu_cost_model.hpp"
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/cpu/cpu_simd.hpp"
+#include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/thread_priority.hpp"
@@ -112,6 +132,23 @@ struct Job {
 
 constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
 
+// Tasks per head thread in a call: claimed in turn, so that a thread that
+// starts late or runs slower leaves at most a task's worth of imbalance.
+constexpr std::size_t kHeadTasksPerThread = 4;
+
+// The in-call head's threads (the caller included): `options.threads` when
+// given, else the hardware threads that `tail_threads` leave; one where a
+// call's estimated head work (`call_ns`) is too small to split.
+std::size_t head_threads(const CpuEngineOptions& options, std::size_t channels,
+                         std::size_t tail_threads, double call_ns) {
+  if (call_ns < kCpuParallelCallNs) return 1;
+  const std::size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t wanted =
+      options.threads >= 1 ? options.threads
+                           : (hardware > tail_threads ? hardware - tail_threads : std::size_t{1});
+  return std::clamp<std::size_t>(wanted, 1, channels);
+}
+
 class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
  public:
   NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
@@ -135,9 +172,9 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::string name() const override { return "cpu"; }
   RealtimeEngine* realtime() override { return this; }
   std::string description() const override {
-    return "cpu: non-uniform partitioned FFT, " + plan_.describe() +
-           " (head in the call, tails on " + std::to_string(segments_.size()) +
-           " lower-priority threads)";
+    return "cpu: non-uniform partitioned FFT, " + plan_.describe() + " (head in the call" +
+           (head_pool_ ? " on " + std::to_string(head_pool_->threads()) + " threads" : "") +
+           ", tails on " + std::to_string(segments_.size()) + " lower-priority threads)";
   }
 
  private:
@@ -188,6 +225,22 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   void stop_workers();
   void quiesce();
 
+  // The call's per-channel work, task by task over the head's threads.
+  struct CallJob {
+    NonUniformCpuEngine* engine = nullptr;
+    bool adding_tails = false;  // false: the head; true: the rings and the crossfade
+    void operator()(std::size_t task, std::size_t thread) const noexcept {
+      engine->call_task(adding_tails, task, thread);
+    }
+  };
+  void call_task(bool adding_tails, std::size_t task, std::size_t thread) noexcept;
+  // Runs call_job_ as `adding_tails` says over the head's threads; false when
+  // some thread was not done by the deadline (the job is then in flight).
+  bool run_call_job(bool adding_tails, const timespec* deadline);
+  // Waits, no later than the deadline, for a job a late call left in flight,
+  // and ends its head call; false if it is still running then.
+  bool finish_call_job(const timespec* deadline);
+
   std::size_t channels_;
   std::size_t max_block_;
   std::size_t max_taps_;
@@ -199,6 +252,18 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   AlignedFloats input_;      // per channel: in_ring_ frames of the stream
   AlignedFloats stage_in_, stage_out_, tails_old_, tails_new_;
   std::uint64_t frames_ = 0;  // stream frames processed
+
+  // The call's work over the head's threads (see the top): per task
+  // `channels_per_task_` channels; the frames and whether it crossfades, as
+  // the call set them; a job not known to be done, and a head call not ended.
+  CallJob call_job_;
+  std::size_t call_tasks_ = 1, channels_per_task_ = 0;
+  std::uint64_t call_start_ =
+      0;  // frames_ when the call began (frames_ moves on before a late job ends)
+  std::size_t call_frames_ = 0;
+  bool call_fading_ = false;
+  bool call_job_in_flight_ = false;
+  bool head_call_open_ = false;
 
   // Banks: `current_` plays in ring slot `slot_`; `next_` (when a swap is
   // under way) fills slot 1 - slot_ and takes over at the call that starts
@@ -241,6 +306,10 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   bool priority_set_ = false;
   unsigned calls_since_priority_ = 0;
   int worker_priority_key_ = -1;  // the caller's real-time priority they follow (0: none)
+
+  // The head's threads besides the caller (null: the caller alone). Last, so
+  // that it stops first: a thread of a late call may still use the above.
+  std::unique_ptr<WorkerPool> head_pool_;
 };
 
 NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
@@ -299,7 +368,16 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   current_ = prepare(bank);
   EngineOptions head_options = options;
   head_options.max_taps = head.end_tap();
-  head_ = make_cpu_head_engine(*current_->head, head_options);
+  const double head_call_ns =
+      double(channels_) *
+      CpuPartitionCosts(channels_).head_ns(max_block_, head.partition_frames, head.count);
+  const std::size_t threads = head_threads(options.cpu, channels_, segments_.size(), head_call_ns);
+  head_ = make_cpu_head_engine(*current_->head, head_options, threads);
+  call_tasks_ = std::min(channels_, threads == 1 ? std::size_t{1} : kHeadTasksPerThread * threads);
+  channels_per_task_ = div_up(channels_, call_tasks_);
+  call_tasks_ = div_up(channels_, channels_per_task_);
+  call_job_.engine = this;
+  if (threads > 1) head_pool_ = std::make_unique<WorkerPool>(threads - 1);
 
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     Segment& seg = *segments_[s];
@@ -333,6 +411,7 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
 }
 
 NonUniformCpuEngine::~NonUniformCpuEngine() {
+  head_pool_.reset();  // a late call's head work finishes first
   stop_workers();
   delete prepare_request_.exchange(nullptr);
   delete prepared_.exchange(nullptr);
@@ -475,7 +554,17 @@ void NonUniformCpuEngine::follow_caller_priority() {
   for (const auto& seg : segments_) {
     if (seg->thread_id.load(std::memory_order_acquire) == 0) return;  // not started: next time
   }
+  const std::size_t head_workers = head_pool_ ? head_pool_->threads() - 1 : 0;
+  for (std::size_t w = 0; w < head_workers; ++w) {
+    if (head_pool_->thread_id(w) == 0) return;
+  }
   worker_priority_key_ = key;
+  // The head's threads do the call's own work: at the caller's priority.
+  for (std::size_t w = 0; w < head_workers; ++w) {
+    sched_param param{};
+    param.sched_priority = realtime ? key : 0;
+    sched_setscheduler(head_pool_->thread_id(w), realtime ? SCHED_FIFO : SCHED_OTHER, &param);
+  }
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};
@@ -594,6 +683,7 @@ void NonUniformCpuEngine::quiesce() {
 }
 
 void NonUniformCpuEngine::reset() {
+  finish_call_job(nullptr);
   quiesce();
   take_prepared_bank();
   if (next_) {  // nothing to crossfade from in a fresh stream
@@ -669,10 +759,90 @@ bool NonUniformCpuEngine::wait_until_tails_can_take(std::size_t n, const timespe
   return true;
 }
 
+bool NonUniformCpuEngine::finish_call_job(const timespec* deadline) {
+  if (call_job_in_flight_) {
+    if (head_pool_ && !head_pool_->idle_by(deadline)) return false;
+    call_job_in_flight_ = false;
+  }
+  if (head_call_open_) {
+    head_->end_call();
+    head_call_open_ = false;
+  }
+  return true;
+}
+
+bool NonUniformCpuEngine::run_call_job(bool adding_tails, const timespec* deadline) {
+  call_job_.adding_tails = adding_tails;
+  if (!head_pool_) {
+    for (std::size_t t = 0; t < call_tasks_; ++t) call_job_(t, 0);
+    return true;
+  }
+  call_job_in_flight_ = true;
+  if (!head_pool_->run_by(call_job_, call_tasks_, deadline)) return false;
+  call_job_in_flight_ = false;
+  return true;
+}
+
+void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
+                                    std::size_t thread) noexcept {
+  const std::size_t n = call_frames_;
+  const std::size_t first = task * channels_per_task_;
+  const std::size_t last = std::min(channels_, first + channels_per_task_);
+  if (!adding_tails) {
+    for (std::size_t ch = first; ch < last; ++ch) {
+      head_->call_channel(ch, stage_in_.data() + ch * n, stage_out_.data() + ch * n, thread);
+    }
+    return;
+  }
+  // The rings' frames for the call's span, every job that makes them done.
+  const std::uint64_t start = call_start_;
+  for (std::size_t ch = first; ch < last; ++ch) {
+    float* y = stage_out_.data() + ch * n;
+    float* old_tails = tails_old_.data() + ch * n;
+    float* new_tails = tails_new_.data() + ch * n;
+    if (call_fading_) {
+      std::fill(old_tails, old_tails + n, 0.0f);
+      std::fill(new_tails, new_tails + n, 0.0f);
+    }
+    for (const auto& seg_ptr : segments_) {
+      const Segment& seg = *seg_ptr;
+      if (start + n <= seg.first_tap) continue;
+      const std::size_t from = start & (seg.ring - 1);
+      const std::size_t run = std::min(n, seg.ring - from);
+      auto add = [&](std::size_t slot, float* dst) {
+        const float* src = seg.out[slot].data() + ch * seg.ring;
+        for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
+        for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
+      };
+      if (call_fading_) {
+        add(slot_ ^ 1, old_tails);
+        add(slot_, new_tails);
+      } else {
+        add(slot_, y);
+      }
+    }
+    if (call_fading_) {  // the same blend as the head's: w = (i + 1) / n
+      const float step = 1.0f / float(n);
+      for (std::size_t f = 0; f < n; ++f) {
+        y[f] += old_tails[f] + float(f + 1) * step * (new_tails[f] - old_tails[f]);
+      }
+    }
+  }
+}
+
 bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> out,
                                    std::size_t frames, Layout layout, const timespec* deadline) {
   const std::size_t samples = frames * channels_;
   follow_caller_priority();
+  // A late call's head work still running holds the head and the staging:
+  // without them this call's input cannot reach the head, an overload (see
+  // the top), which the tails' state then recovers from as from theirs.
+  if (!finish_call_job(deadline)) {
+    overloaded_ = true;
+    std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);
+    frames_ += frames;
+    return false;
+  }
   take_prepared_bank();
   bool fading = false;
   if (next_ && frames_ >= switch_frame_) {
@@ -715,15 +885,20 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     std::memcpy(ring + at, x, first_run * sizeof(float));
     std::memcpy(ring, x + first_run, (n - first_run) * sizeof(float));
   }
-  head_->process(std::span<const float>(stage_in_.data(), samples),
-                 std::span<float>(stage_out_.data(), samples), n, Layout::planar);
-
-  // The tails' output for [frames_, frames_ + n), waiting for the jobs that make it.
+  call_start_ = frames_;
+  call_frames_ = n;
+  call_fading_ = fading;
+  head_->begin_call(n);
+  head_call_open_ = true;
   bool late = overloaded_ || frames_ < mute_until_;
-  if (fading) {
-    tails_old_.zero();
-    tails_new_.zero();
+  if (run_call_job(false, deadline)) {
+    head_->end_call();
+    head_call_open_ = false;
+  } else {
+    late = true;
   }
+
+  // The tails' output for [frames_, frames_ + n): wait for the jobs that make it, then add it.
   for (auto& seg_ptr : segments_) {
     if (late) break;
     Segment& seg = *seg_ptr;
@@ -731,34 +906,9 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     if (!seg.done.wait_at_least(seg.base + (frames_ + n - 1 - seg.first_tap) / seg.partition + 1,
                                 deadline)) {
       late = true;
-      break;
-    }
-    const std::size_t from = frames_ & (seg.ring - 1);
-    const std::size_t run = std::min(n, seg.ring - from);
-    auto add = [&](std::size_t slot, float* dst_all) {
-      for (std::size_t ch = 0; ch < channels_; ++ch) {
-        const float* src = seg.out[slot].data() + ch * seg.ring;
-        float* dst = dst_all + ch * n;
-        for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
-        for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
-      }
-    };
-    if (fading) {
-      add(slot_ ^ 1, tails_old_.data());
-      add(slot_, tails_new_.data());
-    } else {
-      add(slot_, stage_out_.data());
     }
   }
-  if (fading && !late) {  // the same blend as the head's: w = (i + 1) / n
-    const float step = 1.0f / float(n);
-    for (std::size_t ch = 0; ch < channels_; ++ch) {
-      float* y = stage_out_.data() + ch * n;
-      const float* o = tails_old_.data() + ch * n;
-      const float* w_new = tails_new_.data() + ch * n;
-      for (std::size_t f = 0; f < n; ++f) y[f] += o[f] + float(f + 1) * step * (w_new[f] - o[f]);
-    }
-  }
+  if (!late && !run_call_job(true, deadline)) late = true;
 
   if (late) {
     std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);
