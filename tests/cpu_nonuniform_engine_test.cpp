@@ -656,7 +656,7 @@ TEST(CpuNonUniformEngine, HeadThreadsLateAtTheDeadlinePlaySilenceAndLaterCallsSt
   // The head spread over 3 threads, all the engine's threads on a CPU that a
   // real-time hog takes for 3 ms of every 4 (so a head thread is stopped in
   // the middle of its channels, for longer than a call), deadlines already
-  // past for the first 300 calls, called back to back: the caller gives up
+  // past for the first 200 calls, called back to back: the caller gives up
   // on a head thread still in its channels when its own share is done (the
   // call is late, the job stays in flight), and a call that finds it still
   // busy cannot feed the head (an overload). Every call must be exact or
@@ -690,7 +690,7 @@ TEST(CpuNonUniformEngine, HeadThreadsLateAtTheDeadlinePlaySilenceAndLaterCallsSt
   const DeadlineRun run = run_with_deadlines(
       *engine, x, want, block, seed,
       [&](std::size_t call, std::size_t) {
-        if (call < 300) return monotonic_after(std::chrono::nanoseconds(0));
+        if (call < 200) return monotonic_after(std::chrono::nanoseconds(0));
         cpu.stop();
         // Not a wait for a condition: a device's pace, the caller idling
         // between periods.
