@@ -245,12 +245,14 @@ std::unique_ptr<Engine> nonuniform_on_threads(const FilterBank& bank, std::size_
 }
 
 TEST(CpuNonUniformEngine, HeadThreadsDoNotChangeTheOutput) {
-  // Many channels, an odd count (tasks of unequal sizes), filters of
-  // different lengths, calls of random sizes and a crossfading swap mid-stream:
-  // the head spread over 2 or 3 threads gives the same output, bit for bit,
-  // as on the caller alone (each channel's arithmetic is the same whichever
-  // thread runs it), and that output is the convolution.
-  const std::size_t channels = 77, taps = 6000, n = 9000, block = 64;
+  // Many channels, an odd count (tasks and channel groups of unequal sizes),
+  // filters of different lengths, calls of random sizes and a crossfading
+  // swap mid-stream: the head spread over 2 or 3 threads, and the tail
+  // segments over channel groups with it, give the same output, bit for
+  // bit, as the head on the caller and one thread per tail segment (each
+  // channel's arithmetic is the same whichever thread runs it), and that
+  // output is the convolution.
+  const std::size_t channels = 77, taps = 20000, n = 9000, block = 64;
   const std::uint64_t seed = 90;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::vector<std::vector<float>> filters, next_filters, x;
@@ -266,13 +268,21 @@ TEST(CpuNonUniformEngine, HeadThreadsDoNotChangeTheOutput) {
     second[c].assign(x[c].begin() + std::ptrdiff_t(cut), x[c].end());
   }
   std::vector<std::vector<float>> outputs;
+  std::size_t tail_threads_alone = 0;
   for (const std::size_t threads : {1, 2, 3}) {
     auto engine = nonuniform_on_threads(FilterBank::per_channel(filters), block, taps, threads);
-    std::printf("[ engine   ] %s\n", engine->description().c_str());
-    if (threads > 1) {
-      EXPECT_NE(engine->description().find("on " + std::to_string(threads) + " threads"),
-                std::string::npos)
-          << engine->description();
+    const std::string description = engine->description();
+    std::printf("[ engine   ] %s\n", description.c_str());
+    const auto tails_at = description.find("tails on ");
+    ASSERT_NE(tails_at, std::string::npos) << description;
+    const std::size_t tail_threads = std::stoul(description.substr(tails_at + 9));
+    if (threads == 1) {
+      tail_threads_alone = tail_threads;
+    } else {
+      EXPECT_NE(description.find("on " + std::to_string(threads) + " threads"), std::string::npos)
+          << description;
+      EXPECT_GT(tail_threads, tail_threads_alone)
+          << "tail segments in channel groups: " << description;
     }
     std::vector<float> y = run_random_calls(*engine, first, block, seed);
     engine->set_filters(FilterBank::per_channel(next_filters), true);

@@ -7,7 +7,10 @@
 //   partition) run inside process() on the first taps of every filter.
 // - Each tail segment (partitions of P frames starting at tap T) has its own
 //   worker thread, at a lower priority than the caller and the lower the
-//   longer its partitions (their deadlines are further away). When a call
+//   longer its partitions (their deadlines are further away); one per group
+//   of channels where the head is spread over threads (tail_groups()), so
+//   that no segment's work is bound to one core. Below, "segment" is such a
+//   group. When a call
 //   completes input block m of the segment (frames [mP, (m+1)P)), process()
 //   queues job m; the worker transforms the block's 2P-frame window into the
 //   segment's frequency-domain delay line, sums the products with the
@@ -83,6 +86,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -131,6 +135,16 @@ struct Job {
 };
 
 constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
+
+// The channel groups of a tail segment whose work per call is `ratio` times
+// the head's: one when the head runs on one thread; else as many as keep a
+// group's load at most a head thread's, up to the head's threads. A
+// segment's partitions then no longer bound the engine to one core each.
+std::size_t tail_groups(std::size_t head_threads, std::size_t channels, double ratio) {
+  if (head_threads <= 1) return 1;
+  const double wanted = std::ceil(double(head_threads) * ratio);
+  return std::clamp<std::size_t>(std::size_t(wanted), 1, std::min(head_threads, channels));
+}
 
 // Tasks per head thread in a call: claimed in turn, so that a thread that
 // starts late or runs slower leaves at most a task's worth of imbalance.
@@ -181,16 +195,20 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   }
 
  private:
+  // A tail segment's partitions for a group of channels (one group, all the
+  // channels, unless the head is spread over threads: see tail_groups()).
   struct Segment {
-    std::size_t index = 0;      // in segments_ (plan segment index + 1)
+    std::size_t index = 0;          // of the tail segment: plan segment index - 1
+    std::size_t first_channel = 0;  // the group: channels [first_channel, + channels)
+    std::size_t channels = 0;
     std::size_t partition = 0;  // P
     std::size_t count = 0;      // partitions
     std::size_t first_tap = 0;  // T
     std::size_t blocks = 0;     // 32-bin blocks of P + 1 bins
     std::shared_ptr<const fftw::RealFftPair> fft;
-    AlignedFloats fdl;                 // per channel: blocks * count * 64
+    AlignedFloats fdl;                 // per channel of the group: blocks * count * 64
     std::size_t ring = 0;              // output ring frames (a power of two)
-    std::array<AlignedFloats, 2> out;  // per slot, per channel: ring frames
+    std::array<AlignedFloats, 2> out;  // per slot, per channel of the group: ring frames
     // worker scratch
     AlignedFloats window, spectrum, products, time;
     std::array<Job, kJobSlots> jobs;
@@ -333,30 +351,41 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
                                 std::to_string(std::max(max_taps_, bank.max_taps())));
   }
   const PartitionSegment& head = plan_.segments.front();
+  const CpuPartitionCosts costs(channels_);
+  const double head_ns = costs.head_ns(max_block_, head.partition_frames, head.count);
+  const std::size_t threads = head_threads(options.cpu, channels_, double(channels_) * head_ns);
   std::size_t in_ring = 2 * max_block_;
   for (std::size_t s = 1; s < plan_.segments.size(); ++s) {
     const PartitionSegment& p = plan_.segments[s];
-    auto seg = std::make_unique<Segment>();
-    seg->index = s - 1;
-    seg->partition = p.partition_frames;
-    seg->count = p.count;
-    seg->first_tap = p.first_tap;
-    seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
-    seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
-    seg->fdl = AlignedFloats(channels_ * seg->blocks * seg->count * simd::kBlockFloats);
-    // A job writes [mP + T, mP + T + P) while the caller reads frames at or
-    // after (m + 1)P: the ring must hold T + P + one call.
-    seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
-    for (auto& o : seg->out) o = AlignedFloats(channels_ * seg->ring);
-    seg->window = AlignedFloats(2 * p.partition_frames);
-    seg->spectrum = AlignedFloats(seg->blocks * simd::kBlockFloats);
-    seg->products = AlignedFloats(seg->blocks * simd::kBlockFloats);
-    seg->time = AlignedFloats(2 * p.partition_frames);
+    // The tail's work per call of this segment against the head's.
+    const double ratio = costs.tail_step_ns(p.partition_frames, p.count) * double(max_block_) /
+                         double(p.partition_frames) / head_ns;
+    const std::size_t groups = tail_groups(threads, channels_, ratio);
+    for (std::size_t g = 0; g < groups; ++g) {
+      auto seg = std::make_unique<Segment>();
+      seg->index = s - 1;
+      seg->first_channel = g * channels_ / groups;
+      seg->channels = (g + 1) * channels_ / groups - seg->first_channel;
+      seg->partition = p.partition_frames;
+      seg->count = p.count;
+      seg->first_tap = p.first_tap;
+      seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
+      seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
+      seg->fdl = AlignedFloats(seg->channels * seg->blocks * seg->count * simd::kBlockFloats);
+      // A job writes [mP + T, mP + T + P) while the caller reads frames at or
+      // after (m + 1)P: the ring must hold T + P + one call.
+      seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
+      for (auto& o : seg->out) o = AlignedFloats(seg->channels * seg->ring);
+      seg->window = AlignedFloats(2 * p.partition_frames);
+      seg->spectrum = AlignedFloats(seg->blocks * simd::kBlockFloats);
+      seg->products = AlignedFloats(seg->blocks * simd::kBlockFloats);
+      seg->time = AlignedFloats(2 * p.partition_frames);
+      segments_.push_back(std::move(seg));
+    }
     // Job m reads input [(m - 1)P, (m + 1)P) and is waited for no later than
     // the call that needs frame mP + T, so input up to mP + T + one call is
     // written meanwhile.
     in_ring = std::max(in_ring, p.first_tap + 2 * p.partition_frames + 2 * max_block_);
-    segments_.push_back(std::move(seg));
   }
   in_ring_ = std::bit_ceil(in_ring);
   for (Retired& r : retired_) r.dispatched.assign(segments_.size(), 0);
@@ -371,10 +400,6 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   current_ = prepare(bank);
   EngineOptions head_options = options;
   head_options.max_taps = head.end_tap();
-  const double head_call_ns =
-      double(channels_) *
-      CpuPartitionCosts(channels_).head_ns(max_block_, head.partition_frames, head.count);
-  const std::size_t threads = head_threads(options.cpu, channels_, head_call_ns);
   head_ = make_cpu_head_engine(*current_->head, head_options, threads);
   call_tasks_ = std::min(channels_, threads == 1 ? std::size_t{1} : kHeadTasksPerThread * threads);
   channels_per_task_ = div_up(channels_, call_tasks_);
@@ -382,9 +407,9 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   call_job_.engine = this;
   if (threads > 1) head_pool_ = std::make_unique<WorkerPool>(threads - 1);
 
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    Segment& seg = *segments_[s];
-    seg.thread = std::thread([this, &seg, s] { worker(seg, int(s) + 1); });
+  for (const auto& seg_ptr : segments_) {
+    Segment& seg = *seg_ptr;
+    seg.thread = std::thread([this, &seg] { worker(seg, int(seg.index) + 1); });
   }
   preparer_ = std::thread([this] {
     preparer_id_.store(int(gettid()), std::memory_order_relaxed);
@@ -448,10 +473,12 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) c
   }
   tb->head = tb->shared ? FilterBank::shared(std::move(heads.front()), channels_)
                         : FilterBank::per_channel(std::move(heads));
-  tb->spectra.resize(segments_.size());
-  tb->parts.resize(segments_.size());
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    const Segment& seg = *segments_[s];
+  tb->spectra.resize(plan_.segments.size() - 1);
+  tb->parts.resize(plan_.segments.size() - 1);
+  for (const auto& seg_ptr : segments_) {
+    const Segment& seg = *seg_ptr;
+    if (seg.first_channel != 0) continue;  // the segment's spectra serve all its groups
+    const std::size_t s = seg.index;
     const std::size_t p = seg.partition, n = 2 * p;
     AlignedFloats padded(n), spectrum(seg.blocks * simd::kBlockFloats);
     const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
@@ -501,13 +528,14 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
   const std::size_t slot = job.block % seg.count;
   const std::uint64_t window_start = job.block * p + in_ring_ - p;  // (m - 1)P, kept >= 0
   const std::uint64_t out_start = job.block * p + seg.first_tap;
-  for (std::size_t ch = 0; ch < channels_; ++ch) {
+  for (std::size_t ch = seg.first_channel; ch < seg.first_channel + seg.channels; ++ch) {
+    const std::size_t local = ch - seg.first_channel;
     const float* in = input_.data() + ch * in_ring_;
     const std::size_t first = window_start & (in_ring_ - 1);
     const std::size_t run = std::min(2 * p, in_ring_ - first);
     std::memcpy(seg.window.data(), in + first, run * sizeof(float));
     std::memcpy(seg.window.data() + run, in, (2 * p - run) * sizeof(float));
-    float* fdl = seg.fdl.data() + ch * seg.blocks * fdl_stride;
+    float* fdl = seg.fdl.data() + local * seg.blocks * fdl_stride;
     float* x_slot = fdl + slot * simd::kBlockFloats;
     seg.fft->forward(seg.window.data(), seg.spectrum.data());
     simd::to_blocks(seg.spectrum.data(), x_slot, fdl_stride, seg.blocks);
@@ -516,7 +544,7 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
       if (bank == nullptr) continue;
       const std::size_t fi = bank->filter_of(ch);
       const std::size_t k = bank->parts[seg.index][fi];
-      float* out = seg.out[b].data() + ch * seg.ring;
+      float* out = seg.out[b].data() + local * seg.ring;
       const std::size_t at = out_start & (seg.ring - 1);
       const std::size_t first_run = std::min(p, seg.ring - at);
       if (k == 0) {
@@ -807,13 +835,14 @@ void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
       std::fill(old_tails, old_tails + n, 0.0f);
       std::fill(new_tails, new_tails + n, 0.0f);
     }
-    for (const auto& seg_ptr : segments_) {
+    for (const auto& seg_ptr : segments_) {  // in plan order, as one thread adds them
       const Segment& seg = *seg_ptr;
+      if (ch < seg.first_channel || ch >= seg.first_channel + seg.channels) continue;
       if (start + n <= seg.first_tap) continue;
       const std::size_t from = start & (seg.ring - 1);
       const std::size_t run = std::min(n, seg.ring - from);
       auto add = [&](std::size_t slot, float* dst) {
-        const float* src = seg.out[slot].data() + ch * seg.ring;
+        const float* src = seg.out[slot].data() + (ch - seg.first_channel) * seg.ring;
         for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
         for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
       };
