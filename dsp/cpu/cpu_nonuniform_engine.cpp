@@ -279,8 +279,8 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   // the call set them; a job not known to be done, and a head call not ended.
   CallJob call_job_;
   std::size_t call_tasks_ = 1, channels_per_task_ = 0;
-  std::uint64_t call_start_ =
-      0;  // frames_ when the call began (frames_ moves on before a late job ends)
+  // frames_ when the call began (frames_ moves on before a late job ends).
+  std::uint64_t call_start_ = 0;
   std::size_t call_frames_ = 0;
   bool call_fading_ = false;
   bool call_job_in_flight_ = false;
