@@ -30,6 +30,7 @@
 #include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
 #include "dsp/model/engine.hpp"
+#include "dsp/model/engine_tuning.hpp"
 #include "dsp/model/filter_bank.hpp"
 
 namespace tapstream {
@@ -49,8 +50,10 @@ struct CapacityArgs {
   std::vector<std::size_t> channels;
   std::string json;
   std::string commit = "unknown";
-  std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
-  bool back_to_back = false;         // calls as fast as they return, not one per period
+  std::string cuda_kernel = "auto";         // EngineOptions::kernel for the CUDA engine
+  bool back_to_back = false;                // calls as fast as they return, not one per period
+  std::vector<std::string> engine_options;  // --engine-option KEY=VALUE, as written
+  EngineOptions tuning;                     // the options they set (checked in run_capacity)
 };
 
 struct Percentiles {
@@ -99,13 +102,13 @@ struct Probe {
 
 // Times `blocks` calls of `frames` frames after a warm-up, one call per
 // `period_us` (as a live device delivers blocks; 0: back to back).
-Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,
-            std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us,
-            double period_us) {
+Probe probe(const std::string& engine_name, const EngineOptions& tuning,
+            const std::string& cuda_kernel, std::size_t channels, std::size_t frames,
+            std::size_t taps, std::size_t blocks, double budget_us, double period_us) {
   const auto bank_start = std::chrono::steady_clock::now();
   const FilterBank bank = capacity_bank(channels, taps);
   const auto engine_start = std::chrono::steady_clock::now();
-  EngineOptions options;
+  EngineOptions options = tuning;
   options.max_block_frames = frames;
   options.max_taps = taps;
   if (engine_name == "cuda") options.kernel = cuda_kernel;
@@ -183,8 +186,8 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
-      p = probe(engine, args.cuda_kernel, channels, frames, taps, blocks, cap.budget_us,
-                args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
+      p = probe(engine, args.tuning, args.cuda_kernel, channels, frames, taps, blocks,
+                cap.budget_us, args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
     } catch (const std::exception& e) {  // out of memory counts as not fitting
       p.channels = channels;
       p.description = std::string("failed: ") + e.what();
@@ -266,12 +269,20 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
                                          {"measure_blocks", args.measure_blocks},
                                          {"probe_blocks", args.probe_blocks},
                                          {"cuda_kernel", args.cuda_kernel},
+                                         {"engine_options", args.engine_options},
                                          {"paced", !args.back_to_back},
                                          {"results", std::move(cells)}};
   return report.dump(2) + "\n";
 }
 
-int run_capacity(const CapacityArgs& args) {
+int run_capacity(CapacityArgs& args) {
+  for (const std::string& assignment : args.engine_options) {
+    try {
+      set_engine_tuning(args.tuning, assignment);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--engine-option ") + e.what());
+    }
+  }
   for (const std::size_t b : args.blocks)
     if (b == 0 || b > 65536)
       throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
@@ -290,7 +301,7 @@ int run_capacity(const CapacityArgs& args) {
     // An engine that cannot run at all (no GPU, not built in) is an error,
     // not a capacity of zero.
     try {
-      probe(engine, "auto", 1, 64, 64, 10, 1e30, 0.0);
+      probe(engine, args.tuning, "auto", 1, 64, 64, 10, 1e30, 0.0);
     } catch (const std::exception& e) {
       throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
@@ -356,6 +367,9 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_flag("--back-to-back", args->back_to_back,
                      "Issue calls as fast as they return (throughput) instead of one per block "
                      "period (live)");
+  capacity->add_option("--engine-option", args->engine_options,
+                       "An engine tuning key as in the configuration's [engine] table, e.g. "
+                       "cpu_threads=16 (repeatable; config/live-default.toml lists them)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
   return {bench, [args, capacity] {
