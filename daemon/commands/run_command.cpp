@@ -368,11 +368,9 @@ void log_device_change(const DeviceChange& change, const LivePipeline& pipeline)
   }
   if (pipeline.latency_mode() == LatencyMode::zero) {
     if (pipeline.engine_in_callback()) {
-      if (change.to != pipeline.engine_block_frames()) {
-        spdlog::info(
-            "latency: 0 frames added (same-period mode; the engine re-plans for the new "
-            "period)");
-      }
+      spdlog::info(
+          "latency: 0 frames added (same-period mode; the engine in the callback follows "
+          "the period)");
     } else {
       spdlog::info(
           "latency: 0 frames added (same-period mode; the engine thread keeps its "
