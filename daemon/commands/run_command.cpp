@@ -284,6 +284,8 @@ class DeviceLink {
       for (const auto& stream : streams_) alive = alive && stream->active();
       if (alive) {
         backoff_ = std::chrono::milliseconds(500);
+        // A JACK (or PipeWire) server may change its rate under the stream.
+        pipeline_.note_device_rate(static_cast<int>(std::lround(streams_.front()->sample_rate())));
         return;
       }
       if (on_jack_) {
@@ -355,17 +357,26 @@ void add_log_file(const fs::path& file) {
   spdlog::default_logger()->sinks().push_back(sink);
 }
 
-// Logs a change of the device's stream and what the pipeline does about it.
-void log_device_change(const DeviceChange& change, const LivePipeline& pipeline) {
-  if (change.kind != DeviceChangeKind::period) return;
+// Logs a change of the device's stream and what the pipeline does about it;
+// false when the daemon cannot go on with it and stops.
+bool follow_device_change(const DeviceChange& change, const LivePipeline& pipeline) {
+  if (change.kind == DeviceChangeKind::rate) {
+    spdlog::error(
+        "the device's sample rate changed: {} -> {} Hz, but the filters run at {} Hz "
+        "(sample_rate = {}): stopping cleanly; restart tapstream at the new rate, or set the "
+        "server back to {} Hz",
+        change.from, change.to, pipeline.sample_rate(), pipeline.sample_rate(),
+        pipeline.sample_rate());
+    return false;
+  }
   const double period_ms = 1000.0 * double(change.to) / pipeline.sample_rate();
   if (change.from == 0) {
     spdlog::info("device period: {} frames ({:.3f} ms at {} Hz)", change.to, period_ms,
                  pipeline.sample_rate());
-  } else {
-    spdlog::info("device period changed: {} -> {} frames ({:.3f} ms at {} Hz), followed",
-                 change.from, change.to, period_ms, pipeline.sample_rate());
+    return true;
   }
+  spdlog::info("device period changed: {} -> {} frames ({:.3f} ms at {} Hz), followed", change.from,
+               change.to, period_ms, pipeline.sample_rate());
   if (pipeline.latency_mode() == LatencyMode::zero) {
     if (pipeline.engine_in_callback()) {
       spdlog::info(
@@ -377,7 +388,7 @@ void log_device_change(const DeviceChange& change, const LivePipeline& pipeline)
           "{}-frame block)",
           pipeline.block_frames());
     }
-    return;
+    return true;
   }
   spdlog::info("latency: {} frames, {:.3f} ms (buffered mode keeps its {}-frame block)",
                pipeline.latency_frames(), pipeline.latency_ms(), pipeline.block_frames());
@@ -387,6 +398,7 @@ void log_device_change(const DeviceChange& change, const LivePipeline& pipeline)
         "(raise block_frames or ring_margin_frames)",
         change.to, pipeline.latency_frames());
   }
+  return true;
 }
 
 void log_xruns(const LiveStats& now, LiveStats& reported) {
@@ -909,7 +921,13 @@ int run_daemon(RunArgs args) {
                    config.output.is_file() ? config.output.file : fs::path());
       return 1;
     }
-    if (const auto change = pipeline.next_device_change()) log_device_change(*change, pipeline);
+    if (const auto change = pipeline.next_device_change();
+        change && !follow_device_change(*change, pipeline)) {
+      api.set_stop_reason("device sample rate changed");
+      stopping = true;
+      exit_status = exit_code::runtime_error;
+      break;
+    }
     log_xruns(pipeline.stats(), reported);
     // Not behind a reload that waits for the engine: the next tick will do.
     if (std::unique_lock lock(reload_mutex, std::try_to_lock); lock) follow_filter_files();

@@ -468,6 +468,14 @@ void LivePipeline::note_period(bool input_side, std::size_t frames) noexcept {
 }
 
 std::optional<DeviceChange> LivePipeline::next_device_change() {
+  const int rate = device_rate_.load(std::memory_order_relaxed);
+  if (rate > 0 && rate != (reported_rate_ > 0 ? reported_rate_ : options_.sample_rate)) {
+    const DeviceChange change{
+        DeviceChangeKind::rate,
+        std::size_t(reported_rate_ > 0 ? reported_rate_ : options_.sample_rate), std::size_t(rate)};
+    reported_rate_ = rate;
+    return change;
+  }
   const std::size_t period = device_period_frames_.load(std::memory_order_relaxed);
   if (period == 0 || period == reported_period_frames_) return std::nullopt;
   const DeviceChange change{DeviceChangeKind::period, reported_period_frames_, period};

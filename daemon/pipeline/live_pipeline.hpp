@@ -224,6 +224,11 @@ class LivePipeline {
   // the last call, or none. A period change is reported once it held for
   // period_settle_calls callbacks.
   std::optional<DeviceChange> next_device_change();
+  // Control side: the rate the device runs at now (the backend tells it off
+  // the callback, see DeviceLink); a rate other than sample_rate() is
+  // reported once by next_device_change().
+  void note_device_rate(int hz) { device_rate_.store(hz, std::memory_order_relaxed); }
+  int device_rate() const { return device_rate_.load(std::memory_order_relaxed); }
   // True while a re-plan for a new period is being built or handed over.
   bool replanning() const { return replan_state_.load(std::memory_order_acquire) != 0; }
   int sample_rate() const { return options_.sample_rate; }
@@ -389,8 +394,10 @@ class LivePipeline {
   std::size_t replan_block_frames_ = 0;            // ...and its calls
   std::size_t response_frames_ = 0;                // see LivePipelineOptions::response_frames
   std::uint64_t replan_failed_for_ = 0;            // period whose re-plan failed (not retried)
+  std::atomic<int> device_rate_{0};
   // Control side only (next_device_change).
   std::size_t reported_period_frames_ = 0;
+  int reported_rate_ = 0;
 };
 
 // Calls in a row at one size before the callback takes it as the period.
