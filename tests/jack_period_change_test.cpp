@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dsp/files/coefficient_file.hpp"
+#include "tests/daemon_period.hpp"
 #include "tests/jack_support.hpp"
 #include "tests/noise_stream.hpp"
 #include "tests/reference.hpp"
@@ -42,38 +43,13 @@ constexpr std::size_t channels = 2;
 constexpr std::size_t taps = 4096;
 using Stream = testing::NoiseStream<channels>;
 
-// `tapstream ctl status` of the daemon on `socket` (null when it does not answer).
-nlohmann::json status_of(const fs::path& socket, const fs::path& dir) {
-  {
-    Child ctl({TAPSTREAM_BINARY, "ctl", "--socket", socket.string(), "status"}, dir / "ctl.out",
-              dir / "ctl.err");
-    ctl.wait_for(std::chrono::seconds(20));
-  }
-  return nlohmann::json::parse(read_text(dir / "ctl.out"), nullptr, false);
-}
-
-// Waits until the daemon's status shows `period` frames and `replans`
-// re-plans done.
-::testing::AssertionResult wait_for_period(const fs::path& socket, const fs::path& dir,
-                                           std::size_t period, std::uint64_t replans) {
-  nlohmann::json status;
-  return testing::wait_until(
-      testing::long_wait,
-      [&] {
-        status = status_of(socket, dir);
-        return status.is_object() && status.value("period_frames", 0u) == period &&
-               status.value("replans", 0u) == replans && status.value("block_frames", 0u) == period;
-      },
-      [&] { return "status: " + status.dump(); }, std::chrono::milliseconds(100));
-}
-
 TEST(JackPeriodChange, SamePeriodModeFollows256To128To512FramesExactlyWithoutAddedLatency) {
   if (!fs::exists("/usr/bin/jackd")) GTEST_SKIP() << "jackd not installed (package jackd2)";
   const std::uint64_t seed = 24024;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   testing::PrivateJackServer jack("tapstream-period", rate, 256, channels, geteuid() == 0);
   const fs::path& dir = jack.dir.path();
-  Stream s;
+  Stream s(&jack_port_get_buffer, &jack_last_frame_time);
   ASSERT_NO_FATAL_FAILURE(testing::open_feeder_and_recorder(jack, s.feeder, s.recorder));
   if (!testing::portaudio_reaches_jack()) GTEST_SKIP() << "this PortAudio has no JACK host API";
 
@@ -115,7 +91,7 @@ TEST(JackPeriodChange, SamePeriodModeFollows256To128To512FramesExactlyWithoutAdd
   ASSERT_NO_FATAL_FAILURE(testing::route_through_daemon(s.feeder, s.recorder, s.out_ports,
                                                         s.in_ports, ports.in, ports.out));
   ASSERT_TRUE(testing::wait_for_cycles(s.cycles)) << "the connections in use";
-  EXPECT_TRUE(wait_for_period(socket, dir, 256, 0));
+  EXPECT_TRUE(testing::wait_for_period(socket, dir, 256, 0));
   s.armed.store(true, std::memory_order_release);
 
   const auto recorded_past = [&](std::size_t frames) {
@@ -127,12 +103,12 @@ TEST(JackPeriodChange, SamePeriodModeFollows256To128To512FramesExactlyWithoutAdd
   // Each change lands on a stretch of signal, well before its end.
   ASSERT_TRUE(recorded_past(rate / 5));
   ASSERT_EQ(jack_set_buffer_size(s.feeder, 128), 0);
-  EXPECT_TRUE(wait_for_period(socket, dir, 128, 1));
+  EXPECT_TRUE(testing::wait_for_period(socket, dir, 128, 1));
   ASSERT_TRUE(recorded_past(s.recorded.load() + rate / 10));
   ASSERT_EQ(jack_set_buffer_size(s.feeder, 512), 0);
-  EXPECT_TRUE(wait_for_period(socket, dir, 512, 2));
+  EXPECT_TRUE(testing::wait_for_period(socket, dir, 512, 2));
   EXPECT_TRUE(recorded_past(record_frames));
-  const auto status = status_of(socket, dir);
+  const auto status = testing::status_of(socket, dir);
   testing::stop_stream(s.feeder, s.recorder, daemon, dir / "daemon.err");
   ASSERT_EQ(s.recorded.load(), record_frames) << "recording incomplete";
 
