@@ -20,6 +20,7 @@ packages=(
   clang libclang-rt-dev  # libFuzzer targets (tests/fuzz, tools/fuzz.sh): clang and its fuzzer runtime
   libboost-dev           # Boost.Beast: the websocket API and browser page
   jackd2                 # JACK's dummy server for the live tests
+  pipewire pipewire-bin pipewire-jack   # tests/pipewire_jack_test: a private PipeWire, pw-jack, pw-metadata
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
   jconvolver             # bench/compare-jconvolver.sh: the zero-latency convolver tapstream is compared with
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests

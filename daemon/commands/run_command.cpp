@@ -53,6 +53,7 @@
 #include "daemon/engine_factory.hpp"
 #include "daemon/io/audio_device.hpp"
 #include "daemon/io/file_endpoints.hpp"
+#include "daemon/pipeline/device_change.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/files/coefficient_file.hpp"
 
@@ -283,6 +284,8 @@ class DeviceLink {
       for (const auto& stream : streams_) alive = alive && stream->active();
       if (alive) {
         backoff_ = std::chrono::milliseconds(500);
+        // A JACK (or PipeWire) server may change its rate under the stream.
+        pipeline_.note_device_rate(static_cast<int>(std::lround(streams_.front()->sample_rate())));
         return;
       }
       if (on_jack_) {
@@ -354,6 +357,50 @@ void add_log_file(const fs::path& file) {
   spdlog::default_logger()->sinks().push_back(sink);
 }
 
+// Logs a change of the device's stream and what the pipeline does about it;
+// false when the daemon cannot go on with it and stops.
+bool follow_device_change(const DeviceChange& change, const LivePipeline& pipeline) {
+  if (change.kind == DeviceChangeKind::rate) {
+    spdlog::error(
+        "the device's sample rate changed: {} -> {} Hz, but the filters run at {} Hz "
+        "(sample_rate = {}): stopping cleanly; restart tapstream at the new rate, or set the "
+        "server back to {} Hz",
+        change.from, change.to, pipeline.sample_rate(), pipeline.sample_rate(),
+        pipeline.sample_rate());
+    return false;
+  }
+  const double period_ms = 1000.0 * double(change.to) / pipeline.sample_rate();
+  if (change.from == 0) {
+    spdlog::info("device period: {} frames ({:.3f} ms at {} Hz)", change.to, period_ms,
+                 pipeline.sample_rate());
+    return true;
+  }
+  spdlog::info("device period changed: {} -> {} frames ({:.3f} ms at {} Hz), followed", change.from,
+               change.to, period_ms, pipeline.sample_rate());
+  if (pipeline.latency_mode() == LatencyMode::zero) {
+    if (pipeline.engine_in_callback()) {
+      spdlog::info(
+          "latency: 0 frames added (same-period mode; the engine in the callback follows "
+          "the period)");
+    } else {
+      spdlog::info(
+          "latency: 0 frames added (same-period mode; the engine thread keeps its "
+          "{}-frame block)",
+          pipeline.block_frames());
+    }
+    return true;
+  }
+  spdlog::info("latency: {} frames, {:.3f} ms (buffered mode keeps its {}-frame block)",
+               pipeline.latency_frames(), pipeline.latency_ms(), pipeline.block_frames());
+  if (change.to > pipeline.latency_frames()) {
+    spdlog::warn(
+        "the period ({} frames) is longer than the buffered latency ({} frames): expect underruns "
+        "(raise block_frames or ring_margin_frames)",
+        change.to, pipeline.latency_frames());
+  }
+  return true;
+}
+
 void log_xruns(const LiveStats& now, LiveStats& reported) {
   if (now.late_periods != reported.late_periods) {
     spdlog::warn("late periods: {} (their output missed the deadline and played as silence)",
@@ -378,7 +425,8 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.input_device = input_name.empty() ? config.input.describe() : input_name;
   status.output_device = output_name.empty() ? config.output.describe() : output_name;
   status.sample_rate = config.sample_rate;
-  status.block_frames = config.block_frames;
+  status.block_frames = pipeline.engine_block_frames();
+  status.period_frames = pipeline.device_period_frames();
   status.channels = pipeline.output_channels();
   status.input_channels = pipeline.input_channels();
   status.latency_frames = pipeline.latency_frames();
@@ -395,6 +443,8 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.late_periods = stats.late_periods;
   status.late_unstarted = stats.late_unstarted;
   status.nonfinite_inputs = stats.nonfinite_inputs;
+  status.period_changes = stats.period_changes;
+  status.replans = stats.replans;
   status.swaps = stats.swaps;
   status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
@@ -628,6 +678,15 @@ int run_daemon(RunArgs args) {
     pipeline_options.engine_spin = config.engine_spin;
     RoutingMatrix matrix = load_configured_filters(config);
     engine_options.max_taps = engine_max_taps(config, matrix.max_filter_taps());
+    pipeline_options.response_frames = matrix.max_taps();
+    // A device period that changes re-plans the engine in the callback for
+    // it, with the filters running then (on the pipeline's swap thread).
+    pipeline_options.engine_for_block = [backend = config.backend, engine_options,
+                                         &filters](std::size_t block_frames) {
+      EngineOptions options = engine_options;
+      options.max_block_frames = block_frames;
+      return make_engine(backend, *filters->current(), options);
+    };
     auto engine = make_engine(config.backend, matrix, engine_options);
     spdlog::info("engine: {}", engine->description());
     live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
@@ -861,6 +920,13 @@ int run_daemon(RunArgs args) {
       restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)),
                    config.output.is_file() ? config.output.file : fs::path());
       return 1;
+    }
+    if (const auto change = pipeline.next_device_change();
+        change && !follow_device_change(*change, pipeline)) {
+      api.set_stop_reason("device sample rate changed");
+      stopping = true;
+      exit_status = exit_code::runtime_error;
+      break;
     }
     log_xruns(pipeline.stats(), reported);
     // Not behind a reload that waits for the engine: the next tick will do.
