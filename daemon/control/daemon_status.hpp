@@ -33,13 +33,14 @@ struct DaemonStatus {
   std::string engine;        // engine description (algorithm)
   std::string input_device;  // EndpointConfig::describe() or the device's name
   std::string output_device;
-  int sample_rate = 0;
+  int sample_rate = 0;           // the rate in force (filters are read for it)
+  std::string sample_rate_from;  // "device" (sample_rate = "device") or "configuration"
   std::size_t block_frames = 0;
   std::size_t channels = 0;        // the output's
   std::size_t input_channels = 0;  // differs from channels only with a matrix
   std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
   std::string latency_mode;        // "buffered" or "zero"
-  std::string matrix_file;         // with a routing matrix: its file (else empty)
+  std::string matrix_file;         // with a routing matrix: its file in use (else empty)
   std::vector<Path> paths;         // the running paths (a filter per channel: C -> C)
   std::uint64_t blocks = 0;
   std::uint64_t underruns = 0;
