@@ -45,6 +45,8 @@ struct CapacityArgs {
   std::size_t probe_blocks = 1000;     // blocks timed per search step
   std::size_t max_channels = 16384;
   std::size_t max_samples = std::size_t(1) << 30;  // channels x taps held (memory)
+  // Counts to time as they are, each over measure_blocks, instead of a search.
+  std::vector<std::size_t> channels;
   std::string json;
   std::string commit = "unknown";
   std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
@@ -90,6 +92,9 @@ struct Probe {
   std::optional<Percentiles> host_us;
   std::string description;
   bool fits = false;
+  // Set-up: building the bench's filter bank on the host, and making the
+  // engine from it (the CUDA engine: plan, allocation, filter transform).
+  double bank_s = 0, engine_s = 0;
 };
 
 // Times `blocks` calls of `frames` frames after a warm-up, one call per
@@ -97,7 +102,9 @@ struct Probe {
 Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,
             std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us,
             double period_us) {
+  const auto bank_start = std::chrono::steady_clock::now();
   const FilterBank bank = capacity_bank(channels, taps);
+  const auto engine_start = std::chrono::steady_clock::now();
   EngineOptions options;
   options.max_block_frames = frames;
   options.max_taps = taps;
@@ -106,6 +113,7 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
   std::vector<float> host_in, host_out;
   const std::unique_ptr<MatrixEngine> engine =
       make_engine(parse_backend(engine_name), RoutingMatrix::diagonal(bank), options);
+  const auto engine_end = std::chrono::steady_clock::now();
   // The CUDA engine's own page-locked staging: small calls go zero-copy.
   if (!engine->staging_input().empty()) {
     in = engine->staging_input().first(channels * frames);
@@ -148,6 +156,8 @@ Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std:
   if (!host_us.empty()) p.host_us = percentiles(std::move(host_us));
   p.description = e.description();
   p.fits = p.us.p999 < budget_us;
+  p.bank_s = std::chrono::duration<double>(engine_start - bank_start).count();
+  p.engine_s = std::chrono::duration<double>(engine_end - engine_start).count();
   return p;
 }
 
@@ -184,11 +194,21 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
                 engine.c_str(), frames, taps, channels, p.us.p50, p.us.p99, p.us.p999,
                 p.fits ? "fits" : "over");
     if (p.host_us) std::printf(" (CPU side p50 %.1f p99 %.1f us)", p.host_us->p50, p.host_us->p99);
-    std::printf("\n");
+    std::printf(" set-up: bank %.2f s, engine %.2f s\n", p.bank_s, p.engine_s);
     std::fflush(stdout);
     cap.search.push_back(p);
     return p;
   };
+  if (!args.channels.empty()) {
+    // Fixed counts: each timed over measure_blocks; the largest that fits is
+    // the cell's result, marked capped (no larger count was tried).
+    for (const std::size_t channels : args.channels) {
+      const Probe p = try_count(channels, args.measure_blocks);
+      if (p.fits && p.channels > cap.best.channels) cap.best = p;
+    }
+    cap.capped = cap.best.channels == args.channels.back() && cap.best.channels != 0;
+    return cap;
+  }
   std::optional<Probe> confirmed;
   const CapacitySearch found = search_capacity(most, args.probe_blocks, args.measure_blocks,
                                                [&](std::size_t channels, std::size_t blocks) {
@@ -227,9 +247,13 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       cell["host_p999_us"] = c.best.host_us->p999;
     }
     cell["engine_description"] = c.best.description;
-    // Each search step as [channels, p50, p99, p99.9] (us), compact for long searches.
+    cell["setup_bank_s"] = c.best.bank_s;
+    cell["setup_engine_s"] = c.best.engine_s;
+    // Each search step as [channels, p50, p99, p99.9 (us), engine set-up (s)], compact for long
+    // searches.
     nlohmann::ordered_json search = nlohmann::ordered_json::array();
-    for (const Probe& p : c.search) search.push_back({p.channels, p.us.p50, p.us.p99, p.us.p999});
+    for (const Probe& p : c.search)
+      search.push_back({p.channels, p.us.p50, p.us.p99, p.us.p999, p.engine_s});
     cell["search"] = std::move(search);
     cells.push_back(std::move(cell));
   }
@@ -251,6 +275,8 @@ int run_capacity(const CapacityArgs& args) {
   for (const std::size_t b : args.blocks)
     if (b == 0 || b > 65536)
       throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
+  if (!std::is_sorted(args.channels.begin(), args.channels.end()))
+    throw UsageError("--channels: give the counts in increasing order");
   for (const std::size_t t : args.taps)
     if (t == 0 || t > (std::size_t(1) << 24))
       throw UsageError("--taps: " + std::to_string(t) + " is not between 1 and 16777216 taps");
@@ -317,6 +343,12 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_option("--probe-blocks", args->probe_blocks, "Blocks timed per search step")
       ->check(number_between(10, 1e7, "blocks"));
   capacity->add_option("--max-channels", args->max_channels, "Largest channel count tried")
+      ->check(number_between(1, 1 << 20, "channels"));
+  capacity
+      ->add_option("--channels", args->channels,
+                   "Time these channel counts, each over --measure-blocks blocks, instead of "
+                   "searching")
+      ->delimiter(',')
       ->check(number_between(1, 1 << 20, "channels"));
   capacity->add_option("--cuda-kernel", args->cuda_kernel,
                        "The CUDA engine's kernel option (auto, or partitioned to force the "

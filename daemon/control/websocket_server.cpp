@@ -22,6 +22,7 @@
 #include "daemon/control/http_request_policy.hpp"
 #include "daemon/control/meter_fanout.hpp"
 #include "daemon/control/page_file.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -508,7 +509,11 @@ void WebsocketServer::start() {
                                std::to_string(impl_->options.port) + ": " + e.what());
   }
   impl_->accept();
-  impl_->thread = std::thread([this] { impl_->io.run(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("ts-web");
+    make_this_thread_background();
+    impl_->io.run();
+  });
 }
 
 void WebsocketServer::stop() {

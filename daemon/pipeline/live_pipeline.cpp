@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/thread_priority.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -71,13 +73,6 @@ LivePipeline::~LivePipeline() {
 
 void LivePipeline::start() {
   if (running_.load()) return;
-  // The first calls of an engine can be slow (plans, caches, page faults):
-  // make them here rather than in the first real block.
-  for (int i = 0; i < 4; ++i) {
-    engine_->process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
-                     options_.block_frames, Layout::interleaved);
-  }
-  engine_->reset();
   // Exactly latency_frames() of silence ahead of the first output sample.
   std::size_t to_fill = latency_frames();
   while (to_fill > 0) {
@@ -87,11 +82,56 @@ void LivePipeline::start() {
   }
   running_.store(true);
   if (realtime_engine_ != nullptr) {
+    // The callback makes the real calls; its thread is not ours to use here.
+    warm_up_engine();
     spdlog::info("same-period mode: the engine runs inside the audio callback");
-    engine_thread_ = std::thread([this] { swap_loop(); });
-  } else {
-    engine_thread_ = std::thread([this] { engine_loop(); });
+    engine_thread_ = std::thread([this] {
+      name_this_thread("ts-swap");
+      make_this_thread_background();
+      swap_loop();
+    });
+    return;
   }
+  warmed_up_.store(false);
+  engine_thread_ = std::thread([this] {
+    name_this_thread("ts-engine");
+    try {
+      warm_up_engine();
+    } catch (const std::exception& e) {
+      warm_up_error_ = e.what();
+    }
+    warmed_up_.store(true, std::memory_order_release);
+    warmed_up_.notify_all();
+    if (warm_up_error_.empty()) engine_loop();
+  });
+  warmed_up_.wait(false, std::memory_order_acquire);
+  if (!warm_up_error_.empty()) {
+    running_.store(false);
+    engine_thread_.join();
+    throw std::runtime_error("live pipeline: the engine's first calls failed: " + warm_up_error_);
+  }
+}
+
+void LivePipeline::warm_up_engine() {
+  // An engine's first calls are slow: the CUDA engine's lazily loaded
+  // kernels, a new thread's CUDA state, each tail partition's first step;
+  // plans, caches and page faults on the CPU. They are made here, on the
+  // thread that makes the real ones, over the frames the longest filter spans
+  // (so every tail partition takes a step), within a bounded time; the first
+  // periods of the stream were late without it. reset() then forgets them.
+  using clock = std::chrono::steady_clock;
+  const auto until = clock::now() + std::chrono::milliseconds(300);
+  const std::size_t span =
+      std::min<std::size_t>(std::bit_ceil(std::max<std::size_t>(engine_max_taps_, 1)), 1 << 18);
+  const std::span<const float> in(silence_.data(), engine_in_.size());
+  std::size_t frames = 0;
+  for (int calls = 0; calls < 4 || (frames < span && clock::now() < until); ++calls) {
+    engine_->process(in, engine_out_, options_.block_frames, Layout::interleaved);
+    frames += options_.block_frames;
+  }
+  engine_->reset();
+  spdlog::debug("engine warmed up: {} frames of silence in {}-frame calls", frames,
+                options_.block_frames);
 }
 
 void LivePipeline::stop() {

@@ -201,6 +201,8 @@ class LivePipeline {
 
  private:
   void engine_loop();
+  // The engine's first calls made before the stream starts: see start().
+  void warm_up_engine();
   // engine_in_callback(): hands posted banks to the engine (the swap thread).
   void swap_loop();
   // engine_in_callback(): filters `frames` frames into the output ring,
@@ -273,6 +275,11 @@ class LivePipeline {
   std::atomic<std::uint64_t> drain_target_frames_{0};
   std::atomic<bool> realtime_granted_{false};
   std::thread engine_thread_;
+  // Set by the engine thread once its warm-up calls are made (start() waits
+  // for it); warm_up_error_ is written before the release store and read
+  // after the acquire load.
+  std::atomic<bool> warmed_up_{false};
+  std::string warm_up_error_;
 
   // Counters (see LiveStats); one writer each.
   std::atomic<std::uint64_t> blocks_{0};
