@@ -106,6 +106,10 @@ class Swapper {
   std::uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
   // The files whose change on disk should reload (when [filter] watch is on).
   std::vector<std::filesystem::path> watched_files() const;
+  // The file `configured` names at the rate in force: its "$samplerate$"
+  // resolved (dsp/files/rate_file_name.hpp), the nearest rate's where that
+  // rate has none; `configured` itself when it has no token or no file.
+  std::filesystem::path in_force(const std::filesystem::path& configured) const;
 
  private:
   struct Stamp {
@@ -121,7 +125,8 @@ class Swapper {
   };
   using Pair = std::pair<std::size_t, std::size_t>;  // input, output
   using Stamps = std::map<std::filesystem::path, Stamp>;
-  static Stamp stamp_of(const std::filesystem::path& file);
+  // The stamp of the file `file` names at the rate in force.
+  Stamp stamp_of(const std::filesystem::path& file) const;
 
   std::string load_channels(const LoadRequest& request);
   std::string load_path(std::size_t input, std::size_t output, const std::filesystem::path& file);
@@ -134,7 +139,7 @@ class Swapper {
   RoutingMatrix build(const LiveConfig& config, const std::filesystem::path& file,
                       std::map<Pair, std::filesystem::path>& overrides) const;
   // Every file `matrix` (read from `file`) was made of, stamped now.
-  static Stamps stamps_of(const std::filesystem::path& file, const RoutingMatrix& matrix);
+  Stamps stamps_of(const std::filesystem::path& file, const RoutingMatrix& matrix) const;
   // Checks `next` against the running matrix and engine and posts it; "" or
   // the reason. Under mutex_.
   std::string install_locked(std::shared_ptr<const RoutingMatrix> next, const std::string& what);
@@ -143,6 +148,9 @@ class Swapper {
 
   LivePipeline& pipeline_;
   const bool per_channel_;
+  // The rate in force: one for the swapper's life (a new rate is a new
+  // process: docs/config.md, "Sample rate").
+  const int sample_rate_;
   std::mutex mutex_;                                 // one swap at a time; guards what follows
   std::vector<Source> sources_;                      // a filter per channel
   std::filesystem::path file_;                       // a matrix: its file
