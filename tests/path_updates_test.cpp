@@ -22,96 +22,20 @@
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "dsp/model/diagonal_engine.hpp"
 #include "matrix_support.hpp"
+#include "path_updates_support.hpp"
 #include "reference.hpp"
+#include "wait_for.hpp"
 
 namespace tapstream {
 namespace {
 
 using testing::announce;
 using testing::make_path;
+using testing::piecewise_reference;
 using testing::random_signal;
 using testing::relative_error;
-
-// Before call `call` (counted from 0), these paths take these taps.
-using Schedule = std::map<std::size_t, std::map<std::size_t, std::vector<float>>>;
-
-// Runs `inputs` through `engine` in calls of `sizes`, applying `schedule`
-// with set_paths (crossfade on); planar output per channel.
-std::vector<std::vector<float>> run_with_updates(MatrixEngine& engine,
-                                                 const std::vector<std::vector<float>>& inputs,
-                                                 const std::vector<std::size_t>& sizes,
-                                                 const Schedule& schedule) {
-  const std::size_t frames = inputs[0].size(), n_in = engine.inputs(), n_out = engine.outputs();
-  std::vector<std::vector<float>> outputs(n_out, std::vector<float>(frames));
-  std::vector<float> in, out;
-  std::size_t start = 0;
-  for (std::size_t call = 0; call < sizes.size(); ++call) {
-    if (const auto found = schedule.find(call); found != schedule.end()) {
-      std::vector<PathTaps> updates;
-      for (const auto& [path, taps] : found->second) updates.push_back({path, taps});
-      engine.set_paths(updates, /*crossfade=*/true);
-    }
-    const std::size_t n = sizes[call];
-    in.assign(n_in * n, 0.0f);
-    out.assign(n_out * n, std::numeric_limits<float>::quiet_NaN());
-    for (std::size_t c = 0; c < n_in; ++c)
-      for (std::size_t f = 0; f < n; ++f) in[c * n + f] = inputs[c][start + f];
-    engine.process(in, out, n, Layout::planar);
-    for (std::size_t c = 0; c < n_out; ++c)
-      for (std::size_t f = 0; f < n; ++f) outputs[c][start + f] = out[c * n + f];
-    start += n;
-  }
-  return outputs;
-}
-
-// y[n] for n in [first, last) of `x` through `path`'s geometry with `taps`, in float64.
-void add_path_output(const MatrixPath& path, const std::vector<float>& taps,
-                     const std::vector<float>& x, std::size_t first, std::size_t last,
-                     double weight_from, double weight_step, std::vector<double>& y) {
-  const double scale = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
-  for (std::size_t n = first; n < last; ++n) {
-    double acc = 0.0;
-    for (std::size_t k = 0; k < taps.size(); ++k) {
-      const std::size_t lag = k + path.delay_frames;
-      if (lag > n) break;
-      acc += double(taps[k]) * double(x[n - lag]);
-    }
-    y[n] += (weight_from + weight_step * double(n - first + 1)) * scale * acc;
-  }
-}
-
-// The float64 reference of the whole run (see the top of the file).
-std::vector<std::vector<double>> piecewise_reference(const RoutingMatrix& initial,
-                                                     const std::vector<std::vector<float>>& inputs,
-                                                     const std::vector<std::size_t>& sizes,
-                                                     const Schedule& schedule) {
-  const std::size_t frames = inputs[0].size();
-  std::vector<std::vector<double>> y(initial.outputs(), std::vector<double>(frames, 0.0));
-  std::vector<std::vector<float>> current;
-  for (const MatrixPath& p : initial.paths()) current.push_back(p.taps);
-  std::size_t start = 0;
-  for (std::size_t call = 0; call < sizes.size(); ++call) {
-    const std::size_t n = sizes[call];
-    std::map<std::size_t, std::vector<float>> changed;
-    if (const auto found = schedule.find(call); found != schedule.end()) changed = found->second;
-    for (std::size_t p = 0; p < initial.paths().size(); ++p) {
-      const MatrixPath& path = initial.paths()[p];
-      auto& out = y[path.output];
-      const auto& x = inputs[path.input];
-      const auto update = changed.find(p);
-      if (update == changed.end()) {
-        add_path_output(path, current[p], x, start, start + n, 1.0, 0.0, out);
-        continue;
-      }
-      const double step = 1.0 / double(n);
-      add_path_output(path, current[p], x, start, start + n, 1.0, -step, out);
-      add_path_output(path, update->second, x, start, start + n, 0.0, step, out);
-      current[p] = update->second;
-    }
-    start += n;
-  }
-  return y;
-}
+using testing::run_with_updates;
+using testing::Schedule;
 
 // 3 -> 3 with gains, delays (one over a segment of the CPU engine's
 // partition), an inverted path and output 2 reached by no path that changes.
@@ -360,6 +284,50 @@ INSTANTIATE_TEST_SUITE_P(CpuEngines, PathUpdates,
                            return std::string(info.param == Kind::native_cpu ? "NativeMatrix"
                                                                              : "Diagonal");
                          });
+
+// The real-time face: post_paths off the audio thread, prepared on the
+// engine's own thread, taken by process_by at a call boundary.
+TEST(PathUpdates, PostedPathsReachTheRealtimeFaceAtACallBoundaryCrossfaded) {
+  const std::uint64_t seed = announce("posted paths", 2519);
+  const RoutingMatrix matrix = test_diagonal(seed);
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.max_taps = kMaxTaps;
+  options.realtime_calls = true;
+  options.cpu.threads = 1;
+  DiagonalEngine engine(make_cpu_engine(*matrix.diagonal_bank(), options), EngineTransport{},
+                        &matrix);
+  RealtimeMatrixEngine* realtime = engine.realtime();
+  ASSERT_NE(realtime, nullptr);
+  const std::size_t block = 64, calls = 60, update_at = 25;
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(calls * block, seed + 7 + c));
+  Schedule schedule;
+  schedule[update_at][1] = random_signal(120, seed + 60);
+  schedule[update_at][2] = random_signal(500, seed + 61);
+  std::vector<float> in(3 * block), out(3 * block);
+  std::vector<std::vector<float>> got(3, std::vector<float>(calls * block));
+  timespec far{};
+  clock_gettime(CLOCK_MONOTONIC, &far);
+  far.tv_sec += 3600;  // unpaced: every tail is waited for
+  for (std::size_t call = 0; call < calls; ++call) {
+    if (call == update_at) {
+      const std::vector<PathTaps> updates{{1, schedule[update_at][1]}, {2, schedule[update_at][2]}};
+      realtime->post_paths(updates, true);
+      ASSERT_TRUE(testing::wait_until(
+          testing::long_wait, [&] { return !realtime->preparing_matrix(); },
+          "the engine's preparer done", std::chrono::milliseconds(1)));
+    }
+    for (std::size_t c = 0; c < 3; ++c)
+      for (std::size_t f = 0; f < block; ++f) in[c * block + f] = inputs[c][call * block + f];
+    ASSERT_TRUE(realtime->process_by(in, out, block, Layout::planar, far)) << "call " << call;
+    for (std::size_t c = 0; c < 3; ++c)
+      for (std::size_t f = 0; f < block; ++f) got[c][call * block + f] = out[c * block + f];
+  }
+  const auto want =
+      piecewise_reference(matrix, inputs, std::vector<std::size_t>(calls, block), schedule);
+  for (std::size_t o = 0; o < 3; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
+}
 
 TEST(PathUpdates, TheEngineFactorysEnginesTakePathUpdates) {
   const std::uint64_t seed = announce("factory engines", 2518);
