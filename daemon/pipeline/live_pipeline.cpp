@@ -408,9 +408,13 @@ void LivePipeline::swap_loop() {
   while (running_.load(std::memory_order_acquire)) {
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
-      if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+      if (mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
             const std::int64_t started_ns = monotonic_ns();
-            realtime_engine_->post_matrix(matrix, options_.crossfade);
+            if (changed.empty()) {
+              realtime_engine_->post_matrix(matrix, options_.crossfade);
+            } else {
+              realtime_engine_->post_paths(changed, options_.crossfade);
+            }
             trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
           })) {
         swaps_.fetch_add(1, std::memory_order_relaxed);
@@ -429,9 +433,14 @@ void LivePipeline::swap_loop() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+    if (mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
           const std::int64_t started_ns = monotonic_ns();
-          engine_->set_matrix(matrix, options_.crossfade);
+          // Paths that changed alone: the engine transforms those only.
+          if (changed.empty()) {
+            engine_->set_matrix(matrix, options_.crossfade);
+          } else {
+            engine_->set_paths(changed, options_.crossfade);
+          }
           trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
         })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);
