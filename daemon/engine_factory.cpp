@@ -255,11 +255,12 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
         transport.pinned = {module.allocate_pinned, module.free_pinned};
         transport.call_host_us = module.last_call_host_us;
         transport.process_device = module.process_device;
-        return std::make_unique<DiagonalEngine>(std::move(engine), transport);
+        return std::make_unique<DiagonalEngine>(std::move(engine), transport, &matrix);
       },
       [&]() -> std::unique_ptr<MatrixEngine> {
         return std::make_unique<DiagonalEngine>(
-            make_cpu_engine(*bank, for_engine("cpu", channels, folding_delays(matrix, options))));
+            make_cpu_engine(*bank, for_engine("cpu", channels, folding_delays(matrix, options))),
+            EngineTransport{}, &matrix);
       });
 }
 

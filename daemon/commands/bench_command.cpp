@@ -8,7 +8,7 @@
 // measures throughput instead). The CUDA engine reads and writes its
 // own pinned staging (the live pipeline's path); the CPU engine uses all
 // cores. Prints a table and writes JSON (--json); bench/capacity_bench runs the
-// same code.
+// same code. `bench updates` is daemon/commands/bench_updates.
 
 #include <spdlog/spdlog.h>
 
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/commands/bench_updates.hpp"
 #include "daemon/commands/capacity_search.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
@@ -372,9 +373,11 @@ Command add_bench_command(CLI::App& app) {
                        "cpu_threads=16 (repeatable; config/live-default.toml lists them)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
-  return {bench, [args, capacity] {
-            if (!capacity->parsed()) return exit_code::usage;
-            return run_capacity(*args);
+  const std::function<int()> run_updates = add_bench_updates(*bench);
+  return {bench, [args, capacity, run_updates] {
+            if (capacity->parsed()) return run_capacity(*args);
+            if (const int code = run_updates(); code >= 0) return code;
+            return exit_code::usage;
           }};
 }
 

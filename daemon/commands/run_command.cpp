@@ -572,6 +572,9 @@ ApiHooks make_api_hooks(Swapper& swapper, const RunArgs& args,
   ApiHooks hooks;
   hooks.matrix = [&swapper] { return swapper.current(); };
   hooks.load = [&swapper](const LoadRequest& request) { return swapper.load(request); };
+  hooks.set_paths = [&swapper](const auto& taps, const std::string& what) {
+    return swapper.set_paths(taps, what);
+  };
   hooks.config = [&swapper] { return swapper.config(); };
   // The command line's --input, --output and --latency hold over the API's
   // configuration as over the file's.

@@ -183,7 +183,8 @@ std::string Swapper::reject(const std::string& what, const std::string& reason) 
 }
 
 std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
-                                    const std::string& what) {
+                                    const std::string& what,
+                                    const std::vector<std::size_t>& changed) {
   const auto running = current();
   try {
     const std::size_t max_taps = pipeline_.engine_max_taps();
@@ -208,7 +209,9 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
   } catch (const std::exception& e) {
     return reject(what, without_file_text(e.what()));
   }
-  const std::uint64_t sequence = pipeline_.mailbox().post(next);
+  std::vector<PathTaps> changed_taps;
+  for (const std::size_t p : changed) changed_taps.push_back({p, next->paths()[p].taps});
+  const std::uint64_t sequence = pipeline_.mailbox().post(next, std::move(changed_taps));
   if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
     return reject(what, pipeline_.mailbox().rejected() == sequence
                             ? "the engine refused it (see the log)"
@@ -330,6 +333,28 @@ RoutingMatrix Swapper::build(const LiveConfig& config, const fs::path& file,
     ++it;
   }
   return RoutingMatrix::make(read.inputs(), read.outputs(), std::move(paths), file_max_taps);
+}
+
+std::string Swapper::set_paths(const std::vector<std::pair<std::size_t, std::vector<float>>>& taps,
+                               const std::string& what) {
+  std::lock_guard lock(mutex_);
+  const auto running = current();
+  std::vector<PathTaps> updates;
+  std::vector<std::size_t> changed;
+  for (const auto& [path, values] : taps) {
+    updates.push_back({path, values});
+    changed.push_back(path);
+  }
+  std::shared_ptr<const RoutingMatrix> next;
+  try {
+    if (updates.empty()) throw std::invalid_argument("no paths named");
+    next = std::make_shared<const RoutingMatrix>(
+        with_path_taps(*running, updates, pipeline_.engine_max_taps(),
+                       pipeline_.engine_max_delay_frames(), "set_paths"));
+  } catch (const std::exception& e) {
+    return reject(what, e.what());
+  }
+  return install_locked(std::move(next), what, changed);
 }
 
 std::string Swapper::load_path(std::size_t input, std::size_t output, const fs::path& file) {

@@ -82,6 +82,18 @@ class Swapper {
   // Installs what `request` names. Returns "" on success, else the reason.
   std::string load(const LoadRequest& request);
 
+  // New taps for some paths of the running matrix (the API's set_paths: taps
+  // sent in the request, no file): `taps[k]` = (path index, its taps).
+  // Checked against the running matrix and engine (each named path once, at
+  // most the engine's max_taps, finite); the engine then transforms those
+  // paths alone and crossfades them in over one block like any swap. They
+  // last until a reload re-reads files (a channel's own; any of a matrix's,
+  // which re-reads the whole matrix) or a restart (the state file keeps
+  // files, not these). Returns "" on success, else the
+  // reason naming the path; `what` names the request in logs.
+  std::string set_paths(const std::vector<std::pair<std::size_t, std::vector<float>>>& taps,
+                        const std::string& what);
+
   // SIGHUP, `ctl reload`, the web API's configuration, the watcher: takes
   // `config`'s filters and gain, re-reading only the files that changed on
   // disk or in the configuration. Returns "" on success (then `summary` says
@@ -141,8 +153,11 @@ class Swapper {
   // Every file `matrix` (read from `file`) was made of, stamped now.
   Stamps stamps_of(const std::filesystem::path& file, const RoutingMatrix& matrix) const;
   // Checks `next` against the running matrix and engine and posts it; "" or
-  // the reason. Under mutex_.
-  std::string install_locked(std::shared_ptr<const RoutingMatrix> next, const std::string& what);
+  // the reason. `changed`: the paths that differ from the running matrix
+  // (their taps in `next`), which the engine then installs alone; empty: all.
+  // Under mutex_.
+  std::string install_locked(std::shared_ptr<const RoutingMatrix> next, const std::string& what,
+                             const std::vector<std::size_t>& changed = {});
   // Publishes the files to watch (under mutex_).
   void set_watched_locked();
 

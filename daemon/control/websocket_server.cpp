@@ -196,7 +196,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
     const auto before = session_.meter_interval;
-    send(std::make_shared<const std::string>(server_.api.handle(text, session_)));
+    // A binary frame carries set_paths' taps after a JSON header.
+    send(std::make_shared<const std::string>(ws_.got_binary()
+                                                 ? server_.api.handle_binary(text, session_)
+                                                 : server_.api.handle(text, session_)));
     if (closed_) return;
     if (session_.meter_interval && session_.meter_interval != before) {
       server_.subscribe_meters(shared_from_this(), *session_.meter_interval);

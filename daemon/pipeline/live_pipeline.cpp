@@ -606,9 +606,14 @@ void LivePipeline::swap_loop() {
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
       // During a re-plan the callback may hold either engine: matrices wait.
-      if (!replanning() && mailbox_.poll([&](const RoutingMatrix& matrix) {
+      if (!replanning() &&
+          mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
             const std::int64_t started_ns = monotonic_ns();
-            swap_target_->post_matrix(matrix, options_.crossfade);
+            if (changed.empty()) {
+              swap_target_->post_matrix(matrix, options_.crossfade);
+            } else {
+              swap_target_->post_paths(changed, options_.crossfade);
+            }
             response_frames_ = matrix.max_taps();
             trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
           })) {
@@ -628,9 +633,14 @@ void LivePipeline::swap_loop() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+    if (mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
           const std::int64_t started_ns = monotonic_ns();
-          engine_->set_matrix(matrix, options_.crossfade);
+          // Paths that changed alone: the engine transforms those only.
+          if (changed.empty()) {
+            engine_->set_matrix(matrix, options_.crossfade);
+          } else {
+            engine_->set_paths(changed, options_.crossfade);
+          }
           trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
         })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);

@@ -200,6 +200,8 @@ class LivePipeline {
   // Matrices posted here are installed by the engine thread at the next
   // block boundary (one control thread at a time, see
   // dsp/realtime/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
+  // A matrix posted with the paths that changed goes to MatrixEngine::set_paths
+  // (RealtimeMatrixEngine::post_paths), which transforms those paths alone.
   MatrixMailbox& mailbox() { return mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
