@@ -52,7 +52,6 @@
 #include "daemon/control/websocket_server.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/io/audio_device.hpp"
-#include "daemon/io/device_format.hpp"
 #include "daemon/io/file_endpoints.hpp"
 #include "daemon/pipeline/device_change.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
@@ -220,13 +219,14 @@ class DeviceLink {
 
   // Opens the streams; false (nothing opened) when, with sample_rate =
   // "device", the device runs at another rate than the filters were read for:
-  // format_change() then says which.
+  // rate_change() then says which.
   bool open() {
     library_ = std::make_unique<PortAudioLibrary>(config_.jack.client_name);
     if (config_.sample_rate_from_device) {
       const int rate = device_rate(config_);
       if (rate != config_.sample_rate) {
-        format_change_.sample_rate = rate;
+        rate_change_ = DeviceChange{DeviceChangeKind::rate, std::size_t(config_.sample_rate),
+                                    std::size_t(rate)};
         library_.reset();
         return false;
       }
@@ -305,15 +305,16 @@ class DeviceLink {
   // JACK server from a fresh process (its JACK client cannot be reset).
   bool restart_needed() const { return restart_needed_; }
   std::chrono::milliseconds backoff() const { return backoff_; }
-  // What changed in the device's format since the filters were read (see
-  // daemon/io/device_format.hpp); nothing is open while it says something.
-  const DeviceFormatChange& format_change() const { return format_change_; }
+  // The device's rate when, with sample_rate = "device", it is not the one
+  // the filters were read for (daemon/pipeline/device_change.hpp); nothing
+  // is open while it says so.
+  const std::optional<DeviceChange>& rate_change() const { return rate_change_; }
 
   // Called every tick by the main thread: reopens dead streams with back-off
   // (0.5 s doubling to 4 s, so that a server's or device's return is seen
   // within 4 s). Xruns meanwhile are counted by the pipeline.
   void supervise() {
-    if (!needed() || format_change_.any()) return;
+    if (!needed() || rate_change_) return;
     const auto now = Clock::now();
     if (!streams_.empty()) {
       bool alive = true;
@@ -354,7 +355,7 @@ class DeviceLink {
   static constexpr std::chrono::milliseconds max_backoff{4000};
   bool on_jack_ = false;
   bool restart_needed_ = false;
-  DeviceFormatChange format_change_;
+  std::optional<DeviceChange> rate_change_;
   std::vector<std::unique_ptr<AudioStream>> streams_;
   std::string input_name_;
   std::string output_name_;
@@ -983,23 +984,39 @@ int run_daemon(RunArgs args) {
       }
     }
     devices.supervise();
-    const DeviceFormatChange& change = devices.format_change();
-    if (devices.restart_needed() || change.any()) {
-      if (change.sample_rate) {
+    // A rate change reaches us from the device link (a stream reopened at
+    // another rate) or from the callback (a server that changed its rate under
+    // the stream): one event either way. With sample_rate = "device" it is
+    // followed by a restart with that rate's filters; otherwise the pipeline's
+    // handling (follow_device_change) stops cleanly.
+    std::optional<DeviceChange> rate_change = devices.rate_change();
+    if (!rate_change) {
+      const auto change = pipeline.next_device_change();
+      if (change && change->kind == DeviceChangeKind::rate && config.sample_rate_from_device) {
+        rate_change = change;
+      } else if (change && !follow_device_change(*change, pipeline)) {
+        api.set_stop_reason("device sample rate changed");
+        stopping = true;
+        exit_status = exit_code::runtime_error;
+        break;
+      }
+    }
+    if (devices.restart_needed() || rate_change) {
+      if (rate_change) {
         // A new rate means new filters and maybe a longer engine: the fresh
         // process reads them for it and builds through the one factory.
         // Audio stops here and resumes at the new rate, its history gone.
         spdlog::warn(
             "the device runs at {} Hz now, the filters were read for {} Hz: tapstream restarts "
             "itself (same arguments and PID) with the filters for {} Hz",
-            *change.sample_rate, config.sample_rate, *change.sample_rate);
+            rate_change->to, config.sample_rate, rate_change->to);
       } else {
         spdlog::warn(
             "the JACK server went away; PortAudio reaches a new one only from a fresh process, "
             "so tapstream restarts itself (same arguments and PID) and retries with back-off");
       }
       setenv(rate_in_force_variable,
-             std::to_string(change.sample_rate.value_or(config.sample_rate)).c_str(), 1);
+             std::to_string(rate_change ? int(rate_change->to) : config.sample_rate).c_str(), 1);
       if (control) control->stop();  // first: `ctl reload` may make a new watcher
       watcher.reset();
       if (web) web->stop();
@@ -1007,17 +1024,10 @@ int run_daemon(RunArgs args) {
       if (device_into_file) finish_file_output(pipeline, *files);
       if (files) files->stop();
       pipeline.stop();
-      restart_self(change.any() ? std::chrono::milliseconds(500)
-                                : std::min(devices.backoff() * 2, std::chrono::milliseconds(4000)),
+      restart_self(rate_change ? std::chrono::milliseconds(500)
+                               : std::min(devices.backoff() * 2, std::chrono::milliseconds(4000)),
                    config.output.is_file() ? config.output.file : fs::path());
       return 1;
-    }
-    if (const auto change = pipeline.next_device_change();
-        change && !follow_device_change(*change, pipeline)) {
-      api.set_stop_reason("device sample rate changed");
-      stopping = true;
-      exit_status = exit_code::runtime_error;
-      break;
     }
     log_xruns(pipeline.stats(), reported);
     // Not behind a reload that waits for the engine: the next tick will do.
