@@ -14,6 +14,7 @@ packages=(
   libfftw3-dev           # CPU engine's FFTs (single precision, libfftw3f)
   libtomlplusplus-dev    # configuration files
   libmysofa-dev          # SOFA HRTF sets for binaural matrices ([sofa] in a matrix file)
+  libsoxr-dev            # resampling a filter made for another rate ([filter] resample, $samplerate$)
   libcli11-dev           # command line
   nlohmann-json3-dev     # every JSON tapstream reads or writes (control socket, info, benches)
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot

@@ -11,6 +11,7 @@ Json status_document(const DaemonStatus& status) {
   json["input"] = status.input_device;
   json["output"] = status.output_device;
   json["sample_rate"] = status.sample_rate;
+  json["sample_rate_from"] = status.sample_rate_from;
   json["block_frames"] = status.block_frames;
   json["channels"] = status.channels;
   json["latency_frames"] = status.latency_frames;

@@ -15,6 +15,7 @@
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/thread_priority.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -79,13 +80,6 @@ LivePipeline::~LivePipeline() {
 
 void LivePipeline::start() {
   if (running_.load()) return;
-  // The first calls of an engine can be slow (plans, caches, page faults):
-  // make them here rather than in the first real block.
-  for (int i = 0; i < 4; ++i) {
-    engine_->process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
-                     options_.block_frames, Layout::interleaved);
-  }
-  engine_->reset();
   // Exactly latency_frames() of silence ahead of the first output sample.
   std::size_t to_fill = latency_frames();
   while (to_fill > 0) {
@@ -95,11 +89,56 @@ void LivePipeline::start() {
   }
   running_.store(true);
   if (in_callback_) {
+    // The callback makes the real calls; its thread is not ours to use here.
+    warm_up_engine();
     spdlog::info("same-period mode: the engine runs inside the audio callback");
-    engine_thread_ = std::thread([this] { swap_loop(); });
-  } else {
-    engine_thread_ = std::thread([this] { engine_loop(); });
+    engine_thread_ = std::thread([this] {
+      name_this_thread("ts-swap");
+      make_this_thread_background();
+      swap_loop();
+    });
+    return;
   }
+  warmed_up_.store(false);
+  engine_thread_ = std::thread([this] {
+    name_this_thread("ts-engine");
+    try {
+      warm_up_engine();
+    } catch (const std::exception& e) {
+      warm_up_error_ = e.what();
+    }
+    warmed_up_.store(true, std::memory_order_release);
+    warmed_up_.notify_all();
+    if (warm_up_error_.empty()) engine_loop();
+  });
+  warmed_up_.wait(false, std::memory_order_acquire);
+  if (!warm_up_error_.empty()) {
+    running_.store(false);
+    engine_thread_.join();
+    throw std::runtime_error("live pipeline: the engine's first calls failed: " + warm_up_error_);
+  }
+}
+
+void LivePipeline::warm_up_engine() {
+  // An engine's first calls are slow: the CUDA engine's lazily loaded
+  // kernels, a new thread's CUDA state, each tail partition's first step;
+  // plans, caches and page faults on the CPU. They are made here, on the
+  // thread that makes the real ones, over the frames the longest filter spans
+  // (so every tail partition takes a step), within a bounded time; the first
+  // periods of the stream were late without it. reset() then forgets them.
+  using clock = std::chrono::steady_clock;
+  const auto until = clock::now() + std::chrono::milliseconds(300);
+  const std::size_t span =
+      std::min<std::size_t>(std::bit_ceil(std::max<std::size_t>(engine_max_taps_, 1)), 1 << 18);
+  const std::span<const float> in(silence_.data(), engine_in_.size());
+  std::size_t frames = 0;
+  for (int calls = 0; calls < 4 || (frames < span && clock::now() < until); ++calls) {
+    engine_->process(in, engine_out_, options_.block_frames, Layout::interleaved);
+    frames += options_.block_frames;
+  }
+  engine_->reset();
+  spdlog::debug("engine warmed up: {} frames of silence in {}-frame calls", frames,
+                options_.block_frames);
 }
 
 void LivePipeline::stop() {
@@ -567,9 +606,14 @@ void LivePipeline::swap_loop() {
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
       // During a re-plan the callback may hold either engine: matrices wait.
-      if (!replanning() && mailbox_.poll([&](const RoutingMatrix& matrix) {
+      if (!replanning() &&
+          mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
             const std::int64_t started_ns = monotonic_ns();
-            swap_target_->post_matrix(matrix, options_.crossfade);
+            if (changed.empty()) {
+              swap_target_->post_matrix(matrix, options_.crossfade);
+            } else {
+              swap_target_->post_paths(changed, options_.crossfade);
+            }
             response_frames_ = matrix.max_taps();
             trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
           })) {
@@ -589,9 +633,14 @@ void LivePipeline::swap_loop() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+    if (mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
           const std::int64_t started_ns = monotonic_ns();
-          engine_->set_matrix(matrix, options_.crossfade);
+          // Paths that changed alone: the engine transforms those only.
+          if (changed.empty()) {
+            engine_->set_matrix(matrix, options_.crossfade);
+          } else {
+            engine_->set_paths(changed, options_.crossfade);
+          }
           trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
         })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);

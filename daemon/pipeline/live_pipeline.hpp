@@ -204,6 +204,8 @@ class LivePipeline {
   // Matrices posted here are installed by the engine thread at the next
   // block boundary (one control thread at a time, see
   // dsp/realtime/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
+  // A matrix posted with the paths that changed goes to MatrixEngine::set_paths
+  // (RealtimeMatrixEngine::post_paths), which transforms those paths alone.
   MatrixMailbox& mailbox() { return mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
@@ -261,6 +263,8 @@ class LivePipeline {
 
  private:
   void engine_loop();
+  // The engine's first calls made before the stream starts: see start().
+  void warm_up_engine();
   // engine_in_callback(): hands posted banks to the engine (the swap thread).
   void swap_loop();
   // engine_in_callback(): filters `frames` frames into the output ring,
@@ -371,6 +375,11 @@ class LivePipeline {
   std::atomic<std::uint64_t> drain_target_frames_{0};
   std::atomic<bool> realtime_granted_{false};
   std::thread engine_thread_;
+  // Set by the engine thread once its warm-up calls are made (start() waits
+  // for it); warm_up_error_ is written before the release store and read
+  // after the acquire load.
+  std::atomic<bool> warmed_up_{false};
+  std::string warm_up_error_;
 
   // Counters (see LiveStats); one writer each.
   std::atomic<std::uint64_t> blocks_{0};
