@@ -321,8 +321,15 @@ class DeviceLink {
       for (const auto& stream : streams_) alive = alive && stream->active();
       if (alive) {
         backoff_ = std::chrono::milliseconds(500);
-        // A JACK (or PipeWire) server may change its rate under the stream.
-        pipeline_.note_device_rate(static_cast<int>(std::lround(streams_.front()->sample_rate())));
+        // A JACK (or PipeWire) server may change its rate under the stream:
+        // with sample_rate = "device" that is a format change (a restart in
+        // place with the new rate's filters), else the pipeline reports it.
+        const int rate = static_cast<int>(std::lround(streams_.front()->sample_rate()));
+        if (config_.sample_rate_from_device && rate > 0 && rate != config_.sample_rate) {
+          format_change_.sample_rate = rate;
+          return;
+        }
+        pipeline_.note_device_rate(rate);
         return;
       }
       if (on_jack_) {
@@ -402,8 +409,8 @@ bool follow_device_change(const DeviceChange& change, const LivePipeline& pipeli
   if (change.kind == DeviceChangeKind::rate) {
     spdlog::error(
         "the device's sample rate changed: {} -> {} Hz, but the filters run at {} Hz "
-        "(sample_rate = {}): stopping cleanly; restart tapstream at the new rate, or set the "
-        "server back to {} Hz",
+        "(sample_rate = {}): stopping cleanly; sample_rate = \"device\" follows the server's "
+        "rate, or set the server back to {} Hz",
         change.from, change.to, pipeline.sample_rate(), pipeline.sample_rate(),
         pipeline.sample_rate());
     return false;

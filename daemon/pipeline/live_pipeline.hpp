@@ -63,19 +63,23 @@
 // of up to the engine's block. The callback notes the period it is called
 // with (a relaxed store, once it held for period_settle_calls calls, so that
 // a host whose periods vary call by call is not chased) and
-// next_device_change() reports it. Buffered mode and the engine thread's
-// hand-off keep their block and latency. With the engine in the callback and
-// options.engine_for_block set, the swap thread re-plans: it builds an engine
-// whose head is the new period (engine_for_block, off the callback) and
-// offers it to the callback, which takes it at the next call boundary without
-// allocating. From there on, for the old engine's response length (the
-// running matrix's longest path, delay included), the callback runs both:
-// the new engine on the input, the old one on silence, and plays their sum:
-// by linearity exactly the convolution of the whole stream, with no frame of
-// latency and no gap; a chunk that either engine misses the deadline for
-// plays silence and counts as late, as always. Then the swap thread frees the
-// old engine. Matrices posted meanwhile wait in the mailbox until the
-// transition is over.
+// next_device_change() reports it. (JACK tells a client of a new buffer size
+// in a callback on a non-real-time thread before the first process call at
+// it, but PortAudio registers none on its JACK client, and none can be added
+// once the client is active: the process callback is where a change shows,
+// and its first calls at the new size run on the old engine, exactly.)
+// Buffered mode and the engine thread's hand-off keep their block and
+// latency. With the engine in the callback and options.engine_for_block set,
+// the swap thread re-plans: it builds an engine whose head is the new period
+// (engine_for_block, off the callback) and offers it to the callback, which
+// takes it at the next call boundary without allocating. From there on, for
+// the old engine's response length (the running matrix's longest path, delay
+// included), the callback runs both: the new engine on the input, the old
+// one on silence, and plays their sum: by linearity exactly the convolution
+// of the whole stream, with no frame of latency and no gap; a chunk that
+// either engine misses the deadline for plays silence and counts as late, as
+// always. Then the swap thread frees the old engine. Matrices posted
+// meanwhile wait in the mailbox until the transition is over.
 
 #include <semaphore.h>
 
