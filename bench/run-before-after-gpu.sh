@@ -113,7 +113,7 @@ for t in "$after"/cuda_*_test; do
 done
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : >"$out/sanitizer.txt"
-for t in cuda_small_calls_test cuda_matrix_engine_test; do
+for t in cuda_small_calls_test cuda_matrix_engine_test cuda_partitioned_test; do
   (cd "$after" && timeout 300 "$sanitizer" --tool memcheck --error-exitcode 3 "./$t" \
     --gtest_filter='-*Probe*' 2>&1) | grep -E 'ERROR SUMMARY|PASSED|FAILED' | tee -a "$out/sanitizer.txt" || status=1
 done

@@ -322,14 +322,9 @@ class DeviceLink {
       if (alive) {
         backoff_ = std::chrono::milliseconds(500);
         // A JACK (or PipeWire) server may change its rate under the stream:
-        // with sample_rate = "device" that is a format change (a restart in
-        // place with the new rate's filters), else the pipeline reports it.
-        const int rate = static_cast<int>(std::lround(streams_.front()->sample_rate()));
-        if (config_.sample_rate_from_device && rate > 0 && rate != config_.sample_rate) {
-          format_change_.sample_rate = rate;
-          return;
-        }
-        pipeline_.note_device_rate(rate);
+        // the pipeline reports it as a DeviceChange, which the main loop
+        // follows (a restart in place with sample_rate = "device").
+        pipeline_.note_device_rate(static_cast<int>(std::lround(streams_.front()->sample_rate())));
         return;
       }
       if (on_jack_) {
