@@ -9,9 +9,11 @@
 #
 # Build here (no GPU needed):
 #   cmake --build build -j2 --target tapstream tapstream_cuda cuda_matrix_engine_test
-# and run from the repository root on the GPU machine:
-#   bash bench/run-updates-gpu.sh [--quick]
-# --quick: 300 probe blocks and 3000 confirming blocks per cell (about 4
+# and run from the repository root on the GPU machine, one part per call
+# (each within a device command's 10 minutes):
+#   bash bench/run-updates-gpu.sh --quick tests
+#   bash bench/run-updates-gpu.sh --quick cuda-device   (then cuda-host, cpu)
+# --quick: 300 probe blocks and 3000 confirming blocks per cell (a few
 # minutes per engine); without it 1000 and 10000 (about 10 minutes each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,17 +22,22 @@ mkdir -p "$out"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 blocks=(--probe-blocks 1000 --measure-blocks 10000)
-[ "${1:-}" = --quick ] && blocks=(--probe-blocks 300 --measure-blocks 3000)
+if [ "${1:-}" = --quick ]; then
+  blocks=(--probe-blocks 300 --measure-blocks 3000)
+  shift
+fi
+part=${1:-tests}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | tee "$out/env.txt"
 
-timeout 300 build/tests/cuda_matrix_engine_test 2>&1 | grep -v '^seed' | tee "$out/tests.log" |
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|Failure|error'
-timeout 300 "$sanitizer" --tool memcheck --leak-check no build/tests/cuda_matrix_engine_test \
-  --gtest_filter='TapsFrom/*:CudaPathUpdatesMemory.*' 2>&1 |
-  grep -E 'ERROR SUMMARY|PASSED|FAILED|Error' | tee "$out/sanitizer.log"
+if [ "$part" = tests ]; then
+  timeout 300 build/tests/cuda_matrix_engine_test 2>&1 | grep -v '^seed' | tee "$out/tests.log" |
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|Failure|error'
+  timeout 280 "$sanitizer" --tool memcheck --leak-check no build/tests/cuda_matrix_engine_test \
+    --gtest_filter='TapsFrom/*:CudaPathUpdatesMemory.*' 2>&1 |
+    grep -E 'ERROR SUMMARY|PASSED|FAILED|Error' | tee "$out/sanitizer.log"
+  exit 0
+fi
 
-for engine in cuda-device cuda-host cpu; do
-  timeout 590 build/daemon/tapstream bench updates --engines "$engine" --blocks 64,128 \
-    --taps 2048,8192,32768 --every 1 "${blocks[@]}" --commit "$commit" \
-    --json "$out/updates-$engine.json" 2>&1 | tee "$out/updates-$engine.log" | grep -v '^  '
-done
+timeout 580 build/daemon/tapstream bench updates --engines "$part" --blocks 64,128 \
+  --taps 2048,8192,32768 --every 1 "${blocks[@]}" --commit "$commit" \
+  --json "$out/updates-$part.json" 2>&1 | tee "$out/updates-$part.log" | grep -v '^  '

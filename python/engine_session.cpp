@@ -94,39 +94,37 @@ void EngineSession::set_matrix(const RoutingMatrix& next, bool crossfade) {
   const std::lock_guard lock(mutex_);
   engine_->set_matrix(next, crossfade);
   matrix_ = std::make_shared<const RoutingMatrix>(next);
+  updated_taps_.clear();
 }
 
 void EngineSession::set_paths(
     std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> taps, bool crossfade) {
   const std::lock_guard lock(mutex_);
-  std::vector<MatrixPath> paths = matrix_->paths();
-  std::size_t replaced = 0;
-  for (MatrixPath& path : paths) {
-    const auto found = taps.find({path.input, path.output});
-    if (found == taps.end()) continue;
-    path.taps = std::move(found->second);
-    path.source = "set_paths";
-    path.file.clear();
-    ++replaced;
-  }
-  if (replaced != taps.size()) {
-    for (const auto& [pair, unused] : taps) {
-      const bool known = std::any_of(paths.begin(), paths.end(), [&](const MatrixPath& p) {
-        return p.input == pair.first && p.output == pair.second;
-      });
-      if (!known) {
-        throw std::invalid_argument("set_paths: input " + std::to_string(pair.first) +
-                                    " -> output " + std::to_string(pair.second) +
-                                    " is no path of this " + std::to_string(matrix_->inputs()) +
-                                    " x " + std::to_string(matrix_->outputs()) + " matrix (" +
-                                    std::to_string(paths.size()) + " paths)");
-      }
+  const auto& paths = matrix_->paths();
+  std::vector<PathTaps> updates;
+  updates.reserve(taps.size());
+  for (const auto& [pair, values] : taps) {
+    const auto found = std::find_if(paths.begin(), paths.end(), [&](const MatrixPath& p) {
+      return p.input == pair.first && p.output == pair.second;
+    });
+    if (found == paths.end()) {
+      throw std::invalid_argument("set_paths: input " + std::to_string(pair.first) + " -> output " +
+                                  std::to_string(pair.second) + " is no path of this " +
+                                  std::to_string(matrix_->inputs()) + " x " +
+                                  std::to_string(matrix_->outputs()) + " matrix (" +
+                                  std::to_string(paths.size()) + " paths)");
     }
+    updates.push_back({std::size_t(found - paths.begin()), values});
   }
-  RoutingMatrix next = RoutingMatrix::make(matrix_->inputs(), matrix_->outputs(), std::move(paths),
-                                           engine_->max_taps());
-  engine_->set_matrix(next, crossfade);
-  matrix_ = std::make_shared<const RoutingMatrix>(std::move(next));
+  // The engine transforms the named paths only; what runs is remembered as
+  // their taps, merged into the matrix when someone asks for it.
+  engine_->set_paths(updates, crossfade);
+  for (auto& [pair, values] : taps) {
+    const auto found = std::find_if(paths.begin(), paths.end(), [&](const MatrixPath& p) {
+      return p.input == pair.first && p.output == pair.second;
+    });
+    updated_taps_[std::size_t(found - paths.begin())] = std::move(values);
+  }
 }
 
 void EngineSession::reset() {
@@ -136,6 +134,15 @@ void EngineSession::reset() {
 
 std::shared_ptr<const RoutingMatrix> EngineSession::matrix() const {
   const std::lock_guard lock(mutex_);
+  if (!updated_taps_.empty()) {
+    std::vector<PathTaps> updates;
+    for (const auto& [path, taps] : updated_taps_) updates.push_back({path, taps});
+    // Checked by the engine when they were set.
+    matrix_ = std::make_shared<const RoutingMatrix>(
+        with_path_taps(*matrix_, updates, std::max(engine_->max_taps(), matrix_->max_taps()),
+                       engine_->max_delay_frames(), "set_paths"));
+    updated_taps_.clear();
+  }
   return matrix_;
 }
 

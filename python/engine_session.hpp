@@ -56,8 +56,9 @@ class EngineSession {
   // throws std::invalid_argument naming the first difference.
   void set_matrix(const RoutingMatrix& next, bool crossfade);
   // New taps for some paths, keyed by (input, output); every other path and
-  // every gain, delay and polarity stays. Throws std::invalid_argument naming
-  // a pair that is no path of the matrix.
+  // every gain, delay and polarity stays. The engine transforms the named
+  // paths only (MatrixEngine::set_paths). Throws std::invalid_argument
+  // naming a pair that is no path of the matrix, or the engine's refusal.
   void set_paths(std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> taps,
                  bool crossfade);
 
@@ -73,7 +74,10 @@ class EngineSession {
  private:
   mutable std::mutex mutex_;  // one caller at a time in the engine, and guards matrix_
   std::unique_ptr<MatrixEngine> engine_;
-  std::shared_ptr<const RoutingMatrix> matrix_;
+  // The matrix as last set whole, and the taps set_paths gave since (by
+  // path index), merged into it by matrix(); both guarded by mutex_.
+  mutable std::shared_ptr<const RoutingMatrix> matrix_;
+  mutable std::map<std::size_t, std::vector<float>> updated_taps_;
   std::vector<float> staging_in_, staging_out_;  // planar, one engine block each
 };
 

@@ -403,7 +403,9 @@ input history is kept, nothing is lost.)")
       .def("set_paths", &PyEngine::set_paths, "paths"_a, "crossfade"_a = true,
            R"(New taps for some paths: {(input, output): taps, ...}. Every other path,
 and every path's gain, delay and polarity, stays. Takes effect like
-set_filters. Raises ValueError for a pair that is no path of the matrix.)")
+set_filters; the engine transforms only the named paths, so many paths may
+change before every process() call. Raises ValueError for a pair that is no
+path of the matrix, or taps the engine refuses (too many, NaN or infinite).)")
       .def("reset", &PyEngine::reset, "Forgets the input history, as if the stream started again.")
       .def("_process_device", &PyEngine::process_device)
       .def("_time_engine_calls", &PyEngine::time_engine_calls, "x"_a, "calls"_a,

@@ -147,3 +147,56 @@ TEST(FilterMailbox, EngineAndControlThreadsSwapManyBanksWithoutFreeingOnTheEngin
 
 }  // namespace
 }  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+RoutingMatrix two_paths(float first, float second) {
+  MatrixPath a, b;
+  a.input = 0;
+  a.output = 0;
+  a.taps = {first};
+  b.input = 1;
+  b.output = 1;
+  b.taps = {second};
+  return RoutingMatrix::make(2, 2, {a, b});
+}
+
+TEST(MatrixMailbox, ChangedPathsReachTheInstallWithTheMatrixTheyPointInto) {
+  MatrixMailbox mailbox;
+  const auto matrix = std::make_shared<const RoutingMatrix>(two_paths(1.0f, 2.0f));
+  mailbox.post(matrix, {{1, matrix->paths()[1].taps}});
+  std::vector<std::size_t> seen;
+  EXPECT_TRUE(mailbox.poll([&](const RoutingMatrix& m, std::span<const PathTaps> changed) {
+    EXPECT_EQ(&m, matrix.get());
+    for (const PathTaps& p : changed) {
+      seen.push_back(p.path);
+      EXPECT_EQ(p.taps.data(), m.paths()[p.path].taps.data());
+    }
+  }));
+  EXPECT_EQ(seen, std::vector<std::size_t>{1});
+  // An install that does not take the paths still gets the matrix.
+  mailbox.post(std::make_shared<const RoutingMatrix>(two_paths(3.0f, 4.0f)), {});
+  EXPECT_TRUE(mailbox.poll([&](const RoutingMatrix& m) { EXPECT_EQ(m.paths()[0].taps[0], 3.0f); }));
+}
+
+TEST(MatrixMailbox, AnUpdateThatSupersedesAPendingOneGoesAsTheWholeMatrix) {
+  // The engine falls behind: the second update (path 0 only) replaces the
+  // first (path 1) before either is taken. Installing path 0 alone would
+  // lose the first's path 1, so the whole matrix goes.
+  MatrixMailbox mailbox;
+  const auto first = std::make_shared<const RoutingMatrix>(two_paths(1.0f, 5.0f));
+  mailbox.post(first, {{1, first->paths()[1].taps}});
+  const auto second = std::make_shared<const RoutingMatrix>(two_paths(6.0f, 5.0f));
+  const std::uint64_t sequence = mailbox.post(second, {{0, second->paths()[0].taps}});
+  std::size_t changed_seen = 99;
+  EXPECT_TRUE(mailbox.poll([&](const RoutingMatrix& m, std::span<const PathTaps> changed) {
+    EXPECT_EQ(&m, second.get());
+    changed_seen = changed.size();
+  }));
+  EXPECT_EQ(changed_seen, 0u);
+  EXPECT_EQ(mailbox.acknowledged(), sequence);
+}
+
+}  // namespace
+}  // namespace tapstream

@@ -78,6 +78,35 @@ class MatrixTest(unittest.TestCase):
         # Paths not named never change, not even in the fade.
         self.assertLessEqual(relative_error(y[1:], expected[1:]), 1e-5)
 
+    def test_set_paths_before_every_call_matches_the_piecewise_crossfaded_reference(self):
+        rng = np.random.default_rng(52)
+        say("seed 52")
+        taps = [rng.standard_normal(n).astype(np.float32) for n in (200, 50, 120)]
+        matrix = tapstream.Matrix(2, 2, [(0, 0, taps[0]), (1, 0, taps[1], -3.0, 4),
+                                         (1, 1, taps[2], 0.0, 0, True)])
+        block, calls = 64, 30
+        engine = tapstream.Engine(matrix, backend="cpu", max_block=block, max_taps=300)
+        x = rng.standard_normal((2, block * calls)).astype(np.float32)
+        running = [list(p) for p in matrix.paths]
+        want = np.zeros((2, block * calls))
+        got = []
+        for call in range(calls):
+            span = slice(call * block, (call + 1) * block)
+            before = expected_output([tuple(p) for p in running], 2, x)[:, span]
+            if call % 2:
+                new = {(0, 0): rng.standard_normal(int(rng.integers(1, 250))).astype(np.float32),
+                       (1, 1): rng.standard_normal(int(rng.integers(1, 250))).astype(np.float32)}
+                engine.set_paths(new, crossfade=True)
+                running[0][2], running[2][2] = new[(0, 0)], new[(1, 1)]
+            after = expected_output([tuple(p) for p in running], 2, x)[:, span]
+            w = np.arange(1, block + 1) / block
+            want[:, span] = before + w * (after - before)
+            got.append(engine.process(x[:, span]))
+        got = np.concatenate(got, 1)
+        for o in range(2):
+            self.assertLessEqual(relative_error(got[o], want[o]), 1e-5, f"output {o}")
+        np.testing.assert_array_equal(engine.matrix.paths[2][2], running[2][2])
+
     def test_set_filters_takes_a_matrix_with_the_same_paths(self):
         a = tapstream.Matrix(1, 2, [(0, 0, np.ones(2, np.float32)), (0, 1, np.ones(1, np.float32))])
         b = tapstream.Matrix(1, 2, [(0, 0, np.full(2, 3, np.float32)), (0, 1, [2.0], 0.0, 1)])
