@@ -49,6 +49,10 @@ struct CapacityArgs {
   std::string commit = "unknown";
   std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
   bool back_to_back = false;         // calls as fast as they return, not one per period
+  // --devices: the CUDA engine's channels sharded over these GPUs (empty:
+  // one GPU, EngineOptions::device 0); resolved by run_capacity.
+  std::string devices;
+  std::vector<int> gpus;
 };
 
 struct Percentiles {
@@ -94,14 +98,17 @@ struct Probe {
 
 // Times `blocks` calls of `frames` frames after a warm-up, one call per
 // `period_us` (as a live device delivers blocks; 0: back to back).
-Probe probe(const std::string& engine_name, const std::string& cuda_kernel, std::size_t channels,
+Probe probe(const std::string& engine_name, const CapacityArgs& args, std::size_t channels,
             std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us,
             double period_us) {
   const FilterBank bank = capacity_bank(channels, taps);
   EngineOptions options;
   options.max_block_frames = frames;
   options.max_taps = taps;
-  if (engine_name == "cuda") options.kernel = cuda_kernel;
+  if (engine_name == "cuda") {
+    options.kernel = args.cuda_kernel;
+    options.devices = args.gpus;
+  }
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
   const std::unique_ptr<MatrixEngine> engine =
@@ -173,7 +180,7 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
-      p = probe(engine, args.cuda_kernel, channels, frames, taps, blocks, cap.budget_us,
+      p = probe(engine, args, channels, frames, taps, blocks, cap.budget_us,
                 args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
     } catch (const std::exception& e) {  // out of memory counts as not fitting
       p.channels = channels;
@@ -233,21 +240,33 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
     cell["search"] = std::move(search);
     cells.push_back(std::move(cell));
   }
-  const nlohmann::ordered_json report = {{"benchmark", "capacity"},
-                                         {"commit", args.commit},
-                                         {"date", date},
-                                         {"gpu", gpu},
-                                         {"cpu_threads", std::thread::hardware_concurrency()},
-                                         {"rate", args.rate},
-                                         {"measure_blocks", args.measure_blocks},
-                                         {"probe_blocks", args.probe_blocks},
-                                         {"cuda_kernel", args.cuda_kernel},
-                                         {"paced", !args.back_to_back},
-                                         {"results", std::move(cells)}};
+  const nlohmann::ordered_json report = {
+      {"benchmark", "capacity"},
+      {"commit", args.commit},
+      {"date", date},
+      {"gpu", gpu},
+      {"cpu_threads", std::thread::hardware_concurrency()},
+      {"rate", args.rate},
+      {"measure_blocks", args.measure_blocks},
+      {"probe_blocks", args.probe_blocks},
+      {"cuda_kernel", args.cuda_kernel},
+      {"gpus", args.gpus.empty() ? std::vector<int>{0} : args.gpus},
+      {"paced", !args.back_to_back},
+      {"results", std::move(cells)}};
   return report.dump(2) + "\n";
 }
 
-int run_capacity(const CapacityArgs& args) {
+int run_capacity(CapacityArgs args) {
+  if (!args.devices.empty()) {
+    if (std::find(args.engines.begin(), args.engines.end(), "cuda") == args.engines.end()) {
+      throw UsageError("--devices " + args.devices + ": only the cuda engine runs on GPUs");
+    }
+    try {
+      args.gpus = engine_devices(Backend::cuda, parse_device_list(args.devices));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--devices " + args.devices + ": " + e.what());
+    }
+  }
   for (const std::size_t b : args.blocks)
     if (b == 0 || b > 65536)
       throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
@@ -264,7 +283,7 @@ int run_capacity(const CapacityArgs& args) {
     // An engine that cannot run at all (no GPU, not built in) is an error,
     // not a capacity of zero.
     try {
-      probe(engine, "auto", 1, 64, 64, 10, 1e30, 0.0);
+      probe(engine, args, 1, 64, 64, 10, 1e30, 0.0);
     } catch (const std::exception& e) {
       throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
@@ -324,6 +343,9 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_flag("--back-to-back", args->back_to_back,
                      "Issue calls as fast as they return (throughput) instead of one per block "
                      "period (live)");
+  capacity->add_option("--devices", args->devices,
+                       "The cuda engine's channels sharded over these GPUs, one engine each: all, "
+                       "or numbers such as 0,1 (default: GPU 0 alone)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
   return {bench, [args, capacity] {

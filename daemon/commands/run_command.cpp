@@ -628,6 +628,14 @@ int run_daemon(RunArgs args) {
     pipeline_options.engine_spin = config.engine_spin;
     RoutingMatrix matrix = load_configured_filters(config);
     engine_options.max_taps = engine_max_taps(config, matrix.max_filter_taps());
+    if (!config.devices.empty()) {
+      try {
+        engine_options.devices = engine_devices(config.backend, config.devices);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(config.config_file.string() +
+                          ": engine.devices = " + config.devices.text() + ": " + e.what());
+      }
+    }
     auto engine = make_engine(config.backend, matrix, engine_options);
     spdlog::info("engine: {}", engine->description());
     live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
