@@ -17,6 +17,8 @@
 //   BruteFIR's model) and the CUDA one (kernels/matrix/cuda_matrix_engine).
 // - MatrixFilter (dsp/model/matrix_filter: any Engine with one channel per path),
 //   a reference for tests and benchmarks.
+// - ShardedEngine (dsp/model/sharded_engine): the outputs split over one of
+//   the above per GPU.
 //
 // What only some engines offer is asked for through accessors with neutral
 // defaults (realtime(), the CUDA transport's staging and page-locked memory,
