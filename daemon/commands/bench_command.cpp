@@ -175,8 +175,11 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   cap.frames = frames;
   cap.taps = taps;
   cap.budget_us = 0.5 * double(frames) / args.rate * 1e6;
+  // The bank's room grows with the GPUs the channels are sharded over (each
+  // holds its share of the taps).
+  const std::size_t gpus = engine == "cuda" ? std::max<std::size_t>(args.gpus.size(), 1) : 1;
   const std::size_t most =
-      std::max<std::size_t>(1, std::min(args.max_channels, args.max_samples / taps));
+      std::max<std::size_t>(1, std::min(args.max_channels, gpus * args.max_samples / taps));
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {

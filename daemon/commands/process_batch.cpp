@@ -327,6 +327,13 @@ class Batch {
       }
     }
     for (std::thread& thread : threads) thread.join();
+    // After an error, the files done behind one that a stopped lane left
+    // unfinished are still reported.
+    progress_->finish();
+    for (Report& report : reports_) {
+      for (const auto& [level, text] : report.lines) spdlog::log(level, "{}", text);
+      report.lines.clear();
+    }
     if (settings_.cancel != nullptr && settings_.cancel->load()) {
       throw std::runtime_error("interrupted");
     }
