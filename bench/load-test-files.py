@@ -37,6 +37,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -101,6 +102,64 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
+VMSTAT_KEYS = ("thp_fault_alloc", "thp_collapse_alloc", "thp_split_pmd", "compact_stall",
+               "compact_migrate_scanned", "pgmigrate_success", "numa_hint_faults",
+               "numa_pages_migrated", "pgmajfault", "pgfault", "nr_dirty", "nr_writeback",
+               "pgsteal_kswapd", "pgscan_kswapd", "pgsteal_direct")
+
+
+def machine_sample(pid):
+    """What the machine and the daemon did, as counters: /proc/vmstat's memory
+    management (huge-page collapses, compaction, migration, faults, dirty
+    pages), the daemon's own faults and, per thread, its involuntary context
+    switches (a thread preempted while it had work)."""
+    row = {"t_ns": time.monotonic_ns()}
+    with open("/proc/vmstat") as f:
+        for line in f:
+            key, value = line.split()
+            if key in VMSTAT_KEYS:
+                row[key] = int(value)
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        row["daemon_minflt"], row["daemon_majflt"] = int(fields[7]), int(fields[9])
+        switches = {}
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    name = f.read().strip()
+                with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                    for line in f:
+                        if line.startswith("nonvoluntary_ctxt_switches"):
+                            switches["%s/%s" % (name, tid)] = int(line.split()[1])
+            except OSError:
+                pass
+        row["nonvoluntary"] = switches
+    except OSError:
+        pass
+    return row
+
+
+def machine_deltas(samples, t_ns, before_ns=150_000_000, after_ns=150_000_000):
+    """The counters' changes over the samples around t_ns (only those that
+    changed), for lining a late period up with what the machine did."""
+    inside = [s for s in samples if t_ns - before_ns <= s["t_ns"] <= t_ns + after_ns]
+    if len(inside) < 2:
+        return {}
+    first, last = inside[0], inside[-1]
+    out = {"span_ms": round((last["t_ns"] - first["t_ns"]) / 1e6, 1)}
+    for key, value in last.items():
+        if key in ("t_ns", "nonvoluntary") or key not in first:
+            continue
+        if value != first[key]:
+            out[key] = value - first[key]
+    for thread, n in last.get("nonvoluntary", {}).items():
+        d = n - first.get("nonvoluntary", {}).get(thread, n)
+        if d:
+            out.setdefault("nonvoluntary", {})[thread] = d
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tapstream", default=os.environ.get("TAPSTREAM", "build/daemon/tapstream"))
@@ -114,6 +173,12 @@ def main():
                     help="[engine] spin_us: the engine thread polls this long for input")
     ap.add_argument("--probe-threshold-us", type=float, default=200.0,
                     help="the stalls `tapstream probe` records beside the daemon (0: no probe)")
+    ap.add_argument("--no-thp", action="store_true",
+                    help="start the daemon with transparent huge pages disabled for its process "
+                         "(prctl PR_SET_THP_DISABLE): no khugepaged collapse of its memory")
+    ap.add_argument("--sample-ms", type=float, default=50.0,
+                    help="how often the machine's memory counters and the daemon's threads' "
+                         "context switches are sampled (0: never)")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = ap.parse_args()
     if args.seconds < 20:
@@ -145,8 +210,15 @@ def main():
                                                     work), flush=True)
 
     log = open(os.path.join(work, "daemon.log"), "w")
+    def no_thp():
+        import ctypes
+        PR_SET_THP_DISABLE = 41
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE)")
+
     daemon = subprocess.Popen([tapstream, "run", "--config", os.path.join(work, "load.toml")],
-                              stdout=log, stderr=subprocess.STDOUT)
+                              stdout=log, stderr=subprocess.STDOUT,
+                              preexec_fn=no_thp if args.no_thp else None)
 
     def ctl(*words):
         r = subprocess.run([tapstream, "ctl", "--socket", socket] + list(words),
@@ -176,6 +248,16 @@ def main():
         if rc == 0:
             traces.append(json.loads(text))
 
+    samples, sampling = [], threading.Event()
+
+    def sample_machine():
+        while not sampling.wait(args.sample_ms / 1e3):
+            samples.append(machine_sample(daemon.pid))
+
+    sampler = None
+    if args.sample_ms > 0:
+        sampler = threading.Thread(target=sample_machine, daemon=True)
+        sampler.start()
     rows, failures = [], []
     start = time.monotonic()
     ticks0 = cpu_ticks(daemon.pid)
@@ -231,6 +313,9 @@ def main():
     take_row()
     dump_trace()
     wall_s = time.monotonic() - start
+    sampling.set()
+    if sampler is not None:
+        sampler.join()
     daemon.send_signal(signal.SIGTERM)
     try:
         status = daemon.wait(timeout=30)
@@ -251,6 +336,16 @@ def main():
         probe_summary = probe_err.strip().splitlines()[-1] if probe_err.strip() else "(silent)"
         gaps = trace_lineup.read_probe(os.path.join(work, "probe.csv"))
     lined_up, lineup_summary = trace_lineup.lineup(traces, gaps) if traces else ([], {})
+    for r in lined_up:
+        r["machine"] = machine_deltas(samples, r["start_ns"])
+    thp = {}
+    for name in ("enabled", "defrag", "khugepaged/scan_sleep_millisecs",
+                 "khugepaged/pages_to_scan", "khugepaged/defrag"):
+        try:
+            with open("/sys/kernel/mm/transparent_hugepage/" + name) as f:
+                thp[name] = f.read().strip()
+        except OSError:
+            pass
 
     first, last = rows[0], rows[-1]
     span = last["t_s"] - first["t_s"]
@@ -286,6 +381,8 @@ def main():
     print("summary: RSS %d KiB at %.0f s, max %d KiB after it (tolerance %d KiB)" % (
         base_rss, after[0]["t_s"], max_rss, tolerance))
     print("summary: " + probe_summary)
+    print("summary: transparent huge pages %s%s" % (
+        json.dumps(thp), ", disabled for the daemon" if args.no_thp else ""))
     if lineup_summary:
         print("summary: late periods lined up: %s" % json.dumps(lineup_summary))
         for r in lined_up[:40]:
@@ -297,6 +394,7 @@ def main():
     result = {"test": "zero-latency load through paced file endpoints", "commit": commit,
               "machine": os.uname().nodename, "date": datetime.datetime.utcnow().isoformat() + "Z",
               "backend": args.backend, "kernel": args.kernel, "spin_us": args.spin_us, "channels": args.channels,
+              "no_thp": args.no_thp, "transparent_hugepage": thp,
               "period": args.period, "taps": args.taps, "seconds": wall_s,
               "swaps_requested": requested, "passed": not failures, "failures": failures,
               "rows": rows, "probe": probe_summary, "probe_gaps": gaps,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -98,14 +99,54 @@ LoadedModule load_module() {
   return loaded;
 }
 
-// Loaded once per process, on first use (thread safe).
-const LoadedModule& cuda_module() {
-  static const LoadedModule loaded = load_module();
-  return loaded;
+// The CUDA start-up (libraries, driver, the device's context: about 0.3 s on
+// an H100 host, most of it cuInit and the context), made once per process on a
+// thread of its own: start_cuda_in_background() begins it while the caller
+// reads its input and filters; make_engine waits for it.
+struct CudaStart {
+  LoadedModule loaded;
+  bool available = false;
+  std::string reason;
+  double load_ms = 0, device_ms = 0;
+};
+
+CudaStart start_cuda() {
+  CudaStart start;
+  const auto t0 = std::chrono::steady_clock::now();
+  start.loaded = load_module();
+  start.load_ms = milliseconds_since(t0);
+  start.reason = start.loaded.reason;
+  if (start.loaded.module != nullptr)
+    start.available = start.loaded.module->device_available(&start.reason);
+  start.device_ms = milliseconds_since(t0) - start.load_ms;
+  return start;
+}
+
+const std::shared_future<CudaStart>& cuda_start() {
+  static const std::shared_future<CudaStart> started =
+      std::async(std::launch::async, start_cuda).share();
+  return started;
 }
 
 }  // namespace
 #endif
+
+void start_cuda_in_background() {
+#ifdef TAPSTREAM_CUDA_MODULE
+  static_cast<void>(cuda_start());
+#endif
+}
+
+Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t frames) {
+  if (requested != Backend::automatic || frames < 0) return requested;
+  const double samples = double(channels) * double(frames);
+  if (samples > double(kCpuJobSamples)) return requested;
+  spdlog::debug(
+      "backend auto: using the CPU engine for a job of {} samples ({} frames, {} channel{}): it "
+      "is filtered sooner than the GPU would start (docs/performance.md, \"File to file\")",
+      std::int64_t(samples), frames, channels, channels == 1 ? "" : "s");
+  return Backend::cpu;
+}
 
 std::size_t offline_block_frames(const std::string& engine, std::size_t channels) {
   const bool cuda = engine == "cuda";
@@ -154,29 +195,28 @@ Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cp
   if (backend == Backend::cpu) return make_cpu();
 #ifdef TAPSTREAM_CUDA_MODULE
   const auto start = std::chrono::steady_clock::now();
-  const LoadedModule& loaded = cuda_module();
-  const double load_ms = milliseconds_since(start);
-  std::string reason = loaded.reason;
-  if (loaded.module != nullptr && loaded.module->device_available(&reason)) {
-    const double device_ms = milliseconds_since(start) - load_ms;
+  const CudaStart& started = cuda_start().get();
+  const double waited_ms = milliseconds_since(start);
+  std::string reason = started.reason;
+  if (started.available) {
+    const auto engine_start = std::chrono::steady_clock::now();
     const auto log_startup = [&] {
       spdlog::debug(
-          "cuda start-up: {:.1f} ms (libraries {:.1f} ms, device query {:.1f} ms, engine and "
-          "context {:.1f} ms)",
-          milliseconds_since(start), load_ms, device_ms,
-          milliseconds_since(start) - load_ms - device_ms);
+          "cuda start-up: libraries {:.1f} ms, device query {:.1f} ms (waited for {:.1f} ms of "
+          "them), engine and context {:.1f} ms",
+          started.load_ms, started.device_ms, waited_ms, milliseconds_since(engine_start));
     };
     if (backend == Backend::cuda) {
-      Made engine = make_cuda(*loaded.module);
+      Made engine = make_cuda(*started.loaded.module);
       log_startup();
       return engine;
     }
     try {
-      Made engine = make_cuda(*loaded.module);
+      Made engine = make_cuda(*started.loaded.module);
       log_startup();
       return engine;
     } catch (const std::exception& e) {
-      reason = loaded.module->failure_sentence(e.what());
+      reason = started.loaded.module->failure_sentence(e.what());
     }
   }
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
@@ -210,7 +250,7 @@ std::unique_ptr<MatrixEngine> make_cuda_matrix(const Module& module, const Routi
   transport.pinned = {module.allocate_pinned, module.free_pinned};
   transport.call_host_us = module.last_call_host_us;
   transport.process_device = module.process_device;
-  return std::make_unique<DiagonalEngine>(std::move(engine), transport);
+  return std::make_unique<DiagonalEngine>(std::move(engine), transport, &matrix);
 }
 
 std::unique_ptr<MatrixEngine> make_cpu_matrix(const RoutingMatrix& matrix,
@@ -219,8 +259,10 @@ std::unique_ptr<MatrixEngine> make_cpu_matrix(const RoutingMatrix& matrix,
   if (!matrix.is_diagonal()) {
     return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options));
   }
-  return std::make_unique<DiagonalEngine>(make_cpu_engine(
-      *matrix.diagonal_bank(), for_engine("cpu", channels, folding_delays(matrix, options))));
+  return std::make_unique<DiagonalEngine>(
+      make_cpu_engine(*matrix.diagonal_bank(),
+                      for_engine("cpu", channels, folding_delays(matrix, options))),
+      EngineTransport{}, &matrix);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // when a job asks for it (daemon/cuda_module), so that a run on the CPU engine
 // starts without loading the CUDA libraries or creating a CUDA context.
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,24 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
 // list's culprit (a GPU that is not there), std::runtime_error for cuda
 // without a usable GPU (its reason, as make_engine says it).
 std::vector<int> engine_devices(Backend backend, const DeviceList& list);
+
+// Begins the CUDA start-up (loading the module and its libraries, the
+// driver, the device's context) on a thread of its own, once per process, so
+// that it overlaps what the caller does before make_engine (reading headers
+// and filters); make_engine waits for it. Does nothing without CUDA.
+void start_cuda_in_background();
+
+// A file job of `frames` frames of `channels` channels (the larger of a
+// matrix's inputs and outputs) under `requested`: automatic becomes the CPU
+// engine for jobs of at most kCpuJobSamples samples, where the CUDA engine
+// cannot win. Measured file to file on the H100 host (16 cores,
+// docs/performance.md, "File to file"): the GPU's start-up costs about
+// 0.3 s, a job of 32 ch x 60 s (92 M samples) at 2048 or 65536 taps
+// took 0.54-0.73 s on the CPU engine and 0.79-0.90 s on the CUDA engine, a
+// job of 256 ch x 60 s (737 M samples) 5.7 s and 4.0 s. Any other request,
+// and a job of unknown length (frames < 0), is returned as it is.
+inline constexpr std::size_t kCpuJobSamples = std::size_t(1) << 27;
+Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t frames);
 
 // Frames per offline block for an engine (cpu or cuda) and channel count:
 // large enough that the per-call cost vanishes, small enough that six blocks

@@ -168,7 +168,9 @@ class PinnedBuffer {
 class GraphExec {
  public:
   GraphExec() = default;
-  // Ends a capture begun with cudaStreamBeginCapture on `stream` and instantiates it.
+  // Ends a capture begun with cudaStreamBeginCapture on `stream`,
+  // instantiates it and uploads it to the device on `stream`, so that its
+  // first launch (a tail step in a live period) costs what the later ones do.
   static GraphExec end_capture(cudaStream_t stream) {
     cudaGraph_t graph = nullptr;
     TAPSTREAM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
@@ -177,6 +179,7 @@ class GraphExec {
     cudaGraphDestroy(graph);
     if (error != cudaSuccess)
       throw_cuda_error(error, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+    TAPSTREAM_CUDA_CHECK(cudaGraphUpload(result.exec_, stream));
     return result;
   }
   ~GraphExec() {

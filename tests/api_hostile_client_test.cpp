@@ -8,7 +8,10 @@
 // a configuration the next start would refuse is not stored; a 6 KB
 // apply_config passes on the socket and an oversized request gets a clear
 // error. What the owner may do on the socket (`load` of any file, `reload`,
-// `stop`) still works, and the websocket cannot do it.
+// `stop`) still works, and the websocket cannot do it. set_paths (taps in the
+// request, base64 or a binary frame) installs what it names, and refuses
+// bad base64, a wrong length, NaN or infinity, an unknown path, too many
+// taps and malformed frames by name, applying nothing.
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -16,11 +19,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -54,6 +59,44 @@ std::string refusal(const json& reply) {
   EXPECT_FALSE(reply.value("ok", true)) << reply.dump();
   if (!reply.contains("error")) return "";
   return reply["error"].value("type", "") + ": " + reply["error"].value("message", "");
+}
+
+// Base64 of `floats` as little-endian float32 (set_paths' taps_base64).
+std::string base64_floats(const std::vector<float>& floats) {
+  static constexpr char alphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  for (const float f : floats) {
+    std::uint32_t word;
+    std::memcpy(&word, &f, 4);
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>((word >> (8 * b)) & 0xff));
+  }
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t chunk = 0;
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    for (std::size_t k = 0; k < 3; ++k)
+      chunk = (chunk << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (std::size_t k = 0; k < 4; ++k)
+      out.push_back(k <= n ? alphabet[(chunk >> (18 - 6 * k)) & 63] : '=');
+  }
+  return out;
+}
+
+// A set_paths binary frame: the header's length (4 bytes, little-endian),
+// the JSON header, then the taps as little-endian float32.
+std::string binary_frame(const json& header, const std::vector<float>& taps) {
+  const std::string text = header.dump();
+  std::string frame;
+  const auto length = static_cast<std::uint32_t>(text.size());
+  for (int b = 0; b < 4; ++b) frame.push_back(static_cast<char>((length >> (8 * b)) & 0xff));
+  frame += text;
+  for (const float f : taps) {
+    std::uint32_t word;
+    std::memcpy(&word, &f, 4);
+    for (int b = 0; b < 4; ++b) frame.push_back(static_cast<char>((word >> (8 * b)) & 0xff));
+  }
+  return frame;
 }
 
 class HostileClient : public ::testing::Test {
@@ -478,6 +521,147 @@ TEST_F(HostileClient, TheWatcherDoesNotSayAFileChangedAndNothingChanged) {
   const std::string log = read_text(dir_ / "daemon.err");
   EXPECT_EQ(log.find("no filter file changed"), std::string::npos) << log;
   EXPECT_NE(log.find("channel 0 keeps"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+// The taps get_filter reports for `channel` (its effective filter).
+std::vector<float> running_taps(WebsocketClient& client, std::size_t channel) {
+  const json filter = api_ok(client, {{"request", "get_filter"}, {"channel", channel}});
+  return filter.value("taps", std::vector<float>());
+}
+
+// A websocket binary frame's reply.
+json binary_call(WebsocketClient& client, const std::string& frame) {
+  if (!client.send_frame(0x2, frame)) return json::object();
+  const auto reply = client.receive();
+  return reply ? json::parse(*reply) : json::object();
+}
+
+TEST_F(HostileClient, SetPathsInstallsTapsSentAsBase64OrInABinaryFrame) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::uint64_t swaps = api_ok(client, {{"request", "get_stats"}})["swaps"];
+  const json text_reply =
+      api_ok(client, {{"request", "set_paths"},
+                      {"paths", {{{"path", 0}, {"taps_base64", base64_floats({0.5f, 0.25f})}}}}});
+  EXPECT_EQ(text_reply["paths"], 1);
+  EXPECT_EQ(running_taps(client, 0), (std::vector<float>{0.5f, 0.25f}));
+  EXPECT_EQ(running_taps(client, 1), (std::vector<float>{1.0f}));
+
+  // Both paths at once: one by its pair from the frame's data, one in the text.
+  const json header = {{"id", 9},
+                       {"request", "set_paths"},
+                       {"paths",
+                        {{{"input", 1}, {"output", 1}, {"binary_taps", 3}},
+                         {{"path", 0}, {"taps_base64", base64_floats({-0.125f})}}}}};
+  const json frame_reply = binary_call(client, binary_frame(header, {0.75f, -0.5f, 0.0625f}));
+  EXPECT_TRUE(frame_reply.value("ok", false)) << frame_reply.dump();
+  EXPECT_EQ(frame_reply.value("id", 0), 9);
+  EXPECT_EQ(running_taps(client, 1), (std::vector<float>{0.75f, -0.5f, 0.0625f}));
+  EXPECT_EQ(running_taps(client, 0), (std::vector<float>{-0.125f}));
+  const json stats = api_ok(client, {{"request", "get_stats"}});
+  EXPECT_EQ(stats["swaps"].get<std::uint64_t>(), swaps + 2);
+  EXPECT_EQ(stats["rejected_swaps"], 0);
+
+  // The owner's socket takes it too (base64 only: a line of text).
+  const json owner =
+      socket_call({{"request", "set_paths"},
+                   {"paths", {{{"path", 1}, {"taps_base64", base64_floats({0.5f})}}}}});
+  EXPECT_TRUE(owner.value("ok", false)) << owner.dump();
+  EXPECT_EQ(running_taps(client, 1), (std::vector<float>{0.5f}));
+}
+
+TEST_F(HostileClient, HostileSetPathsAreRefusedByNameAndNothingApplies) {
+  ASSERT_NO_FATAL_FAILURE(start());
+  WebsocketClient client(port_, "/ws");
+  ASSERT_TRUE(client.open());
+  const std::uint64_t swaps = api_ok(client, {{"request", "get_stats"}})["swaps"];
+  const auto request = [](json paths) { return json{{"request", "set_paths"}, {"paths", paths}}; };
+  const std::string half = base64_floats({0.5f});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    json request;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {request({{{"path", 0}, {"taps_base64", "@@not*base64"}}}),
+       "bad_request: paths[0] (path 0 (input 0 -> output 0)): 'taps_base64' is not base64"},
+      {request({{{"path", 0}, {"taps_base64", "AAAAAAA="}}}),
+       "invalid_value: paths[0] (path 0 (input 0 -> output 0)): 'taps_base64' holds 5 bytes, "
+       "not whole float32 taps"},
+      {request({{{"path", 1}, {"taps_base64", base64_floats({0.5f, nan})}}}),
+       "rejected: path 1 (input 1 -> output 1): tap 1 is not a finite number"},
+      {request({{{"path", 0}, {"taps_base64", base64_floats({-inf})}}}),
+       "rejected: path 0 (input 0 -> output 0): tap 0 is not a finite number"},
+      {request({{{"path", 7}, {"taps_base64", half}}}),
+       "invalid_value: paths[0]: 'path' = 7 is not one of 0..1"},
+      {request({{{"path", 0.5}, {"taps_base64", half}}}),
+       "invalid_value: paths[0]: 'path' = 0.5 is not one of 0..1"},
+      {request({{{"input", 0}, {"output", 1}, {"taps_base64", half}}}),
+       "invalid_value: paths[0]: input 0 -> output 1 is not a path of the running matrix"},
+      {request({{{"path", 0}, {"taps_base64", base64_floats(std::vector<float>(1025, 0.1f))}}}),
+       "rejected: path 0 (input 0 -> output 0): 1025 taps; the running engine holds at most 1024"},
+      {request({{{"path", 0}, {"taps_base64", half}}, {{"path", 0}, {"taps_base64", half}}}),
+       "rejected: path 0 (input 0 -> output 0): named twice in one update"},
+      {request({{{"path", 0}}}),
+       "bad_request: paths[0] (path 0 (input 0 -> output 0)): give "
+       "exactly one of 'taps_base64' and 'binary_taps'"},
+      {request({{{"path", 0}, {"taps_base64", half}, {"binary_taps", 1}}}), "give exactly one of"},
+      {request({{{"path", 0}, {"binary_taps", 4}}}),
+       "invalid_value: paths[0] (path 0 (input 0 -> output 0)): 'binary_taps' = 4, but the "
+       "binary frame has 0 taps left (a request sent as text has none)"},
+      {request({{{"path", 0}, {"taps_base64", ""}}}), "no taps"},
+      {request(json::array()), "bad_request: 'paths' must be a non-empty array"},
+      {request("all"), "bad_request: 'paths' must be a non-empty array"},
+      {request({{{"path", 0}, {"taps_base64", half}},
+                {{"path", 1}, {"taps_base64", half}},
+                {{"path", 1}, {"taps_base64", half}}}),
+       "invalid_value: 3 paths named; the running matrix has 2"},
+      {request({7}), "bad_request: paths[0] must be an object"},
+  };
+  for (const Case& c : cases) {
+    const std::string got = refusal(api_call(client, c.request));
+    EXPECT_NE(got.find(c.says), std::string::npos)
+        << c.request.dump().substr(0, 200) << "\n-> " << got;
+  }
+  // Binary frames: short, a header longer than the frame, taps left over,
+  // fewer taps than asked, and data for a request that takes none.
+  const json header = {{"request", "set_paths"}, {"paths", {{{"path", 0}, {"binary_taps", 2}}}}};
+  const std::vector<std::pair<std::string, std::string>> frames = {
+      {std::string("\x01\x00", 2), "the header's length (4 bytes)"},
+      {std::string("\xff\xff\x00\x00{}", 6), "header is 65535 bytes long, but the frame holds 2"},
+      {binary_frame(header, {0.5f, 0.5f, 0.5f}),
+       "the binary frame holds 12 bytes of taps; the "
+       "paths take 8"},
+      {binary_frame(header, {0.5f}), "'binary_taps' = 2, but the binary frame has 1 taps left"},
+      {binary_frame({{"request", "get_state"}}, {0.5f}), "a binary frame carries set_paths' taps"},
+      {binary_frame({{"request", "set_paths"}, {"paths", {{{"path", 0}, {"binary_taps", 1}}}}},
+                    {nan}),
+       "path 0 (input 0 -> output 0): tap 0 is not a finite number"},
+  };
+  for (const auto& [frame, says] : frames) {
+    const std::string got = refusal(binary_call(client, frame));
+    EXPECT_NE(got.find(says), std::string::npos) << says << "\n-> " << got;
+  }
+  // Nothing applied: the configured filter runs on both channels.
+  EXPECT_EQ(running_taps(client, 0), (std::vector<float>{1.0f}));
+  EXPECT_EQ(running_taps(client, 1), (std::vector<float>{1.0f}));
+  EXPECT_EQ(api_ok(client, {{"request", "get_stats"}})["swaps"].get<std::uint64_t>(), swaps);
+
+  // A message over the bound is cut off; the daemon goes on for others.
+  const std::string huge = base64_floats(std::vector<float>(max_control_request_bytes / 3, 0.1f));
+  client.send(request({{{"path", 0}, {"taps_base64", huge}}}).dump());
+  EXPECT_FALSE(client.receive(std::chrono::seconds(5)).has_value());
+  WebsocketClient next(port_, "/ws");
+  ASSERT_TRUE(next.open());
+  EXPECT_EQ(running_taps(next, 0), (std::vector<float>{1.0f}));
 }
 
 }  // namespace

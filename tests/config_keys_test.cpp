@@ -97,6 +97,20 @@ class ConfigChangesTest : public ::testing::Test {
   TempDir dir_{"tapstream-config-keys"};
 };
 
+TEST_F(ConfigChangesTest, TheDevicesRateIsOneValueWhateverTheDeviceRunsAt) {
+  const auto device_rate = [&](int rate_in_force) {
+    LiveConfig config = parse_live_config(
+        "sample_rate = \"device\"\n[input]\nfile = \"in.wav\"\n[output]\nfile = "
+        "\"out.wav\"\n[filter]\nfile = \"a.txt\"\n",
+        dir_.path(), "test");
+    config.sample_rate = rate_in_force;  // what the daemon found the device at
+    return config;
+  };
+  using Keys = std::vector<std::string>;
+  EXPECT_EQ(config_changes(device_rate(44100), device_rate(48000)).restart_needed(), Keys{});
+  EXPECT_EQ(config_changes(parse(), device_rate(48000)).restart, Keys{"sample_rate"});
+}
+
 TEST_F(ConfigChangesTest, OneChangedKeyIsReportedUnderItsOwnNameInItsClass) {
   const LiveConfig base = parse();
   const auto changes_of = [&](const LiveConfig& next) { return config_changes(base, next); };
@@ -118,6 +132,8 @@ TEST_F(ConfigChangesTest, OneChangedKeyIsReportedUnderItsOwnNameInItsClass) {
   EXPECT_EQ(changes_of(parse("watch = false\n")).reload, Keys{"filter.watch"});
   EXPECT_EQ(changes_of(parse("watch = false\n")).restart_needed(), Keys{});
   EXPECT_EQ(changes_of(parse("max_taps = 4096\n")).restart, Keys{"filter.max_taps"});
+  EXPECT_EQ(changes_of(parse("resample = false\n")).reload, Keys{"filter.resample"});
+  EXPECT_EQ(changes_of(parse("resample = false\n")).restart_needed(), Keys{});
   EXPECT_EQ(changes_of(parse("", "block_frames = 128\n")).restart, Keys{"block_frames"});
 
   // File-only keys, each alone.

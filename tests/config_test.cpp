@@ -153,6 +153,30 @@ TEST(LiveConfig, EngineDevicesAreAllOrAListAndUnsetMeansEngineDeviceAlone) {
   EXPECT_EQ(config.engine.device, 1);
 }
 
+TEST(LiveConfig, TheDevicesRateAndPerRateFileNamesAreRead) {
+  ConfigDir dir;
+  std::ofstream(dir.path() / "room_44100.txt") << "1\n";
+  // "device": any rate's file will do until the device says its rate.
+  const LiveConfig device = load_live_config(
+      dir.write("sample_rate = \"device\"\n[filter]\nfile = \"room_$samplerate$.txt\"\n"));
+  EXPECT_TRUE(device.sample_rate_from_device);
+  EXPECT_TRUE(device.resample_filters);
+  EXPECT_EQ(device.filter_files.front(), dir.path() / "room_$samplerate$.txt");
+  // A fixed rate with only another rate's file: the nearest, resampled...
+  EXPECT_NO_THROW(load_live_config(
+      dir.write("sample_rate = 48000\n[filter]\nfile = \"room_$samplerate$.txt\"\n")));
+  // ...refused with resample = false, naming the file it looked for.
+  try {
+    load_live_config(dir.write(
+        "sample_rate = 48000\n[filter]\nfile = \"room_$samplerate$.txt\"\nresample = false\n"));
+    FAIL() << "a missing rate was accepted with resample = false";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir.path() / "room_48000.txt").string() + " is missing"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LiveConfig, JackNameAndConnectionsAreRead) {
   ConfigDir dir;
   const LiveConfig absent = load_live_config(dir.write(filter_table));
@@ -240,7 +264,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"SampleRateZero", "sample_rate = 0\n", {"sample_rate = 0", "between 1000 and"}},
         BadCase{"SampleRateString",
                 "sample_rate = \"48000\"\n",
-                {"sample_rate = '48000'", "expected an integer, got a string"}},
+                {"sample_rate = '48000'", "expected a rate in Hz", "or \"device\""}},
+        BadCase{"SampleRateOtherWord", "sample_rate = \"auto\"\n", {"sample_rate = 'auto'"}},
+        BadCase{"RateFileMissingEverywhere",
+                "[filter]\nfile = \"room_$samplerate$.txt\"\n",
+                {"filter.file", "room_$samplerate$.txt: no file for 48000 Hz"},
+                false},
         BadCase{"SampleRateFloat", "sample_rate = 48000.5\n", {"sample_rate = 48000.5", "integer"}},
         BadCase{
             "BlockFramesZero", "block_frames = 0\n", {"block_frames = 0", "between 1 and 65536"}},

@@ -27,7 +27,9 @@
 
 #include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
+#include "dsp/realtime/deadline_counter.hpp"
 #include "tests/reference.hpp"
+#include "tests/wait_for.hpp"
 
 namespace tapstream {
 namespace {
@@ -598,6 +600,51 @@ TEST(WorkerPool, FinishesJobsWhileWorkersAreStarvedOfCpu) {
   // 300 tiny jobs: a caller that waited for a descheduled worker on each would
   // take a scheduler time slice (milliseconds) per job.
   EXPECT_LT(seconds, 0.5) << "300 jobs took " << seconds << " s";
+}
+
+TEST(WorkerPool, RunByGivesUpAtItsDeadlineOnASlowWorkerAndTheJobFinishesLater) {
+  // The audio callback's use (the non-uniform engine's head): a worker that
+  // has claimed a task and not finished it by the deadline makes run_by()
+  // return false then, not when the worker is done; the job stays in flight
+  // until idle_by() sees it done, with the worker's writes visible. The
+  // caller's task waits until the worker holds the other, so that a worker
+  // surely has one.
+  WorkerPool pool(1);
+  std::atomic<bool> worker_holds_a_task{false}, release{false};
+  std::vector<int> written(2, 0);
+  auto job = [&](std::size_t task, std::size_t thread) {
+    if (thread == 0) {
+      ASSERT_TRUE(testing::wait_until(
+          std::chrono::seconds(30), [&] { return worker_holds_a_task.load(); },
+          "a worker holding a task", std::chrono::microseconds(50)));
+    } else {
+      worker_holds_a_task.store(true);
+      // The slow worker: done when the test says (bounded, so that a broken
+      // pool cannot hang the test).
+      EXPECT_TRUE(testing::wait_until(
+          std::chrono::seconds(30), [&] { return release.load(); }, "released",
+          std::chrono::microseconds(50)));
+    }
+    written[task] = 7;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const timespec deadline = monotonic_after(std::chrono::milliseconds(20));
+  EXPECT_FALSE(pool.run_by(job, 2, &deadline)) << "a worker still holds a task";
+  const double waited_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited_ms, 19.0) << "gave up before the deadline";
+  EXPECT_LT(waited_ms, 2000.0) << "waited far past the deadline";
+  const timespec past = monotonic_after(std::chrono::nanoseconds(0));
+  EXPECT_FALSE(pool.idle_by(&past)) << "the slow task is not done yet";
+  release.store(true);
+  const timespec far = monotonic_after(std::chrono::seconds(30));
+  ASSERT_TRUE(pool.idle_by(&far));
+  EXPECT_EQ(written, std::vector<int>(2, 7));
+  // The pool takes the next job as usual.
+  std::vector<int> next(16, 0);
+  auto fill = [&](std::size_t task, std::size_t) { next[task] = 1; };
+  EXPECT_TRUE(pool.run_by(fill, next.size(), &far));
+  EXPECT_EQ(next, std::vector<int>(16, 1));
 }
 
 TEST(CpuEngine, DescriptionNamesTheAlgorithm) {

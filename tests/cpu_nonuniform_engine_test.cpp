@@ -231,6 +231,95 @@ TEST(CpuNonUniformEngine, RejectsABankItCannotHold) {
   EXPECT_THROW(engine->process(buffer, buffer, 65, Layout::interleaved), std::invalid_argument);
 }
 
+// The engine with its in-call head spread over `threads` threads
+// (EngineOptions::cpu.threads; 0: the default).
+std::unique_ptr<Engine> nonuniform_on_threads(const FilterBank& bank, std::size_t block,
+                                              std::size_t taps, std::size_t threads) {
+  EngineOptions options;
+  options.max_block_frames = block;
+  options.max_taps = taps;
+  options.cpu.threads = threads;
+  const CpuPartitionCosts costs;  // as nonuniform(): tails from a few thousand taps on
+  return make_cpu_nonuniform_engine(bank, options,
+                                    plan_partitions(std::bit_ceil(block), taps, costs));
+}
+
+TEST(CpuNonUniformEngine, HeadThreadsDoNotChangeTheOutput) {
+  // Many channels, an odd count (tasks and channel groups of unequal sizes),
+  // filters of different lengths, calls of random sizes and a crossfading
+  // swap mid-stream: the head spread over 2 or 3 threads, and the tail
+  // segments over channel groups with it, give the same output, bit for
+  // bit, as the head on the caller and one thread per tail segment (each
+  // channel's arithmetic is the same whichever thread runs it), and that
+  // output is the convolution.
+  const std::size_t channels = 77, taps = 20000, n = 9000, block = 64;
+  const std::uint64_t seed = 90;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<std::vector<float>> filters, next_filters, x;
+  for (std::size_t c = 0; c < channels; ++c) {
+    filters.push_back(random_signal(taps - 13 * (c % 7), seed + c));
+    next_filters.push_back(random_signal(taps - 29 * (c % 5), seed + 500 + c));
+    x.push_back(random_signal(n, seed + 1000 + c));
+  }
+  const std::size_t cut = n / 2;
+  std::vector<std::vector<float>> first(channels), second(channels);
+  for (std::size_t c = 0; c < channels; ++c) {
+    first[c].assign(x[c].begin(), x[c].begin() + std::ptrdiff_t(cut));
+    second[c].assign(x[c].begin() + std::ptrdiff_t(cut), x[c].end());
+  }
+  std::vector<std::vector<float>> outputs;
+  std::size_t tail_threads_alone = 0;
+  for (const std::size_t threads : {1, 2, 3}) {
+    auto engine = nonuniform_on_threads(FilterBank::per_channel(filters), block, taps, threads);
+    const std::string description = engine->description();
+    std::printf("[ engine   ] %s\n", description.c_str());
+    const auto tails_at = description.find("tails on ");
+    ASSERT_NE(tails_at, std::string::npos) << description;
+    const std::size_t tail_threads = std::stoul(description.substr(tails_at + 9));
+    if (threads == 1) {
+      tail_threads_alone = tail_threads;
+    } else {
+      EXPECT_NE(description.find("on " + std::to_string(threads) + " threads"), std::string::npos)
+          << description;
+      EXPECT_GT(tail_threads, tail_threads_alone)
+          << "tail segments in channel groups: " << description;
+    }
+    std::vector<float> y = run_random_calls(*engine, first, block, seed);
+    engine->set_filters(FilterBank::per_channel(next_filters), true);
+    // The swap lands at the same frame in every run: the bank is ready
+    // before the next call.
+    ASSERT_TRUE(prepared_within(*engine, std::chrono::seconds(60)));
+    const std::vector<float> rest = run_random_calls(*engine, second, block, seed + 1);
+    std::vector<float> whole(channels * n);
+    for (std::size_t c = 0; c < channels; ++c) {
+      std::copy_n(y.begin() + std::ptrdiff_t(c * cut), cut, whole.begin() + std::ptrdiff_t(c * n));
+      std::copy_n(rest.begin() + std::ptrdiff_t(c * (n - cut)), n - cut,
+                  whole.begin() + std::ptrdiff_t(c * n + cut));
+    }
+    outputs.push_back(std::move(whole));
+  }
+  for (const std::size_t c : {std::size_t(0), channels / 2, channels - 1}) {
+    const auto want = reference_convolution(first[c], filters[c]);
+    EXPECT_LE(relative_error(std::span<const float>(outputs[0].data() + c * n, cut), want), 1e-5)
+        << "channel " << c;
+  }
+  EXPECT_EQ(outputs[0], outputs[1]) << "2 head threads";
+  EXPECT_EQ(outputs[0], outputs[2]) << "3 head threads";
+}
+
+TEST(CpuNonUniformEngine, AFewChannelsKeepTheHeadOnTheCaller) {
+  // Waking threads for a few channels' head costs more than it saves: by
+  // default, and even where threads are allowed, the head stays on the
+  // caller (the description names no head threads).
+  const auto few =
+      nonuniform_on_threads(FilterBank::shared(random_signal(65536, 3), 8), 64, 65536, 0);
+  EXPECT_EQ(few->description().find(" threads, tails"), std::string::npos) << few->description();
+  const auto forced =
+      nonuniform_on_threads(FilterBank::shared(random_signal(65536, 3), 8), 64, 65536, 2);
+  EXPECT_EQ(forced->description().find(" threads, tails"), std::string::npos)
+      << "8 channels are too few to split even when threads are allowed: " << forced->description();
+}
+
 }  // namespace
 }  // namespace tapstream
 
@@ -506,6 +595,124 @@ TEST(CpuNonUniformEngine, BanksPostedFromAnotherThreadCrossfadeWhileCallsRun) {
   poster.join();
   EXPECT_EQ(fades, swaps);
   EXPECT_GE(swaps, 4u);
+}
+
+// Threads started while it lives run on one CPU (B), where a real-time hog
+// takes the CPU for 3 ms of every 4 until stop(): a thread there is stopped
+// for milliseconds wherever it is, in the middle of its work too. The test's
+// own thread moves to another CPU (A) once the threads are started.
+class StarvedThreadsCpu {
+ public:
+  StarvedThreadsCpu() {
+    sched_getaffinity(0, sizeof(all_), &all_);
+    int found = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && found < 2; ++cpu) {
+      if (CPU_ISSET(cpu, &all_)) (found++ == 0 ? cpu_a_ : cpu_b_) = cpu;
+    }
+    usable = found == 2 && pin(cpu_b_);
+  }
+  ~StarvedThreadsCpu() {
+    stop();
+    sched_setaffinity(0, sizeof(all_), &all_);
+  }
+  StarvedThreadsCpu(const StarvedThreadsCpu&) = delete;
+  StarvedThreadsCpu& operator=(const StarvedThreadsCpu&) = delete;
+
+  // After the threads to starve were started: the caller to CPU A, the hog on B.
+  void start() {
+    pin(cpu_a_);
+    std::atomic<int> fifo{-1};
+    hog_ = std::thread([this, &fifo] {
+      pin(cpu_b_);
+      sched_param param{};
+      param.sched_priority = 50;
+      fifo.store(sched_setscheduler(0, SCHED_FIFO, &param) == 0 ? 1 : 0);
+      while (!stop_.load()) {
+        // The load pattern, not a wait: busy 3 ms, then 1 ms for the
+        // starved threads to run (and be caught mid-work when it comes back).
+        const auto busy_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+        while (std::chrono::steady_clock::now() < busy_until && !stop_.load()) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    while (fifo.load() < 0) std::this_thread::yield();
+    realtime = fifo.load() == 1;
+    if (!realtime) std::printf("SCHED_FIFO refused: the hog only shares CPU B\n");
+  }
+  void stop() {
+    stop_.store(true);
+    if (hog_.joinable()) hog_.join();
+  }
+
+  bool usable = false;    // two CPUs, and this thread could move
+  bool realtime = false;  // the hog preempts the threads on B
+
+ private:
+  static bool pin(int cpu) {
+    cpu_set_t one{};
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+
+  cpu_set_t all_{};
+  int cpu_a_ = 0, cpu_b_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread hog_;
+};
+
+TEST(CpuNonUniformEngine, HeadThreadsLateAtTheDeadlinePlaySilenceAndLaterCallsStayExact) {
+  // The head spread over 3 threads, all the engine's threads on a CPU that a
+  // real-time hog takes for 3 ms of every 4 (so a head thread is stopped in
+  // the middle of its channels, for longer than a call), deadlines already
+  // past for the first 200 calls, called back to back: the caller gives up
+  // on a head thread still in its channels when its own share is done (the
+  // call is late, the job stays in flight), and a call that finds it still
+  // busy cannot feed the head (an overload). Every call must be exact or
+  // silence, and once the hog stops and calls come at a device's pace with
+  // generous deadlines, the engine recovers and is exact. Large calls make
+  // long tasks; a sparse filter keeps the float64 reference cheap.
+  const std::size_t channels = 31, taps = 16384, block = 1024, n = 200000;
+  const std::uint64_t seed = 91;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<float> h(taps, 0.0f);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 24; ++i) h[rng() % taps] = float(int(rng() % 2001) - 1000) / 1000.0f;
+  h[0] = 1.0f;
+  h[taps - 1] = 0.5f;
+  std::vector<std::vector<float>> x;
+  std::vector<std::vector<double>> want;
+  for (std::size_t c = 0; c < channels; ++c) {
+    x.push_back(random_signal(n, seed + 10 + c));
+    std::vector<double> y(n, 0.0);
+    for (std::size_t t = 0; t < taps; ++t) {
+      if (h[t] == 0.0f) continue;
+      for (std::size_t f = t; f < n; ++f) y[f] += double(h[t]) * double(x[c][f - t]);
+    }
+    want.push_back(std::move(y));
+  }
+  StarvedThreadsCpu cpu;
+  if (!cpu.usable) GTEST_SKIP() << "needs two CPUs it may move threads between";
+  auto engine = nonuniform_on_threads(FilterBank::shared(h, channels), block, taps, 3);
+  ASSERT_NE(engine->description().find("on 3 threads"), std::string::npos) << engine->description();
+  cpu.start();
+  const DeadlineRun run = run_with_deadlines(
+      *engine, x, want, block, seed,
+      [&](std::size_t call, std::size_t) {
+        if (call < 200) return monotonic_after(std::chrono::nanoseconds(0));
+        cpu.stop();
+        // Not a wait for a condition: a device's pace, the caller idling
+        // between periods.
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+        return monotonic_after(std::chrono::seconds(30));
+      },
+      8192);
+  std::printf("%zu of %zu calls late, longest run %zu\n", run.late_calls, run.calls,
+              run.longest_late_run);
+  if (cpu.realtime) {
+    EXPECT_GT(run.late_calls, 0u) << "no call was late";
+  }
 }
 
 }  // namespace

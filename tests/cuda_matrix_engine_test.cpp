@@ -2,7 +2,9 @@
 // cuBLAS), against a float64 reference of each output as the sum of its paths:
 // at random call sizes (mostly launched one by one), at fixed call sizes
 // (replayed as CUDA graphs), and through a crossfaded swap; skips, with the
-// reason, where there is no usable GPU.
+// reason, where there is no usable GPU. Per-path updates (set_paths from host
+// taps, set_paths_device from device arrays) at every call against the
+// float64 piecewise crossfaded reference (tests/path_updates_support.hpp).
 
 #include "kernels/matrix/cuda_matrix_engine.hpp"
 
@@ -12,13 +14,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "matrix_support.hpp"
+#include "path_updates_support.hpp"
 
 namespace tapstream {
 namespace {
@@ -176,6 +181,209 @@ TEST(CudaMatrixEngineOptions, BlocksWithoutGraphsGiveTheSameOutputAsGraphs) {
     outputs.push_back(run_stream(*engine, inputs, blocks, Layout::planar));
   }
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+}  // namespace
+}  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+// Taps on the engine's GPU for set_paths_device, freed with the object.
+class DeviceTaps {
+ public:
+  DeviceTaps(const MatrixEngine& engine, const std::vector<float>& host)
+      : memory_(engine.device_memory()), size_(host.size()) {
+    data_ = memory_.allocate(size_);
+    memory_.copy_from_host(data_, host.data(), size_);
+  }
+  ~DeviceTaps() { memory_.free(data_); }
+  DeviceTaps(const DeviceTaps&) = delete;
+  DeviceTaps& operator=(const DeviceTaps&) = delete;
+  std::span<const float> span() const { return {data_, size_}; }
+
+ private:
+  DeviceMemory memory_;
+  float* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// set_paths_device with copies of the updates' host taps on the GPU.
+void update_from_device(MatrixEngine& engine, const std::vector<PathTaps>& host) {
+  std::vector<std::unique_ptr<DeviceTaps>> copies;
+  std::vector<PathTaps> updates;
+  for (const PathTaps& u : host) {
+    copies.push_back(
+        std::make_unique<DeviceTaps>(engine, std::vector<float>(u.taps.begin(), u.taps.end())));
+    updates.push_back({u.path, copies.back()->span()});
+  }
+  ASSERT_TRUE(engine.set_paths_device(updates, true, nullptr));
+}
+
+// 3 -> 2 with gains, delays, a polarity and output 1 reached by one path.
+RoutingMatrix update_matrix(std::uint64_t seed) {
+  std::vector<MatrixPath> paths;
+  paths.push_back(make_path(0, 0, random_signal(700, seed + 1), -3.0));
+  paths.push_back(make_path(1, 0, random_signal(37, seed + 2), 0.0, 5, true));
+  paths.push_back(make_path(2, 0, random_signal(300, seed + 3), 6.0, 300));
+  paths.push_back(make_path(2, 1, random_signal(150, seed + 4), -1.0, 3));
+  return RoutingMatrix::make(3, 2, std::move(paths));
+}
+
+constexpr std::size_t kUpdateMaxTaps = 1000;  // effective: this engine folds delays
+
+// Every call a random set of paths among the first `updated` takes random taps.
+testing::Schedule random_updates(const RoutingMatrix& m, std::size_t calls, std::size_t updated,
+                                 std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  testing::Schedule schedule;
+  for (std::size_t call = 1; call < calls; ++call)
+    for (std::size_t p = 0; p < updated; ++p) {
+      if (rng() % 3 == 0) continue;
+      const std::size_t reach = kUpdateMaxTaps - m.paths()[p].delay_frames;
+      schedule[call][p] = random_signal(1 + rng() % reach, seed + 100 * call + p);
+    }
+  return schedule;
+}
+
+class CudaPathUpdates : public ::testing::TestWithParam<bool> {  // from device memory?
+ protected:
+  void SetUp() override {
+    std::string reason;
+    if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  }
+  static std::unique_ptr<MatrixEngine> make(const RoutingMatrix& m, std::size_t block) {
+    EngineOptions options;
+    options.max_block_frames = block;
+    options.max_taps = kUpdateMaxTaps;
+    return make_cuda_matrix_engine(m, options);
+  }
+  static std::function<void(MatrixEngine&, const std::vector<PathTaps>&)> updater() {
+    if (!GetParam()) return {};
+    return [](MatrixEngine& e, const std::vector<PathTaps>& u) { update_from_device(e, u); };
+  }
+};
+
+TEST_P(CudaPathUpdates, UpdatesAtEveryCallMatchTheFloat64PiecewiseCrossfadedReference) {
+  const std::uint64_t seed = 2521;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix matrix = update_matrix(seed);
+  for (const std::size_t block : {64, 128, 200}) {
+    SCOPED_TRACE("calls of " + std::to_string(block) + " frames");
+    const std::size_t calls = 50;
+    const std::vector<std::size_t> sizes(calls, block);
+    std::vector<std::vector<float>> inputs;
+    for (std::size_t c = 0; c < 3; ++c)
+      inputs.push_back(random_signal(calls * block, seed + 7 + c));
+    const testing::Schedule schedule = random_updates(matrix, calls, 3, seed + block);
+    const auto engine = make(matrix, block);
+    const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule, updater());
+    const auto want = testing::piecewise_reference(matrix, inputs, sizes, schedule);
+    for (std::size_t o = 0; o < 2; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
+    // Output 1's one path never changed: its output is the plain convolution.
+    EXPECT_LE(relative_error(got[1], reference_output(matrix, inputs, 1)), 1e-5);
+  }
+}
+
+TEST_P(CudaPathUpdates, CallsOfAnySizeFadeOverTheCallAfterTheUpdate) {
+  const std::uint64_t seed = 2522;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix matrix = update_matrix(seed);
+  const std::vector<std::size_t> sizes = testing::random_block_sizes(8000, 300, seed);
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(8000, seed + 7 + c));
+  const testing::Schedule schedule = random_updates(matrix, sizes.size(), 4, seed + 1);
+  const auto engine = make(matrix, 300);
+  const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule, updater());
+  const auto want = testing::piecewise_reference(matrix, inputs, sizes, schedule);
+  for (std::size_t o = 0; o < 2; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
+}
+
+TEST_P(CudaPathUpdates, ManyPathsReplacedEveryBlockMatchTheCpuMatrixEngine) {
+  const std::uint64_t seed = 2523;
+  std::cout << "seed " << seed << "\n";
+  // 48 sources x 2 ears, 2048 taps each, every path replaced every block.
+  std::vector<MatrixPath> paths;
+  for (std::size_t p = 0; p < 96; ++p)
+    paths.push_back(make_path(p / 2, p % 2, random_signal(2048, seed + p)));
+  const RoutingMatrix matrix = RoutingMatrix::make(48, 2, std::move(paths));
+  const std::size_t block = 128, calls = 40;
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 48; ++c)
+    inputs.push_back(random_signal(calls * block, seed + 500 + c));
+  testing::Schedule schedule;
+  for (std::size_t call = 1; call < calls; ++call)
+    for (std::size_t p = 0; p < 96; ++p)
+      schedule[call][p] = random_signal(2048, seed + 1000 * call + p);
+  EngineOptions options;
+  options.max_block_frames = block;
+  options.max_taps = 2048;
+  const auto cuda = make_cuda_matrix_engine(matrix, options);
+  const auto cpu = make_cpu_matrix_engine(matrix, options);
+  const std::vector<std::size_t> sizes(calls, block);
+  const auto got = testing::run_with_updates(*cuda, inputs, sizes, schedule, updater());
+  const auto want = testing::run_with_updates(*cpu, inputs, sizes, schedule);
+  for (std::size_t o = 0; o < 2; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
+}
+
+TEST_P(CudaPathUpdates, BadTapsAreRefusedNamingThePathAndNothingChanges) {
+  const std::uint64_t seed = 2524;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix matrix = update_matrix(seed);
+  const std::size_t block = 64, calls = 20;
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(calls * block, seed + 7 + c));
+  const auto engine = make(matrix, block);
+  std::vector<float> bad = random_signal(40, seed + 9);
+  bad[17] = std::numeric_limits<float>::infinity();
+  const std::vector<float> good = random_signal(40, seed + 10);
+  const std::vector<float> too_long(kUpdateMaxTaps - 300 + 1, 0.1f);  // path 2: delay 300
+  const auto refuse = [&](const std::vector<std::pair<std::size_t, const std::vector<float>*>>& u,
+                          const std::string& says) {
+    std::vector<PathTaps> host;
+    for (const auto& [p, taps] : u) host.push_back({p, *taps});
+    try {
+      if (GetParam()) {
+        update_from_device(*engine, host);
+      } else {
+        engine->set_paths(host, true);
+      }
+      ADD_FAILURE() << "accepted; expected " << says;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refuse({{0, &good}, {1, &bad}}, "path 1 (input 1 -> output 0)");
+  refuse({{2, &too_long}}, "path 2 (input 2 -> output 0): 1001 taps (delay included)");
+  refuse({{4, &good}}, "path 4: no such path");
+  refuse({{3, &good}, {3, &good}}, "named twice");
+  const auto got =
+      testing::run_with_updates(*engine, inputs, std::vector<std::size_t>(calls, block), {});
+  for (std::size_t o = 0; o < 2; ++o)
+    EXPECT_LE(relative_error(got[o], reference_output(matrix, inputs, o)), 1e-5) << o;
+}
+
+INSTANTIATE_TEST_SUITE_P(TapsFrom, CudaPathUpdates, ::testing::Values(false, true),
+                         [](const auto& info) {
+                           return std::string(info.param ? "Device" : "Host");
+                         });
+
+TEST(CudaPathUpdatesMemory, HostTapsGivenAsDeviceTapsAreRefusedNamingThePath) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const RoutingMatrix matrix = update_matrix(2525);
+  EngineOptions options;
+  options.max_block_frames = 64;
+  const auto engine = make_cuda_matrix_engine(matrix, options);
+  const std::vector<float> host = random_signal(10, 1);
+  const std::vector<PathTaps> updates{{3, host}};
+  try {
+    engine->set_paths_device(updates, true, nullptr);
+    ADD_FAILURE() << "host memory accepted as device taps";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("path 3 (input 2 -> output 1)'s taps"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

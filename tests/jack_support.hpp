@@ -43,13 +43,26 @@ inline std::string use_jack_server(std::string server) {
   return server;
 }
 
+// `argv` run so that the child is stopped when the test process dies, a crash
+// included (no destructor runs then): setpriv's parent-death signal, kept
+// across the exec. SIGTERM, not SIGKILL: a killed jackd leaves its entry in
+// JACK's shared registry of servers, and after 8 of them no jackd starts
+// ("Too many servers already active"). Without setpriv (util-linux), `argv`
+// as it is.
+inline std::vector<std::string> dies_with_test(std::vector<std::string> argv) {
+  if (!std::filesystem::exists("/usr/bin/setpriv")) return argv;
+  argv.insert(argv.begin(), {"/usr/bin/setpriv", "--pdeathsig", "TERM"});
+  return argv;
+}
+
 // A JACK server of the test's own, whatever else runs on the machine: jackd's
 // dummy driver (no sound hardware, real time) at `rate` Hz and `period`
 // frames, named `name`-PID and made this process's server, with its output
 // (jackd.out, jackd.err) in a private temporary directory that the test uses
 // for its own files too. -S: synchronous mode, the server waits for every
 // client each cycle, so a late client on a loaded machine delays the cycle
-// instead of losing it, and the xruns the daemon counts are its own.
+// instead of losing it, and the xruns the daemon counts are its own. jackd
+// dies with the test, even a crashed one (dies_with_test).
 struct PrivateJackServer {
   // `ports`: capture and playback ports of the dummy driver ("system").
   // `realtime`: run JACK's threads (and so its clients' process callbacks)
@@ -58,10 +71,11 @@ struct PrivateJackServer {
                     bool realtime = false)
       : dir(name),
         server(use_jack_server(name + "-" + std::to_string(getpid()))),
-        jackd({"jackd", "-S", realtime ? "--realtime" : "--no-realtime", "-t", "10000", "-d",
-               "dummy", "-r", std::to_string(rate), "-p", std::to_string(period), "-C",
-               std::to_string(ports), "-P", std::to_string(ports)},
-              dir / "jackd.out", dir / "jackd.err") {}
+        jackd(
+            dies_with_test({"jackd", "-S", realtime ? "--realtime" : "--no-realtime", "-t", "10000",
+                            "-d", "dummy", "-r", std::to_string(rate), "-p", std::to_string(period),
+                            "-C", std::to_string(ports), "-P", std::to_string(ports)}),
+            dir / "jackd.out", dir / "jackd.err") {}
 
   // A client of this server, retried while the server comes up (for up to
   // long_wait); nullptr if it never does.

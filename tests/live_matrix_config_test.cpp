@@ -48,10 +48,11 @@ class LiveMatrixConfigTest : public ::testing::Test {
   }
 
   // The ConfigError `run` would stop with, from parsing or from reading the paths.
-  std::string refusal(const std::string& path_1) {
+  // `filter`: more [filter] keys.
+  std::string refusal(const std::string& path_1, const std::string& filter = "") {
     write_matrix(path_1);
     try {
-      const LiveConfig config = parse();
+      const LiveConfig config = parse("", filter);
       load_configured_matrix(config);
     } catch (const ConfigError& e) {
       return e.what();
@@ -141,7 +142,6 @@ TEST_F(LiveMatrixConfigTest, EveryBadPathIsRefusedNamingTheFileThePathAndTheReas
       {"input = 0\noutput = 4\nfile = \"high.txt\"", "path[1].output = 4: must be between 0 and 3"},
       {"input = 0\noutput = 0\nfile = \"high.txt\"",
        "path 1 (input 0 -> output 0): input 0 -> output 0 is given twice"},
-      {"input = 0\noutput = 1\nfile = \"ir44k.wav\"", "path 1 (input 0 -> output 1): "},
       {"input = 0\noutput = 1\nfile = \"high.txt\"\nchannel = 3",
        "path 1 (input 0 -> output 1): channel 3 is out of range"},
       {"input = 0\noutput = 1\nfile = \"high.txt\"\ngain = 3", "unknown key 'gain'"},
@@ -154,8 +154,12 @@ TEST_F(LiveMatrixConfigTest, EveryBadPathIsRefusedNamingTheFileThePathAndTheReas
         << "names the matrix file: " << message;
     EXPECT_NE(message.find(reason), std::string::npos) << "says '" << reason << "': " << message;
   }
-  EXPECT_NE(refusal("input = 0\noutput = 1\nfile = \"ir44k.wav\"").find("44100"),
-            std::string::npos);
+  // An IR of another rate is resampled ([filter] resample, the default), or
+  // refused with resample = false, naming its rate.
+  EXPECT_EQ(refusal("input = 0\noutput = 1\nfile = \"ir44k.wav\"", ""), "(accepted)");
+  EXPECT_NE(
+      refusal("input = 0\noutput = 1\nfile = \"ir44k.wav\"", "resample = false\n").find("44100"),
+      std::string::npos);
 }
 
 TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTapsAndItsDelayIsNotCounted) {

@@ -88,6 +88,38 @@ TEST(LiveMatrixPipeline, APostedMatrixCrossfadesOverOneBlockAndNoSampleIsLost) {
   expect_delayed_equal(run, new_out, 3, swap_frame + block, frames, "after the swap");
 }
 
+TEST(LiveMatrixPipeline, PostedPathUpdatesCrossfadeOverOneBlockAndNoSampleIsLost) {
+  const std::uint64_t seed = 1105;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const RoutingMatrix before = two_to_three(seed);
+  // Paths 0 and 2 get new taps (the engine transforms those alone); path 1 stays.
+  const std::vector<float> taps0 = random_signal(900, seed + 50),
+                           taps2 = random_signal(60, seed + 51);
+  const auto after = std::make_shared<const RoutingMatrix>(
+      with_path_taps(before, std::vector<PathTaps>{{0, taps0}, {2, taps2}}, 4096, 65536));
+  const std::vector<float> in = random_signal(2 * 30000, seed + 10);
+  bool posted = false;
+  const LiveRun run =
+      stream(cpu_engine_for(before), before, in, LatencyMode::buffered,
+             [&](LivePipeline& p, std::size_t at) {
+               if (posted || at < 12000) return;
+               posted = true;
+               p.mailbox().post(after, {{0, after->paths()[0].taps}, {2, after->paths()[2].taps}});
+             });
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(run.stats.swaps, 1u);
+  EXPECT_EQ(run.stats.rejected_swaps, 0u);
+  const std::size_t swap_frame = run.stats.last_swap_block * block;
+  ASSERT_GT(swap_frame, 0u);
+  const std::size_t frames = run.output.size() / 3 - run.latency;
+  ASSERT_LT(swap_frame + block, frames);
+  const std::vector<float> old_out = offline(before, in), new_out = offline(*after, in);
+  expect_delayed_equal(run, old_out, 3, 0, swap_frame, "before the update");
+  expect_delayed_equal(run, crossfade(old_out, new_out, swap_frame, 3), 3, swap_frame,
+                       swap_frame + block, "the crossfade");
+  expect_delayed_equal(run, new_out, 3, swap_frame + block, frames, "after the update");
+}
+
 TEST(LiveMatrixPipeline, AMatrixTheEngineRefusesLeavesTheRunningOne) {
   const std::uint64_t seed = 1104;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

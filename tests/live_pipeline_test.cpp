@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -369,6 +370,91 @@ void wait_blocks(const LivePipeline& pipeline, std::uint64_t blocks) {
       long_wait, [&] { return pipeline.stats().blocks >= blocks; },
       [&] { return std::to_string(pipeline.stats().blocks) + " blocks"; },
       std::chrono::milliseconds(1)));
+}
+
+// An engine that records, per call, the thread and the frames, and where
+// reset() came, around a real engine.
+class RecordingEngine final : public MatrixEngine {
+ public:
+  struct Call {
+    std::thread::id thread;
+    std::size_t frames = 0;
+    float first_sample = 0.0f;
+    bool after_reset = false;
+  };
+  explicit RecordingEngine(std::unique_ptr<MatrixEngine> inner) : inner_(std::move(inner)) {}
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout layout) override {
+    calls_.push_back({std::this_thread::get_id(), frames, in[0], resets_ > 0});
+    inner_->process(in, out, frames, layout);
+  }
+  void set_matrix(const RoutingMatrix& matrix, bool crossfade) override {
+    inner_->set_matrix(matrix, crossfade);
+  }
+  void reset() override {
+    ++resets_;
+    reset_after_calls_ = calls_.size();
+    reset_thread_ = std::this_thread::get_id();
+    inner_->reset();
+  }
+  std::size_t inputs() const override { return inner_->inputs(); }
+  std::size_t outputs() const override { return inner_->outputs(); }
+  std::size_t max_block_frames() const override { return inner_->max_block_frames(); }
+  std::size_t max_taps() const override { return inner_->max_taps(); }
+  std::string name() const override { return "recording"; }
+  std::string description() const override { return "recording: " + inner_->description(); }
+
+  // Read only after the pipeline stopped (its engine thread joined).
+  std::vector<Call> calls_;
+  int resets_ = 0;
+  std::size_t reset_after_calls_ = 0;
+  std::thread::id reset_thread_;
+
+ private:
+  std::unique_ptr<MatrixEngine> inner_;
+};
+
+TEST(LivePipeline, TheEngineIsWarmedUpOnItsOwnThreadOverTheLongestFilterThenForgetsIt) {
+  const std::uint64_t seed = 31;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::size_t channels = 2, block = 64, margin = 32, taps = 3000, frames = 4096;
+  const auto h = random_signal(taps, seed);
+  auto recording =
+      std::make_unique<RecordingEngine>(engine_for(FilterBank::shared(h, channels), block));
+  RecordingEngine& engine = *recording;
+  LivePipeline pipeline(std::move(recording), pipeline_options(block, margin));
+  pipeline.start();
+  // start() returns once the warm-up is made: no real block has come yet.
+  const std::size_t warm_calls = engine.calls_.size();
+  EXPECT_EQ(engine.resets_, 1);
+  const auto input = random_signal(frames * channels, seed + 1);
+  const auto output = stream_unpaced(pipeline, input, block, frames, [] {});
+  pipeline.stop();
+
+  // The warm-up spans the longest filter (rounded up to a power of two) in
+  // calls of the period, on the thread that makes the real calls, then resets.
+  ASSERT_GE(warm_calls * block, std::bit_ceil(taps));
+  ASSERT_EQ(engine.reset_after_calls_, warm_calls);
+  ASSERT_GT(engine.calls_.size(), warm_calls);
+  const std::thread::id engine_thread = engine.calls_.back().thread;
+  EXPECT_NE(engine_thread, std::this_thread::get_id());
+  EXPECT_EQ(engine.reset_thread_, engine_thread);
+  for (std::size_t i = 0; i < engine.calls_.size(); ++i) {
+    ASSERT_EQ(engine.calls_[i].thread, engine_thread) << "call " << i;
+    if (i < warm_calls) {
+      ASSERT_EQ(engine.calls_[i].frames, block) << "warm-up call " << i;
+      ASSERT_EQ(engine.calls_[i].first_sample, 0.0f) << "warm-up call " << i;
+    }
+  }
+  // The warm-up leaves no trace in the stream: the output is the filter's
+  // from the first sample.
+  for (std::size_t c = 0; c < channels; ++c) {
+    const auto got = channel_of(output, channels, c, pipeline.latency_frames());
+    const auto want = reference_convolution(channel_of(input, channels, c), h);
+    ASSERT_EQ(got.size(), frames);
+    EXPECT_LT(relative_error(std::span<const float>(got), std::span<const double>(want)), 1e-5)
+        << "channel " << c;
+  }
 }
 
 TEST(LivePipeline, UnderrunsAreCountedAndTheLatencyStaysAsReported) {

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -412,6 +414,120 @@ TEST(LiveZeroLatency, InsideTheCallbackALateTailPlaysSilenceAndTheStreamStaysAli
   EXPECT_EQ(stats.underruns, stats.late_periods);
   EXPECT_EQ(stats.late_unstarted, 0u) << "no engine thread: nothing waits to be begun";
   EXPECT_EQ(stats.blocks, periods);
+}
+
+// Drives the stream of `x` through the pipeline in callbacks of `period`
+// frames from frame `at`, until `done` holds after a call (or `limit` calls);
+// returns the frame reached.
+template <typename Done>
+std::size_t drive_until(LivePipeline& pipeline, const std::vector<float>& x, std::vector<float>& y,
+                        std::size_t at, std::size_t period, std::size_t limit, Done done) {
+  const std::size_t channels = pipeline.channels();
+  for (std::size_t calls = 0; calls < limit && (at + period) * channels <= x.size(); ++calls) {
+    LivePipeline::device_callback(x.data() + at * channels, y.data() + at * channels, period,
+                                  &pipeline);
+    at += period;
+    if (done()) break;
+    // Pacing, not a wait: a device's callbacks come apart, not back to back.
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  return at;
+}
+
+// The CPU engine in the callback (realtime_calls) for `block`-frame calls.
+std::unique_ptr<MatrixEngine> callback_engine(const std::vector<float>& h, std::size_t channels,
+                                              std::size_t block) {
+  EngineOptions engine_options;
+  engine_options.max_block_frames = block;
+  engine_options.realtime_calls = true;
+  return std::make_unique<DiagonalEngine>(
+      make_cpu_engine(FilterBank::shared(h, channels), engine_options));
+}
+
+TEST(LiveZeroLatency, APeriodChangeReplansTheEngineInTheCallbackAndTheOutputStaysExact) {
+  // 256 -> 128 -> 512 frames: after each change the swap thread builds an
+  // engine for the new period and the callback takes it over; the old one runs
+  // on silence for its response, so every frame is the convolution of the
+  // whole stream, with no frame of latency.
+  const std::size_t channels = 2, taps = 3000;
+  const std::uint64_t seed = 47;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const auto h = random_signal(taps, seed);
+  LivePipelineOptions options = zero_options(256);
+  std::vector<std::size_t> built;  // swap thread only, read after stop()
+  options.engine_for_block = [&](std::size_t block) {
+    built.push_back(block);
+    return callback_engine(h, channels, block);
+  };
+  options.response_frames = taps;
+  LivePipeline pipeline(callback_engine(h, channels, 256), options);
+  ASSERT_TRUE(pipeline.engine_in_callback());
+  pipeline.start();
+  const std::size_t total = 256 * 600;
+  const auto x = random_signal(channels * total, seed + 1);
+  std::vector<float> y(x.size(), 0.0f);
+  const auto replanned_for = [&](std::size_t block) {
+    return [&pipeline, block] {
+      return pipeline.engine_block_frames() == block && !pipeline.replanning();
+    };
+  };
+  std::size_t at = drive_until(pipeline, x, y, 0, 256, 20, [] { return false; });
+  EXPECT_EQ(pipeline.device_period_frames(), 256u);
+  const auto first = pipeline.next_device_change();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->from, 0u);
+  EXPECT_EQ(first->to, 256u);
+  at = drive_until(pipeline, x, y, at, 128, 400, replanned_for(128));
+  ASSERT_EQ(pipeline.engine_block_frames(), 128u) << "re-planned for 128 frames by frame " << at;
+  ASSERT_FALSE(pipeline.replanning());
+  const auto second = pipeline.next_device_change();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->kind, DeviceChangeKind::period);
+  EXPECT_EQ(second->from, 256u);
+  EXPECT_EQ(second->to, 128u);
+  at = drive_until(pipeline, x, y, at, 512, 100, replanned_for(512));
+  ASSERT_EQ(pipeline.engine_block_frames(), 512u) << "re-planned for 512 frames by frame " << at;
+  at = drive_until(pipeline, x, y, at, 512, 20, [] { return false; });
+  pipeline.stop();
+  const LiveStats stats = pipeline.stats();
+  EXPECT_EQ(stats.late_periods, 0u);
+  EXPECT_EQ(stats.replans, 2u);
+  EXPECT_EQ(built, (std::vector<std::size_t>{128, 512}));
+  EXPECT_EQ(pipeline.device_period_frames(), 512u);
+  for (std::size_t c = 0; c < channels; ++c) {
+    std::vector<float> xc;
+    for (std::size_t f = 0; f < at; ++f) xc.push_back(x[f * channels + c]);
+    EXPECT_LT(max_error(y, channels, c, reference_convolution(xc, h), 0, at), 1e-4)
+        << "channel " << c << ", " << at << " frames";
+  }
+}
+
+TEST(LiveZeroLatency, AReplanThatFailsLeavesTheRunningEngineFilteringTheNewPeriod) {
+  const std::size_t channels = 1, taps = 700;
+  const auto h = random_signal(taps, 53);
+  LivePipelineOptions options = zero_options(256);
+  std::atomic<int> tries{0};
+  options.engine_for_block = [&](std::size_t) -> std::unique_ptr<MatrixEngine> {
+    ++tries;
+    throw std::runtime_error("no engine today");
+  };
+  LivePipeline pipeline(callback_engine(h, channels, 256), options);
+  pipeline.start();
+  const std::size_t total = 128 * 300;
+  const auto x = random_signal(total, 54);
+  std::vector<float> y(x.size(), 0.0f);
+  std::size_t at = drive_until(pipeline, x, y, 0, 128, 300, [&] { return tries.load() > 0; });
+  at = drive_until(pipeline, x, y, at, 128, 20, [] { return false; });
+  pipeline.stop();
+  EXPECT_EQ(tries.load(), 1) << "a failed re-plan is not retried for the same period";
+  EXPECT_EQ(pipeline.engine_block_frames(), 256u);
+  EXPECT_EQ(pipeline.stats().replans, 0u);
+  EXPECT_EQ(pipeline.stats().late_periods, 0u);
+  EXPECT_LT(max_error(y, 1, 0,
+                      reference_convolution(
+                          std::vector<float>(x.begin(), x.begin() + std::ptrdiff_t(at)), h),
+                      0, at),
+            1e-4);
 }
 
 }  // namespace

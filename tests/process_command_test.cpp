@@ -343,6 +343,42 @@ TEST(ProcessCommand, GainScalesTheOutputByItsDecibels) {
   }
 }
 
+TEST(ProcessCommand, TakesTheFilterForTheInputsRateAndResamplesTheNearestWhereThereIsNone) {
+  TempDir dir;
+  const std::uint64_t seed = 2024;
+  const std::vector<float> taps48 = scaled(random_signal(64, seed), 0.05f);
+  write_text_taps(dir / "taps_48000.txt", taps48);
+  write_text_taps(dir / "taps_44100.txt", scaled(random_signal(64, seed + 1), 0.05f));
+  const std::string pattern = (dir / "taps_$samplerate$.txt").string();
+  write_sound(dir / "in48.wav", scaled(random_signal(4000 * 2, seed + 2), 0.5f), 2, 48000,
+              kFloatWav);
+  const RunResult exact = tapstream(dir, {"process", (dir / "in48.wav").string(),
+                                          (dir / "out48.wav").string(), "--taps", pattern});
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  expect_matches_reference(read_sound(dir / "out48.wav"), read_sound(dir / "in48.wav"), {taps48},
+                           1.0, 1e-5);
+
+  // 96000 Hz has no file: 48000 is the nearest (by ratio), resampled, and said.
+  write_sound(dir / "in96.wav", scaled(random_signal(4000 * 2, seed + 3), 0.5f), 2, 96000,
+              kFloatWav);
+  const RunResult nearest = tapstream(dir, {"process", (dir / "in96.wav").string(),
+                                            (dir / "out96.wav").string(), "--taps", pattern});
+  ASSERT_EQ(nearest.exit_code, 0) << nearest.err;
+  EXPECT_NE(nearest.err.find("taps_48000.txt: resampling the filter from 48000 Hz to 96000 Hz"),
+            std::string::npos)
+      << nearest.err;
+  EXPECT_EQ(read_sound(dir / "out96.wav").info.samplerate, 96000);
+
+  // --no-resample refuses, naming the file it looked for; nothing is written.
+  const RunResult refused =
+      tapstream(dir, {"process", (dir / "in96.wav").string(), (dir / "refused.wav").string(),
+                      "--taps", pattern, "--no-resample"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find((dir / "taps_96000.txt").string() + " is missing"), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "refused.wav"));
+}
+
 TEST(ProcessCommand, RefusesToWriteOverItsInputHoweverItIsSpelled) {
   TempDir dir;
   write_sound(dir / "in.wav", scaled(random_signal(1000, 8), 0.5f), 1, 48000, kFloatWav);
@@ -398,7 +434,9 @@ TEST(ProcessCommand, AFailingRunLeavesNoOutputNoTemporaryFileAndNamesTheCulprit)
       {"IR channel count",
        {"--taps", (dir / "three_channel_ir.wav").string()},
        "three_channel_ir.wav"},
-      {"IR sample rate", {"--taps", (dir / "ir_44100.wav").string()}, "ir_44100.wav"},
+      {"IR sample rate",
+       {"--taps", (dir / "ir_44100.wav").string(), "--no-resample"},
+       "ir_44100.wav"},
       {"block 0", {"--taps", taps, "--block", "0"}, "--block"},
       {"block too large", {"--taps", taps, "--block", "1048577"}, "--block"},
       {"block not a number", {"--taps", taps, "--block", "many"}, "--block"},
@@ -633,10 +671,12 @@ TEST(ProcessCommand, SaysWhatItDidInOneFinalLineAndNothingWhenQuiet) {
 TEST(ProcessCommand, AutoBackendFallsBackToTheCpuAndSaysSoOnce) {
   TempDir dir;
   write_sound(dir / "in.wav", scaled(random_signal(1000, 15), 0.5f), 1, 48000, kFloatWav);
+  write_sound(dir / "in2.wav", scaled(random_signal(1000, 17), 0.5f), 1, 48000, kFloatWav);
   write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
-  const RunResult run =
-      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
-                      (dir / "taps.txt").string(), "--backend", "auto"});
+  // A batch (two files): auto decides by the GPU, not by a single job's size.
+  const RunResult run = tapstream(
+      dir, {"process", (dir / "in.wav").string(), (dir / "in2.wav").string(), "--out-dir",
+            (dir / "out").string(), "--taps", (dir / "taps.txt").string(), "--backend", "auto"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string fallback = "using the CPU engine";
   const auto first = run.err.find(fallback);
@@ -650,6 +690,25 @@ TEST(ProcessCommand, AutoBackendFallsBackToTheCpuAndSaysSoOnce) {
   EXPECT_NE(cuda.exit_code, 0);
   EXPECT_NE(cuda.err.find("cuda"), std::string::npos) << cuda.err;
   EXPECT_FALSE(fs::exists(dir / "cuda.wav"));
+}
+
+TEST(ProcessCommand, AutoBackendTakesTheCpuEngineForAJobSmallerThanTheGpusStartUp) {
+  TempDir dir;
+  const std::size_t frames = 3000;
+  write_sound(dir / "in.wav", scaled(random_signal(2 * frames, 16), 0.5f), 2, 48000, kFloatWav);
+  write_text_taps(dir / "taps.txt", {0.5f, 0.25f});
+  const RunResult run =
+      tapstream(dir, {"process", (dir / "in.wav").string(), (dir / "out.wav").string(), "--taps",
+                      (dir / "taps.txt").string(), "--backend", "auto", "-v"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Chosen from the job's size, before any CUDA start-up, GPU or not.
+  EXPECT_NE(run.err.find("using the CPU engine for a job of 6000 samples (3000 frames, 2 "
+                         "channels)"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("cuda start-up"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("engine: cpu"), std::string::npos) << run.err;
+  EXPECT_TRUE(fs::exists(dir / "out.wav"));
 }
 
 // --- design ---------------------------------------------------------------

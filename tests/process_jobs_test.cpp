@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/process_support.hpp"
@@ -216,6 +217,39 @@ TEST(ProcessJobs, EveryRowIsExactlyWhatItsOwnProcessRunGives) {
     EXPECT_EQ(listed.rate, alone.rate);
     EXPECT_EQ(listed.samples, alone.samples);
   }
+}
+
+TEST(ProcessJobs, ARowsSampleRateNameTakesTheFileForItsInputsRate) {
+  TempDir dir;
+  write_sound(dir / "a16.wav", 1, 16000, 2000, 21);
+  write_sound(dir / "b44.wav", 1, 44100, 2000, 22);
+  write_sound(dir / "c48.wav", 1, 48000, 2000, 23);
+  write_taps(dir / "room_16000.txt", 50, 24);
+  write_taps(dir / "room_44100.txt", 80, 25);
+  const std::string pattern = "room_$samplerate$.txt";
+  write_csv(dir / "jobs.csv", {{"input", "filter", "output"},
+                               {"a16.wav", pattern, "a.wav"},
+                               {"b44.wav", pattern, "b.wav"},
+                               {"c48.wav", pattern, "c.wav"}});
+  const RunResult run =
+      tapstream(dir, with({"process", "--jobs", (dir / "jobs.csv").string()}, kCpu));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Rows a and b: exactly their own rate's file, as a run that names it.
+  for (const auto& [input, file, output] : {std::tuple{"a16.wav", "room_16000.txt", "a.wav"},
+                                            std::tuple{"b44.wav", "room_44100.txt", "b.wav"}}) {
+    SCOPED_TRACE(output);
+    ASSERT_EQ(tapstream(dir, with({"process", (dir / input).string(), (dir / "single.wav").string(),
+                                   "--taps", (dir / file).string()},
+                                  kCpu))
+                  .exit_code,
+              0);
+    EXPECT_EQ(read_sound(dir / output).samples, read_sound(dir / "single.wav").samples);
+  }
+  // Row c: 48000 Hz has no file; 44100's is the nearest, resampled, and said.
+  EXPECT_NE(run.err.find("room_44100.txt: resampling the filter from 44100 Hz to 48000 Hz"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(read_sound(dir / "c.wav").rate, 48000);
 }
 
 TEST(ProcessJobs, AFilterUsedByManyRowsIsLoadedOncePerChannelCountAndRate) {

@@ -221,6 +221,48 @@ TEST(ShardedEngine, SwapsAndResetReachEveryShardAsTheyReachTheUnshardedEngine) {
               run_stream(*whole, inputs, rng_whole, Layout::interleaved), "after reset");
 }
 
+TEST(ShardedEngine, PathUpdatesReachTheShardThatRunsEachPathAsTheyReachTheWholeEngine) {
+  const std::uint64_t seed = announce("ShardedEngine set_paths", 26005);
+  for (const bool diagonal : {true, false}) {
+    // A diagonal with gains and delays on its paths (kept by each part).
+    std::vector<MatrixPath> diagonal_paths;
+    for (std::size_t c = 0; c < 5; ++c) {
+      diagonal_paths.push_back(make_path(c, c, random_signal(50 + 200 * c, seed + c),
+                                         -2.0 * double(c), 3 * c, c % 2 == 1));
+    }
+    const RoutingMatrix matrix =
+        diagonal ? RoutingMatrix::make(5, 5, diagonal_paths) : dense_matrix(seed);
+    const auto inputs = random_signals(matrix.inputs(), 3000, seed + 1);
+    std::unique_ptr<MatrixEngine> whole = factory_engine(matrix);
+    std::unique_ptr<ShardedEngine> parts = sharded(matrix, 3, factory_engine);
+    std::mt19937_64 rng_whole(seed), rng_parts(seed);
+    run_stream(*whole, inputs, rng_whole, Layout::interleaved);
+    run_stream(*parts, inputs, rng_parts, Layout::interleaved);
+    const std::vector<float> first = random_signal(300, seed + 40);
+    const std::vector<float> last = random_signal(77, seed + 41);
+    const std::vector<PathTaps> updates = {{0, first}, {matrix.paths().size() - 1, last}};
+    whole->set_paths(updates, true);
+    parts->set_paths(updates, true);
+    const auto want = run_stream(*whole, inputs, rng_whole, Layout::interleaved);
+    const auto got = run_stream(*parts, inputs, rng_parts, Layout::interleaved);
+    for (std::size_t o = 0; o < want.size(); ++o) {
+      EXPECT_LE(testing::relative_error(got[o], want[o]), 1e-6)
+          << (diagonal ? "diagonal" : "dense") << ", output " << o;
+    }
+    // Refused whole: a path over max_taps beside a good one changes no shard.
+    const std::vector<float> too_long = random_signal(parts->max_taps() + 1, seed + 42);
+    const std::vector<PathTaps> refused = {{0, last}, {matrix.paths().size() - 1, too_long}};
+    EXPECT_THROW(parts->set_paths(refused, false), std::invalid_argument);
+    EXPECT_THROW(whole->set_paths(refused, false), std::invalid_argument);
+    const auto want_after = run_stream(*whole, inputs, rng_whole, Layout::planar);
+    const auto got_after = run_stream(*parts, inputs, rng_parts, Layout::planar);
+    for (std::size_t o = 0; o < want.size(); ++o) {
+      EXPECT_LE(testing::relative_error(got_after[o], want_after[o]), 1e-6)
+          << "after the refused update, output " << o;
+    }
+  }
+}
+
 // A shard that records its calls in a log shared by all shards: output o =
 // input (a pass-through per path), enough to see the order of the halves.
 class RecordingEngine final : public MatrixEngine {

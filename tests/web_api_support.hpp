@@ -108,7 +108,7 @@ inline void expect_every_request_type_answers_as_documented(WebsocketClient& cli
                                                             double rms) {
   using json = nlohmann::json;
   const json requests = api_ok(client, {{"request", "list_requests"}});
-  EXPECT_EQ(requests.size(), 24u);
+  EXPECT_EQ(requests.size(), 25u);
   // get_trace is the socket owner's (the websocket is refused: api_hostile_client_test).
   EXPECT_NE(std::find(requests.begin(), requests.end(), "get_trace"), requests.end());
   const json reply = api_call(client, {{"id", "x-1"}, {"request", "get_state"}});

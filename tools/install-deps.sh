@@ -14,12 +14,14 @@ packages=(
   libfftw3-dev           # CPU engine's FFTs (single precision, libfftw3f)
   libtomlplusplus-dev    # configuration files
   libmysofa-dev          # SOFA HRTF sets for binaural matrices ([sofa] in a matrix file)
+  libsoxr-dev            # resampling a filter made for another rate ([filter] resample, $samplerate$)
   libcli11-dev           # command line
   nlohmann-json3-dev     # every JSON tapstream reads or writes (control socket, info, benches)
   gnuplot-nox            # `tapstream plot` and `design --plot` draw with gnuplot
   clang libclang-rt-dev  # libFuzzer targets (tests/fuzz, tools/fuzz.sh): clang and its fuzzer runtime
   libboost-dev           # Boost.Beast: the websocket API and browser page
   jackd2                 # JACK's dummy server for the live tests
+  pipewire pipewire-bin pipewire-jack   # tests/pipewire_jack_test: a private PipeWire, pw-jack, pw-metadata
   libjack-jackd2-dev     # the JACK end-to-end test is a JACK client (feeder, recorder)
   jconvolver             # bench/compare-jconvolver.sh: the zero-latency convolver tapstream is compared with
   alsa-utils             # real recordings under /usr/share/sounds/alsa used by tests

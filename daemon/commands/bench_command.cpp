@@ -8,7 +8,7 @@
 // measures throughput instead). The CUDA engine reads and writes its
 // own pinned staging (the live pipeline's path); the CPU engine uses all
 // cores. Prints a table and writes JSON (--json); bench/capacity_bench runs the
-// same code.
+// same code. `bench updates` is daemon/commands/bench_updates.
 
 #include <spdlog/spdlog.h>
 
@@ -26,10 +26,12 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/commands/bench_updates.hpp"
 #include "daemon/commands/capacity_search.hpp"
 #include "daemon/commands/command.hpp"
 #include "daemon/engine_factory.hpp"
 #include "dsp/model/engine.hpp"
+#include "dsp/model/engine_tuning.hpp"
 #include "dsp/model/filter_bank.hpp"
 
 namespace tapstream {
@@ -45,12 +47,16 @@ struct CapacityArgs {
   std::size_t probe_blocks = 1000;     // blocks timed per search step
   std::size_t max_channels = 16384;
   std::size_t max_samples = std::size_t(1) << 30;  // channels x taps held (memory)
+  // Counts to time as they are, each over measure_blocks, instead of a search.
+  std::vector<std::size_t> channels;
   std::string json;
   std::string commit = "unknown";
-  std::string cuda_kernel = "auto";  // EngineOptions::kernel for the CUDA engine
-  bool back_to_back = false;         // calls as fast as they return, not one per period
-  // --devices: the CUDA engine's channels sharded over these GPUs (empty:
-  // one GPU, EngineOptions::device 0); resolved by run_capacity.
+  std::string cuda_kernel = "auto";         // EngineOptions::kernel for the CUDA engine
+  bool back_to_back = false;                // calls as fast as they return, not one per period
+  std::vector<std::string> engine_options;  // --engine-option KEY=VALUE, as written
+  EngineOptions tuning;                     // the options they set (checked in run_capacity)
+  // --devices: the CUDA engine's channels sharded over these GPUs (tuning.devices,
+  // resolved by run_capacity; empty: one GPU, EngineOptions::device 0).
   std::string devices;
   std::vector<int> gpus;
 };
@@ -94,25 +100,32 @@ struct Probe {
   std::optional<Percentiles> host_us;
   std::string description;
   bool fits = false;
+  // Set-up: building the bench's filter bank on the host, and making the
+  // engine from it (the CUDA engine: plan, allocation, filter transform).
+  double bank_s = 0, engine_s = 0;
 };
 
 // Times `blocks` calls of `frames` frames after a warm-up, one call per
 // `period_us` (as a live device delivers blocks; 0: back to back).
-Probe probe(const std::string& engine_name, const CapacityArgs& args, std::size_t channels,
-            std::size_t frames, std::size_t taps, std::size_t blocks, double budget_us,
-            double period_us) {
+Probe probe(const std::string& engine_name, const EngineOptions& tuning,
+            const std::string& cuda_kernel, std::size_t channels, std::size_t frames,
+            std::size_t taps, std::size_t blocks, double budget_us, double period_us) {
+  const auto bank_start = std::chrono::steady_clock::now();
   const FilterBank bank = capacity_bank(channels, taps);
-  EngineOptions options;
+  const auto engine_start = std::chrono::steady_clock::now();
+  EngineOptions options = tuning;
   options.max_block_frames = frames;
   options.max_taps = taps;
   if (engine_name == "cuda") {
-    options.kernel = args.cuda_kernel;
-    options.devices = args.gpus;
+    options.kernel = cuda_kernel;
+  } else {
+    options.devices.clear();  // the GPUs (--devices) are the cuda engine's
   }
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
   const std::unique_ptr<MatrixEngine> engine =
       make_engine(parse_backend(engine_name), RoutingMatrix::diagonal(bank), options);
+  const auto engine_end = std::chrono::steady_clock::now();
   // The CUDA engine's own page-locked staging: small calls go zero-copy.
   if (!engine->staging_input().empty()) {
     in = engine->staging_input().first(channels * frames);
@@ -155,6 +168,8 @@ Probe probe(const std::string& engine_name, const CapacityArgs& args, std::size_
   if (!host_us.empty()) p.host_us = percentiles(std::move(host_us));
   p.description = e.description();
   p.fits = p.us.p999 < budget_us;
+  p.bank_s = std::chrono::duration<double>(engine_start - bank_start).count();
+  p.engine_s = std::chrono::duration<double>(engine_end - engine_start).count();
   return p;
 }
 
@@ -183,8 +198,8 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
-      p = probe(engine, args, channels, frames, taps, blocks, cap.budget_us,
-                args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
+      p = probe(engine, args.tuning, args.cuda_kernel, channels, frames, taps, blocks,
+                cap.budget_us, args.back_to_back ? 0.0 : 2.0 * cap.budget_us);
     } catch (const std::exception& e) {  // out of memory counts as not fitting
       p.channels = channels;
       p.description = std::string("failed: ") + e.what();
@@ -194,11 +209,21 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
                 engine.c_str(), frames, taps, channels, p.us.p50, p.us.p99, p.us.p999,
                 p.fits ? "fits" : "over");
     if (p.host_us) std::printf(" (CPU side p50 %.1f p99 %.1f us)", p.host_us->p50, p.host_us->p99);
-    std::printf("\n");
+    std::printf(" set-up: bank %.2f s, engine %.2f s\n", p.bank_s, p.engine_s);
     std::fflush(stdout);
     cap.search.push_back(p);
     return p;
   };
+  if (!args.channels.empty()) {
+    // Fixed counts: each timed over measure_blocks; the largest that fits is
+    // the cell's result, marked capped (no larger count was tried).
+    for (const std::size_t channels : args.channels) {
+      const Probe p = try_count(channels, args.measure_blocks);
+      if (p.fits && p.channels > cap.best.channels) cap.best = p;
+    }
+    cap.capped = cap.best.channels == args.channels.back() && cap.best.channels != 0;
+    return cap;
+  }
   std::optional<Probe> confirmed;
   const CapacitySearch found = search_capacity(most, args.probe_blocks, args.measure_blocks,
                                                [&](std::size_t channels, std::size_t blocks) {
@@ -237,9 +262,13 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       cell["host_p999_us"] = c.best.host_us->p999;
     }
     cell["engine_description"] = c.best.description;
-    // Each search step as [channels, p50, p99, p99.9] (us), compact for long searches.
+    cell["setup_bank_s"] = c.best.bank_s;
+    cell["setup_engine_s"] = c.best.engine_s;
+    // Each search step as [channels, p50, p99, p99.9 (us), engine set-up (s)], compact for long
+    // searches.
     nlohmann::ordered_json search = nlohmann::ordered_json::array();
-    for (const Probe& p : c.search) search.push_back({p.channels, p.us.p50, p.us.p99, p.us.p999});
+    for (const Probe& p : c.search)
+      search.push_back({p.channels, p.us.p50, p.us.p99, p.us.p999, p.engine_s});
     cell["search"] = std::move(search);
     cells.push_back(std::move(cell));
   }
@@ -253,13 +282,14 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
       {"measure_blocks", args.measure_blocks},
       {"probe_blocks", args.probe_blocks},
       {"cuda_kernel", args.cuda_kernel},
+      {"engine_options", args.engine_options},
       {"gpus", args.gpus.empty() ? std::vector<int>{0} : args.gpus},
       {"paced", !args.back_to_back},
       {"results", std::move(cells)}};
   return report.dump(2) + "\n";
 }
 
-int run_capacity(CapacityArgs args) {
+int run_capacity(CapacityArgs& args) {
   if (!args.devices.empty()) {
     if (std::find(args.engines.begin(), args.engines.end(), "cuda") == args.engines.end()) {
       throw UsageError("--devices " + args.devices + ": only the cuda engine runs on GPUs");
@@ -270,9 +300,19 @@ int run_capacity(CapacityArgs args) {
       throw UsageError("--devices " + args.devices + ": " + e.what());
     }
   }
+  for (const std::string& assignment : args.engine_options) {
+    try {
+      set_engine_tuning(args.tuning, assignment);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--engine-option ") + e.what());
+    }
+  }
+  args.tuning.devices = args.gpus;
   for (const std::size_t b : args.blocks)
     if (b == 0 || b > 65536)
       throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
+  if (!std::is_sorted(args.channels.begin(), args.channels.end()))
+    throw UsageError("--channels: give the counts in increasing order");
   for (const std::size_t t : args.taps)
     if (t == 0 || t > (std::size_t(1) << 24))
       throw UsageError("--taps: " + std::to_string(t) + " is not between 1 and 16777216 taps");
@@ -286,7 +326,7 @@ int run_capacity(CapacityArgs args) {
     // An engine that cannot run at all (no GPU, not built in) is an error,
     // not a capacity of zero.
     try {
-      probe(engine, args, 1, 64, 64, 10, 1e30, 0.0);
+      probe(engine, args.tuning, "auto", 1, 64, 64, 10, 1e30, 0.0);
     } catch (const std::exception& e) {
       throw std::runtime_error("the " + engine + " engine cannot run here: " + e.what());
     }
@@ -340,6 +380,12 @@ Command add_bench_command(CLI::App& app) {
       ->check(number_between(10, 1e7, "blocks"));
   capacity->add_option("--max-channels", args->max_channels, "Largest channel count tried")
       ->check(number_between(1, 1 << 20, "channels"));
+  capacity
+      ->add_option("--channels", args->channels,
+                   "Time these channel counts, each over --measure-blocks blocks, instead of "
+                   "searching")
+      ->delimiter(',')
+      ->check(number_between(1, 1 << 20, "channels"));
   capacity->add_option("--cuda-kernel", args->cuda_kernel,
                        "The CUDA engine's kernel option (auto, or partitioned to force the "
                        "non-uniformly partitioned path)");
@@ -349,11 +395,16 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_option("--devices", args->devices,
                        "The cuda engine's channels sharded over these GPUs, one engine each: all, "
                        "or numbers such as 0,1 (default: GPU 0 alone)");
+  capacity->add_option("--engine-option", args->engine_options,
+                       "An engine tuning key as in the configuration's [engine] table, e.g. "
+                       "cpu_threads=16 (repeatable; config/live-default.toml lists them)");
   capacity->add_option("--json", args->json, "Write the results as JSON to this file");
   capacity->add_option("--commit", args->commit, "Commit recorded in the JSON");
-  return {bench, [args, capacity] {
-            if (!capacity->parsed()) return exit_code::usage;
-            return run_capacity(*args);
+  const std::function<int()> run_updates = add_bench_updates(*bench);
+  return {bench, [args, capacity, run_updates] {
+            if (capacity->parsed()) return run_capacity(*args);
+            if (const int code = run_updates(); code >= 0) return code;
+            return exit_code::usage;
           }};
 }
 

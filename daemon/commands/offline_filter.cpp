@@ -8,6 +8,7 @@
 
 #include "daemon/config/matrix_config.hpp"
 #include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/rate_file_name.hpp"
 
 namespace tapstream {
 
@@ -15,6 +16,7 @@ RoutingMatrix load_offline_matrix(const FilterChoice& choice, int sample_rate) {
   MatrixFileOptions options;
   options.sample_rate = choice.ignore_rate ? 0 : sample_rate;
   options.max_taps = choice.max_taps;
+  options.resample = choice.resample;
   RoutingMatrix matrix = load_matrix_file(choice.matrix, options);
   if (choice.gain_db == 0.0) return matrix;
   std::vector<MatrixPath> paths = matrix.paths();
@@ -40,16 +42,24 @@ OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, i
     max_taps_ = matrix.max_taps();
     return;
   }
+  RateFile chosen;
+  try {
+    chosen = choose_rate_file(choice.taps, sample_rate, choice.resample);
+  } catch (const RateFileError& e) {
+    throw CoefficientFileError(std::string(e.what()) + " (--taps)");
+  }
   CoefficientFileOptions taps_options;
+  taps_options.resample = choice.resample;
+  taps_options.named_rate = chosen.named_rate;
   taps_options.channels = channels;
   taps_options.max_taps = choice.max_taps;
   taps_options.sample_rate = sample_rate;
   taps_options.ignore_sample_rate = choice.ignore_rate;
   taps_options.strict = choice.strict;
   taps_options.damage = choice.damage;
-  FilterBank bank = load_filter_bank(choice.taps, taps_options);
+  FilterBank bank = load_filter_bank(chosen.file, taps_options);
   if (choice.gain_db != 0.0) bank = bank.scaled(float(std::pow(10.0, choice.gain_db / 20.0)));
-  spdlog::debug("taps {}: {} per channel at most, {}", choice.taps.string(), bank.max_taps(),
+  spdlog::debug("taps {}: {} per channel at most, {}", chosen.file.string(), bank.max_taps(),
                 bank.is_shared() ? "one filter for all channels" : "one filter per channel");
   engine_ = make_engine(choice.backend, RoutingMatrix::diagonal(bank), engine_options);
   max_taps_ = engine_->max_taps();

@@ -28,13 +28,18 @@ struct FilterChoice {
   std::size_t block_frames = 0;                // 0: the engine factory's choice
   std::size_t max_taps = std::size_t(1) << 20;
   bool ignore_rate = false;
+  // A filter made for another rate than the input's (its header says so, or
+  // "$samplerate$" in its name has no file for the input's rate and the
+  // nearest one's is taken) is resampled (--no-resample: refused).
+  bool resample = true;
   bool strict = false;
   std::vector<std::string>* damage = nullptr;  // see CoefficientFileOptions
   EngineOptions engine;                        // its tuning (cpu, cuda): --engine-option
 };
 
 // Reads the matrix file of `choice` for input at `sample_rate` (0: no rate
-// check), --gain added to every path. Throws naming the file, the path and
+// check; "$samplerate$" in a name takes the file nearest 48000 Hz), --gain
+// added to every path. Throws naming the file, the path and
 // the reason.
 RoutingMatrix load_offline_matrix(const FilterChoice& choice, int sample_rate);
 

@@ -20,6 +20,7 @@
 #include "daemon/commands/job_list.hpp"
 #include "daemon/commands/progress.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
+#include "dsp/files/rate_file_name.hpp"
 #include "dsp/realtime/non_finite.hpp"
 
 namespace tapstream {
@@ -223,8 +224,11 @@ class Batch {
     for (std::size_t f = 0; f < filters_.size(); ++f) {
       const FilterChoice& choice = filters_[f];
       const fs::path& filter = choice.matrix.empty() ? choice.taps : choice.matrix;
-      read.emplace(canonical_name(filter),
-                   std::string(choice.matrix.empty() ? "a taps file" : "a matrix file"));
+      const std::string what = choice.matrix.empty() ? "a taps file" : "a matrix file";
+      read.emplace(canonical_name(filter), what);
+      // A name with "$samplerate$": the file of every rate there is.
+      for (const int rate : names_sample_rate(filter) ? rates_on_disk(filter) : std::vector<int>{})
+        read.emplace(canonical_name(file_for_rate(filter, rate)), what);
     }
     std::map<fs::path, std::string> claimed;  // output -> the item that writes it
     for (PlannedFile& file : planned) {

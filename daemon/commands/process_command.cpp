@@ -36,6 +36,7 @@
 #include "daemon/engine_factory.hpp"
 #include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/files/float_spool.hpp"
+#include "dsp/files/rate_file_name.hpp"
 #include "dsp/files/sound_file.hpp"
 #include "dsp/model/engine_tuning.hpp"
 #include "dsp/realtime/non_finite.hpp"
@@ -65,6 +66,7 @@ struct ProcessArgs {
   std::string format;            // empty: the input's
   bool tail = false;
   bool ignore_rate = false;
+  bool no_resample = false;
   std::size_t max_taps = 1u << 20;
   std::string algorithm = "auto";
   std::string type;             // --type: output container; empty: from the name
@@ -167,11 +169,19 @@ void check_paths(const ProcessArgs& args) {
     throw std::invalid_argument("output '" + args.output + "' is the input file '" + args.input +
                                 "': refusing to overwrite the input");
   }
-  if (same_file(taps, out)) {
+  // A name with "$samplerate$" stands for a file per rate: none may be the output.
+  const auto is_read = [&out](const fs::path& named) {
+    if (same_file(named, out)) return true;
+    for (const int rate : names_sample_rate(named) ? rates_on_disk(named) : std::vector<int>{}) {
+      if (same_file(file_for_rate(named, rate), out)) return true;
+    }
+    return false;
+  };
+  if (is_read(taps)) {
     throw std::invalid_argument("output '" + args.output + "' is the taps file '" + args.taps +
                                 "': refusing to overwrite it");
   }
-  if (!args.matrix.empty() && same_file(matrix, out)) {
+  if (!args.matrix.empty() && is_read(matrix)) {
     throw std::invalid_argument("output '" + args.output + "' is the matrix file '" + args.matrix +
                                 "': refusing to overwrite it");
   }
@@ -311,6 +321,7 @@ int process(const ProcessArgs& args) {
   filters.block_frames = args.block_frames;
   filters.max_taps = args.max_taps;
   filters.ignore_rate = args.ignore_rate;
+  filters.resample = !args.no_resample;
   filters.strict = args.strict;
   for (const std::string& assignment : args.engine_options) {
     try {
@@ -350,6 +361,10 @@ int process(const ProcessArgs& args) {
   const std::string input_name = is_standard_stream(args.input) ? "standard input" : args.input;
   spdlog::debug("input {}: {} Hz, {}, {} frames", input_name, info.sample_rate,
                 plural(std::uint64_t(info.channels), "channel"), info.frames);
+  // A job's length is known from a file's header, not from a stream's.
+  filters.backend = backend_for_job(filters.backend, std::size_t(info.channels),
+                                    is_standard_stream(args.input) ? -1 : info.frames);
+  if (filters.backend != Backend::cpu) start_cuda_in_background();
   // Before the filters are loaded and planned: a bad output name fails at once.
   const bool stream = output_is_stream(args.output);
   const OutputFormat chosen =
@@ -545,6 +560,10 @@ Command add_process_command(CLI::App& app) {
                   "Output sample format: float, pcm16, pcm24, pcm32 (default: the input's)")
       ->check(CLI::IsMember({"float", "pcm16", "pcm24", "pcm32"}));
   sub->add_flag("--tail", args->tail, "Also write the filters' decay (taps - 1 frames)");
+  sub->add_flag("--no-resample", args->no_resample,
+                "Refuse a filter made for another rate than the input's instead of resampling it "
+                "(an impulse response's header, or the nearest rate's file for a $samplerate$ "
+                "name)");
   sub->add_flag("--ignore-rate", args->ignore_rate,
                 "Accept an impulse response whose sample rate differs from the input's");
   sub->add_option("--max-taps", args->max_taps, "Refuse filters longer than this")

@@ -52,7 +52,9 @@
 #include "daemon/control/websocket_server.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/io/audio_device.hpp"
+#include "daemon/io/device_format.hpp"
 #include "daemon/io/file_endpoints.hpp"
+#include "daemon/pipeline/device_change.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/files/coefficient_file.hpp"
 
@@ -182,6 +184,26 @@ DevicePlan plan_devices(const LiveConfig& config) {
   return plan;
 }
 
+// The rate the configuration's devices run at (sample_rate = "device"): the
+// output device's default rate (a JACK server's rate under JACK), else the
+// input device's. A PortAudioLibrary must be alive. Throws AudioDeviceError.
+int device_rate(const LiveConfig& config) {
+  const bool output = !config.output.is_file();
+  const AudioDeviceInfo device =
+      output ? choose_audio_device(selector_of(config.output), Direction::output,
+                                   static_cast<int>(config.output_channels()))
+             : choose_audio_device(selector_of(config.input), Direction::input,
+                                   static_cast<int>(config.input_channels()));
+  const auto rate = static_cast<int>(std::lround(device.default_sample_rate));
+  if (rate < 1000 || rate > 768000) {
+    throw AudioDeviceError(
+        fmt::format("sample_rate = \"device\": the {} device '{}' says it runs at "
+                    "{} Hz, outside 1000..768000",
+                    output ? "output" : "input", device.name, rate));
+  }
+  return rate;
+}
+
 // The device ends of the pipeline: PortAudio streams, reopened with back-off
 // when they stop on their own (device unplugged, sound server restarted).
 class DeviceLink {
@@ -196,8 +218,19 @@ class DeviceLink {
   const std::string& input_name() const { return input_name_; }
   const std::string& output_name() const { return output_name_; }
 
-  void open() {
+  // Opens the streams; false (nothing opened) when, with sample_rate =
+  // "device", the device runs at another rate than the filters were read for:
+  // format_change() then says which.
+  bool open() {
     library_ = std::make_unique<PortAudioLibrary>(config_.jack.client_name);
+    if (config_.sample_rate_from_device) {
+      const int rate = device_rate(config_);
+      if (rate != config_.sample_rate) {
+        format_change_.sample_rate = rate;
+        library_.reset();
+        return false;
+      }
+    }
     const DevicePlan plan = plan_devices(config_);
     const auto& input = plan.input;
     const auto& output = plan.output;
@@ -227,6 +260,7 @@ class DeviceLink {
         input ? fmt::format("'{}'", input_name_) : "file",
         output ? fmt::format("'{}'", output_name_) : "file", 1000.0 * device_latency,
         client.empty() ? std::string() : fmt::format("; JACK client '{}'", client));
+    return true;
   }
 
   void close() {
@@ -258,8 +292,7 @@ class DeviceLink {
   void open_or_retry(std::chrono::milliseconds backoff) {
     backoff_ = backoff;
     try {
-      open();
-      backoff_ = std::chrono::milliseconds(500);
+      if (open()) backoff_ = std::chrono::milliseconds(500);
     } catch (const std::exception& e) {
       close();
       retry_at_ = Clock::now() + backoff_;
@@ -272,17 +305,23 @@ class DeviceLink {
   // JACK server from a fresh process (its JACK client cannot be reset).
   bool restart_needed() const { return restart_needed_; }
   std::chrono::milliseconds backoff() const { return backoff_; }
+  // What changed in the device's format since the filters were read (see
+  // daemon/io/device_format.hpp); nothing is open while it says something.
+  const DeviceFormatChange& format_change() const { return format_change_; }
 
   // Called every tick by the main thread: reopens dead streams with back-off
-  // (0.5 s doubling to 8 s). Xruns meanwhile are counted by the pipeline.
+  // (0.5 s doubling to 4 s, so that a server's or device's return is seen
+  // within 4 s). Xruns meanwhile are counted by the pipeline.
   void supervise() {
-    if (!needed()) return;
+    if (!needed() || format_change_.any()) return;
     const auto now = Clock::now();
     if (!streams_.empty()) {
       bool alive = true;
       for (const auto& stream : streams_) alive = alive && stream->active();
       if (alive) {
         backoff_ = std::chrono::milliseconds(500);
+        // A JACK (or PipeWire) server may change its rate under the stream.
+        pipeline_.note_device_rate(static_cast<int>(std::lround(streams_.front()->sample_rate())));
         return;
       }
       if (on_jack_) {
@@ -296,12 +335,12 @@ class DeviceLink {
     }
     if (now < retry_at_) return;
     try {
-      open();
+      if (!open()) return;  // at another rate: format_change() says which
       backoff_ = std::chrono::milliseconds(500);
       spdlog::info("audio device reopened");
     } catch (const std::exception& e) {
       close();
-      backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(8000));
+      backoff_ = std::min(backoff_ * 2, max_backoff);
       retry_at_ = now + backoff_;
       spdlog::warn("reopening the audio device failed ({}); next try in {} ms", e.what(),
                    backoff_.count());
@@ -312,8 +351,10 @@ class DeviceLink {
   LiveConfig config_;
   LivePipeline& pipeline_;
   std::unique_ptr<PortAudioLibrary> library_;
+  static constexpr std::chrono::milliseconds max_backoff{4000};
   bool on_jack_ = false;
   bool restart_needed_ = false;
+  DeviceFormatChange format_change_;
   std::vector<std::unique_ptr<AudioStream>> streams_;
   std::string input_name_;
   std::string output_name_;
@@ -354,6 +395,50 @@ void add_log_file(const fs::path& file) {
   spdlog::default_logger()->sinks().push_back(sink);
 }
 
+// Logs a change of the device's stream and what the pipeline does about it;
+// false when the daemon cannot go on with it and stops.
+bool follow_device_change(const DeviceChange& change, const LivePipeline& pipeline) {
+  if (change.kind == DeviceChangeKind::rate) {
+    spdlog::error(
+        "the device's sample rate changed: {} -> {} Hz, but the filters run at {} Hz "
+        "(sample_rate = {}): stopping cleanly; restart tapstream at the new rate, or set the "
+        "server back to {} Hz",
+        change.from, change.to, pipeline.sample_rate(), pipeline.sample_rate(),
+        pipeline.sample_rate());
+    return false;
+  }
+  const double period_ms = 1000.0 * double(change.to) / pipeline.sample_rate();
+  if (change.from == 0) {
+    spdlog::info("device period: {} frames ({:.3f} ms at {} Hz)", change.to, period_ms,
+                 pipeline.sample_rate());
+    return true;
+  }
+  spdlog::info("device period changed: {} -> {} frames ({:.3f} ms at {} Hz), followed", change.from,
+               change.to, period_ms, pipeline.sample_rate());
+  if (pipeline.latency_mode() == LatencyMode::zero) {
+    if (pipeline.engine_in_callback()) {
+      spdlog::info(
+          "latency: 0 frames added (same-period mode; the engine in the callback follows "
+          "the period)");
+    } else {
+      spdlog::info(
+          "latency: 0 frames added (same-period mode; the engine thread keeps its "
+          "{}-frame block)",
+          pipeline.block_frames());
+    }
+    return true;
+  }
+  spdlog::info("latency: {} frames, {:.3f} ms (buffered mode keeps its {}-frame block)",
+               pipeline.latency_frames(), pipeline.latency_ms(), pipeline.block_frames());
+  if (change.to > pipeline.latency_frames()) {
+    spdlog::warn(
+        "the period ({} frames) is longer than the buffered latency ({} frames): expect underruns "
+        "(raise block_frames or ring_margin_frames)",
+        change.to, pipeline.latency_frames());
+  }
+  return true;
+}
+
 void log_xruns(const LiveStats& now, LiveStats& reported) {
   if (now.late_periods != reported.late_periods) {
     spdlog::warn("late periods: {} (their output missed the deadline and played as silence)",
@@ -378,12 +463,16 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.input_device = input_name.empty() ? config.input.describe() : input_name;
   status.output_device = output_name.empty() ? config.output.describe() : output_name;
   status.sample_rate = config.sample_rate;
-  status.block_frames = config.block_frames;
+  status.sample_rate_from = config.sample_rate_from_device ? "device" : "configuration";
+  status.block_frames = pipeline.engine_block_frames();
+  status.period_frames = pipeline.device_period_frames();
   status.channels = pipeline.output_channels();
   status.input_channels = pipeline.input_channels();
   status.latency_frames = pipeline.latency_frames();
   status.latency_mode = pipeline.latency_mode() == LatencyMode::zero ? "zero" : "buffered";
-  status.matrix_file = swapper.matrix_file().string();
+  // The file in use: a "$samplerate$" in the configured name resolved.
+  if (!swapper.matrix_file().empty())
+    status.matrix_file = swapper.in_force(swapper.matrix_file()).string();
   for (const MatrixPath& path : swapper.current()->paths()) {
     status.paths.push_back({path.input, path.output, path.source, path.taps.size(), path.gain_db,
                             path.delay_frames, path.invert});
@@ -395,6 +484,8 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.late_periods = stats.late_periods;
   status.late_unstarted = stats.late_unstarted;
   status.nonfinite_inputs = stats.nonfinite_inputs;
+  status.period_changes = stats.period_changes;
+  status.replans = stats.replans;
   status.swaps = stats.swaps;
   status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
@@ -426,6 +517,9 @@ constexpr const char* device_retry_variable = "TAPSTREAM_DEVICE_RETRY_MS";
 constexpr const char* continued_output_variable = "TAPSTREAM_CONTINUE_OUTPUT";
 // ...and the one that holds the latency line it printed (see run_daemon).
 constexpr const char* printed_latency_variable = "TAPSTREAM_PRINTED_LATENCY";
+// ...and the one that holds the rate it ran at (sample_rate = "device"): the
+// restarted daemon's rate until its device says its own.
+constexpr const char* rate_in_force_variable = "TAPSTREAM_RATE_IN_FORCE";
 
 // Replaces this process with a fresh tapstream run (same arguments, same
 // PID, so a service manager sees no exit). Returns only if exec fails.
@@ -478,6 +572,9 @@ ApiHooks make_api_hooks(Swapper& swapper, const RunArgs& args,
   ApiHooks hooks;
   hooks.matrix = [&swapper] { return swapper.current(); };
   hooks.load = [&swapper](const LoadRequest& request) { return swapper.load(request); };
+  hooks.set_paths = [&swapper](const auto& taps, const std::string& what) {
+    return swapper.set_paths(taps, what);
+  };
   hooks.config = [&swapper] { return swapper.config(); };
   // The command line's --input, --output and --latency hold over the API's
   // configuration as over the file's.
@@ -583,15 +680,45 @@ int run_daemon(RunArgs args) {
   // they are not scanned twice). A restarted daemon waits for its devices
   // instead (see DeviceLink::open_or_retry).
   const char* device_retry = std::getenv(device_retry_variable);
+  const bool uses_a_device = !config.input.is_file() || !config.output.is_file();
+  if (config.sample_rate_from_device && !uses_a_device) {
+    throw ConfigError(fmt::format(
+        "sample_rate = \"device\" ({}): input and output are files, there is no device to take "
+        "the rate from (give the rate in Hz)",
+        args.config));
+  }
+  // sample_rate = "device": the rate in force is the device's, found before
+  // any filter is read.
+  const auto take_device_rate = [&config] {
+    if (!config.sample_rate_from_device) return;
+    config.sample_rate = device_rate(config);
+    spdlog::info("sample_rate = \"device\": the device runs at {} Hz", config.sample_rate);
+  };
   std::unique_ptr<PortAudioLibrary> early_library;
-  if ((!config.input.is_file() || !config.output.is_file()) && device_retry == nullptr) {
+  if (uses_a_device && device_retry == nullptr) {
     early_library = std::make_unique<PortAudioLibrary>(config.jack.client_name);
     try {
+      take_device_rate();
       plan_devices(config);
     } catch (const std::exception& e) {
       if (restored_config_text.empty()) throw;
       fall_back(e);
+      take_device_rate();
       plan_devices(config);
+    }
+  } else if (uses_a_device && config.sample_rate_from_device) {
+    // Restarted (a lost server, a new rate): the device may not be back yet.
+    // Until it says its rate, the one it ran at before; DeviceLink::open
+    // reports a different one when it comes back (another restart, at once).
+    try {
+      const PortAudioLibrary probe(config.jack.client_name);
+      take_device_rate();
+    } catch (const std::exception& e) {
+      if (const char* before = std::getenv(rate_in_force_variable)) {
+        config.sample_rate = std::clamp(std::atoi(before), 1000, 768000);
+      }
+      spdlog::info("sample_rate = \"device\": the device is not there yet ({}); {} Hz until it is",
+                   e.what(), config.sample_rate);
     }
   }
   fs::path continued_output;
@@ -636,6 +763,15 @@ int run_daemon(RunArgs args) {
                           ": engine.devices = " + config.devices.text() + ": " + e.what());
       }
     }
+    pipeline_options.response_frames = matrix.max_taps();
+    // A device period that changes re-plans the engine in the callback for
+    // it, with the filters running then (on the pipeline's swap thread).
+    pipeline_options.engine_for_block = [backend = config.backend, engine_options,
+                                         &filters](std::size_t block_frames) {
+      EngineOptions options = engine_options;
+      options.max_block_frames = block_frames;
+      return make_engine(backend, *filters->current(), options);
+    };
     auto engine = make_engine(config.backend, matrix, engine_options);
     spdlog::info("engine: {}", engine->description());
     live = std::make_unique<LivePipeline>(std::move(engine), pipeline_options);
@@ -691,7 +827,7 @@ int run_daemon(RunArgs args) {
   if (devices.needed()) {
     if (device_retry != nullptr) {
       const auto backoff =
-          std::chrono::milliseconds(std::clamp(std::atoi(device_retry), 500, 8000));
+          std::chrono::milliseconds(std::clamp(std::atoi(device_retry), 500, 4000));
       unsetenv(device_retry_variable);
       devices.open_or_retry(backoff);
     } else {
@@ -855,10 +991,23 @@ int run_daemon(RunArgs args) {
       }
     }
     devices.supervise();
-    if (devices.restart_needed()) {
-      spdlog::warn(
-          "the JACK server went away; PortAudio reaches a new one only from a fresh process, "
-          "so tapstream restarts itself (same arguments and PID) and retries with back-off");
+    const DeviceFormatChange& change = devices.format_change();
+    if (devices.restart_needed() || change.any()) {
+      if (change.sample_rate) {
+        // A new rate means new filters and maybe a longer engine: the fresh
+        // process reads them for it and builds through the one factory.
+        // Audio stops here and resumes at the new rate, its history gone.
+        spdlog::warn(
+            "the device runs at {} Hz now, the filters were read for {} Hz: tapstream restarts "
+            "itself (same arguments and PID) with the filters for {} Hz",
+            *change.sample_rate, config.sample_rate, *change.sample_rate);
+      } else {
+        spdlog::warn(
+            "the JACK server went away; PortAudio reaches a new one only from a fresh process, "
+            "so tapstream restarts itself (same arguments and PID) and retries with back-off");
+      }
+      setenv(rate_in_force_variable,
+             std::to_string(change.sample_rate.value_or(config.sample_rate)).c_str(), 1);
       if (control) control->stop();  // first: `ctl reload` may make a new watcher
       watcher.reset();
       if (web) web->stop();
@@ -866,9 +1015,17 @@ int run_daemon(RunArgs args) {
       if (device_into_file) finish_file_output(pipeline, *files);
       if (files) files->stop();
       pipeline.stop();
-      restart_self(std::min(devices.backoff() * 2, std::chrono::milliseconds(8000)),
+      restart_self(change.any() ? std::chrono::milliseconds(500)
+                                : std::min(devices.backoff() * 2, std::chrono::milliseconds(4000)),
                    config.output.is_file() ? config.output.file : fs::path());
       return 1;
+    }
+    if (const auto change = pipeline.next_device_change();
+        change && !follow_device_change(*change, pipeline)) {
+      api.set_stop_reason("device sample rate changed");
+      stopping = true;
+      exit_status = exit_code::runtime_error;
+      break;
     }
     log_xruns(pipeline.stats(), reported);
     // Not behind a reload that waits for the engine: the next tick will do.

@@ -14,6 +14,7 @@
 #include "daemon/config/matrix_config.hpp"
 #include "daemon/config/toml_reader.hpp"
 #include "daemon/control/http_request_policy.hpp"
+#include "dsp/files/rate_file_name.hpp"
 #include "dsp/files/regular_file.hpp"
 #include "dsp/model/engine_tuning.hpp"
 
@@ -81,6 +82,24 @@ EndpointConfig read_endpoint(const Reader& reader, const toml::table& root, std:
 // [filter] matrix = "m.toml": the routing-matrix file `process --matrix`
 // takes. Its inputs and outputs are the stream's channels; its paths are read
 // (and every one checked) when the daemon starts or reloads.
+// A filter or matrix file the configuration names (`key`): one that exists,
+// or with "$samplerate$" in it one for the rate (any rate with sample_rate =
+// "device"; the nearest one too when [filter] resample is on). Checked
+// again, for the rate in force, whenever the filters are read.
+void require_filter_file(const Reader& reader, const LiveConfig& config, std::string_view key,
+                         const toml::node& node, const fs::path& path) {
+  if (!names_sample_rate(path)) {
+    reader.require_file(key, node, path);
+    return;
+  }
+  try {
+    const int rate = config.sample_rate_from_device ? 0 : config.sample_rate;
+    reader.require_file(key, node, choose_rate_file(path, rate, config.resample_filters).file);
+  } catch (const RateFileError& e) {
+    reader.fail(key, node, e.what());
+  }
+}
+
 void read_matrix_file(const Reader& reader, const toml::table& root, const toml::table& table,
                       LiveConfig& config) {
   const toml::node& node = *table.get("matrix");
@@ -90,8 +109,9 @@ void read_matrix_file(const Reader& reader, const toml::table& root, const toml:
   }
   const auto name = reader.string(table, "filter", "matrix");
   config.matrix_file = reader.resolve(*name);
-  reader.require_file("filter.matrix", node, config.matrix_file);
-  const MatrixShape shape = read_matrix_shape(config.matrix_file);
+  require_filter_file(reader, config, "filter.matrix", node, config.matrix_file);
+  const MatrixShape shape = read_matrix_shape(
+      config.matrix_file, config.sample_rate_from_device ? 0 : config.sample_rate);
   config.matrix_inputs = shape.inputs;
   config.channels = shape.outputs;
 }
@@ -101,9 +121,9 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
   if (table == nullptr) {
     reader.fail("missing [filter] table with file = \"...\", files = [...] or matrix = \"m.toml\"");
   }
-  reader.check_known(
-      *table, "filter",
-      {"file", "files", "matrix", "gain_db", "watch", "max_taps", "ignore_sample_rate"});
+  reader.check_known(*table, "filter",
+                     {"file", "files", "matrix", "gain_db", "watch", "max_taps",
+                      "ignore_sample_rate", "resample"});
   const toml::node* file = table->get("file");
   const toml::node* files = table->get("files");
   const toml::node* matrix = table->get("matrix");
@@ -117,11 +137,15 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
         "filter: missing file = \"...\" (one filter for all channels), files = [...] (one per "
         "channel) or matrix = \"m.toml\" (a routing-matrix file)");
   }
+  // Before the files: it says whether a missing rate's file may be another's.
+  if (auto resample = reader.boolean(*table, "filter", "resample")) {
+    config.resample_filters = *resample;
+  }
   if (matrix != nullptr) {
     read_matrix_file(reader, root, *table, config);
   } else if (file != nullptr) {
     const fs::path path = reader.resolve(*reader.string(*table, "filter", "file"));
-    reader.require_file("filter.file", *file, path);
+    require_filter_file(reader, config, "filter.file", *file, path);
     config.filter_files = {path};
   } else {
     const toml::array* array = files->as_array();
@@ -142,7 +166,7 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
         reader.fail(key, entry, "expected a non-empty file name");
       }
       const fs::path path = reader.resolve(entry.as_string()->get());
-      reader.require_file(key, entry, path);
+      require_filter_file(reader, config, key, entry, path);
       config.filter_files.push_back(path);
     }
   }
@@ -431,8 +455,15 @@ LiveConfig parse_live_config(std::string_view text, const fs::path& base_dir,
       {"sample_rate", "block_frames", "channels", "ring_margin_frames", "latency", "input",
        "output", "filter", "engine", "control", "web", "state", "jack", "log"});
   LiveConfig config;
-  if (auto rate = reader.integer(root, "", "sample_rate", 1000, 768000)) {
-    config.sample_rate = static_cast<int>(*rate);
+  // An integer, or "device": the rate the device or JACK server runs at.
+  if (const toml::node* rate = root.get("sample_rate"); rate != nullptr && rate->is_string()) {
+    if (rate->as_string()->get() != "device") {
+      reader.fail("sample_rate", *rate,
+                  "expected a rate in Hz (1000 to 768000) or \"device\" (the device's own rate)");
+    }
+    config.sample_rate_from_device = true;
+  } else if (auto value = reader.integer(root, "", "sample_rate", 1000, 768000)) {
+    config.sample_rate = static_cast<int>(*value);
   }
   if (auto block = reader.integer(root, "", "block_frames", 1, 65536)) {
     config.block_frames = static_cast<std::size_t>(*block);

@@ -4,7 +4,7 @@
 // loaded, so that `tapstream run` fails at start, with the key, the value and
 // the reason, rather than minutes later in the audio path.
 //
-//   sample_rate = 48000          # Hz
+//   sample_rate = 48000 | "device"  # Hz, or the rate the device (JACK server) runs at, followed
 //   block_frames = 256           # frames per engine block
 //   channels = 2
 //   ring_margin_frames = 256     # safety margin of the I/O rings, frames
@@ -12,7 +12,8 @@
 //   [input]   device = "default" | "name" | index    or   file = "in.wav", realtime = true
 //   [output]  device = "default" | "name" | index    or   file = "out.wav"
 //   [filter]  file = "f.txt"  or  files = ["left.txt", "right.txt"]  or  matrix = "m.toml"
-//             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false
+//             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false,
+//             resample = true   ("$samplerate$" in any file name: the rate in force)
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
 //             streams = 2, kernel = "auto", device = 0 (or devices = "all" / [0, 1]), spin_us = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket),
@@ -77,7 +78,12 @@ inline constexpr std::size_t default_max_taps = 2048;
 struct LiveConfig {
   std::filesystem::path config_file;  // where this came from (empty when parsed from text)
 
+  // The rate in force: the configured one, or with sample_rate = "device"
+  // the device's once it is known (run_command sets it; 48000 until then).
   int sample_rate = 48000;
+  // sample_rate = "device": take the rate the device or JACK server runs at,
+  // and follow it when it changes (docs/config.md, "Sample rate").
+  bool sample_rate_from_device = false;
   std::size_t block_frames = 256;
   // The output's channels, and the input's too but with a matrix (whose
   // file gives both: `channels` is then its outputs).
@@ -89,6 +95,8 @@ struct LiveConfig {
   EndpointConfig output;
 
   // One file for all channels, or one per channel (absolute paths), or...
+  // Each may hold "$samplerate$" (dsp/files/rate_file_name.hpp): resolved for
+  // the rate in force whenever filters are read, never here.
   std::vector<std::filesystem::path> filter_files;
   // ...a routing matrix: [filter] matrix, the file `process --matrix` takes
   // (absolute); its paths are read by load_configured_matrix().
@@ -97,6 +105,10 @@ struct LiveConfig {
   double gain_db = 0.0;
   bool watch_filters = true;
   bool ignore_filter_sample_rate = false;
+  // [filter] resample: a filter made for another rate (a header that says so,
+  // or the nearest rate's "$samplerate$" file where the rate in force has
+  // none) is resampled with libsoxr; false refuses it, naming what is missing.
+  bool resample_filters = true;
 
   Backend backend = Backend::automatic;
   // max_block_frames is block_frames; max_taps is [filter] max_taps when

@@ -27,7 +27,12 @@ bool same_device(const EndpointConfig& a, const EndpointConfig& b) {
 const std::vector<ConfigKey>& config_keys() {
   using enum KeyEffect;
   static const std::vector<ConfigKey> keys = {
-      {"sample_rate", restart, [](C a, C b) { return a.sample_rate == b.sample_rate; }},
+      // "device" both times is the same key whatever the device runs at now.
+      {"sample_rate", restart,
+       [](C a, C b) {
+         return a.sample_rate_from_device == b.sample_rate_from_device &&
+                (a.sample_rate_from_device || a.sample_rate == b.sample_rate);
+       }},
       {"block_frames", restart, [](C a, C b) { return a.block_frames == b.block_frames; }},
       {"channels", restart,
        [](C a, C b) { return a.channels == b.channels && a.matrix_inputs == b.matrix_inputs; }},
@@ -45,6 +50,8 @@ const std::vector<ConfigKey>& config_keys() {
       {"filter.watch", reload, [](C a, C b) { return a.watch_filters == b.watch_filters; }},
       {"filter.ignore_sample_rate", reload,
        [](C a, C b) { return a.ignore_filter_sample_rate == b.ignore_filter_sample_rate; }},
+      {"filter.resample", reload,
+       [](C a, C b) { return a.resample_filters == b.resample_filters; }},
       {"filter.max_taps", restart,
        [](C a, C b) {
          return a.max_taps_given == b.max_taps_given && a.engine.max_taps == b.engine.max_taps;
@@ -146,6 +153,7 @@ LiveConfig with_reloaded_keys(const LiveConfig& running, const LiveConfig& next)
   result.gain_db = next.gain_db;
   result.watch_filters = next.watch_filters;
   result.ignore_filter_sample_rate = next.ignore_filter_sample_rate;
+  result.resample_filters = next.resample_filters;
   return result;
 }
 

@@ -5,7 +5,7 @@
 // change").
 //
 //   reload     taken by a reload or an API apply_config: filters, their gain,
-//              watch, ignore_sample_rate
+//              watch, ignore_sample_rate, resample
 //   restart    read only when the daemon starts (rate, block, engine, ...);
 //              a change is reported in `restart_needed`
 //   file_only  where audio comes from and goes to, what listens, and which

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/rate_file_name.hpp"
 #include "dsp/files/regular_file.hpp"
 #include "dsp/files/sofa_file.hpp"
 
@@ -28,12 +29,15 @@ constexpr std::uint64_t kMaxMatrixFileBytes = std::uint64_t(64) << 20;
 // file has one). The header is read first only for the channel count, so
 // that load_filter_bank() reads the file as it always does.
 std::vector<std::vector<float>> load_filter_channels(const fs::path& file,
-                                                     const MatrixFileOptions& options) {
+                                                     const MatrixFileOptions& options,
+                                                     int named_rate = 0) {
   const std::size_t channels = read_coefficient_header(file).channels;
   CoefficientFileOptions load;
   load.channels = channels;
   load.max_taps = options.max_taps;
   load.sample_rate = options.sample_rate;
+  load.resample = options.resample;
+  load.named_rate = named_rate != 0 ? named_rate : options.named_rate;
   const FilterBank bank = load_filter_bank(file, load);
   std::vector<std::vector<float>> out(channels);
   for (std::size_t c = 0; c < channels; ++c) {
@@ -41,6 +45,23 @@ std::vector<std::vector<float>> load_filter_channels(const fs::path& file,
     out[c].assign(taps.begin(), taps.end());
   }
   return out;
+}
+
+// The file `name` (relative to the matrix file) names for the rate in force:
+// "$samplerate$" resolved, the nearest rate's when resampling is on. Fails
+// naming `key` when there is none.
+RateFile rate_file_of(const Reader& reader, std::string_view key, const toml::node& node,
+                      const std::string& name, const MatrixFileOptions& options,
+                      bool may_resample = true) {
+  RateFile chosen;
+  try {
+    chosen = choose_rate_file(reader.resolve(name), options.sample_rate,
+                              may_resample && options.resample);
+  } catch (const RateFileError& e) {
+    reader.fail(key, node, e.what());
+  }
+  reader.require_file(key, node, chosen.file);
+  return chosen;
 }
 
 std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list,
@@ -66,8 +87,9 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
     const std::string where = RoutingMatrix::describe_path(i, path);
     const auto file = reader.string(table, name, "file");
     if (!file) reader.fail(where + ": needs a file");
-    const fs::path resolved = reader.resolve(*file);
-    reader.require_file(Reader::qualified(name, "file"), *table.get("file"), resolved);
+    const RateFile chosen =
+        rate_file_of(reader, Reader::qualified(name, "file"), *table.get("file"), *file, options);
+    const fs::path& resolved = chosen.file;
     const std::size_t channel =
         std::size_t(reader.integer(table, name, "channel", 0, kMaxChannels - 1).value_or(0));
     path.gain_db = reader.number(table, name, "gain_db", -120.0, 40.0).value_or(0.0);
@@ -78,7 +100,8 @@ std::vector<MatrixPath> read_sparse(const Reader& reader, const toml::node& list
     auto it = loaded.find(resolved);
     if (it == loaded.end()) {
       try {
-        it = loaded.emplace(resolved, load_filter_channels(resolved, options)).first;
+        it = loaded.emplace(resolved, load_filter_channels(resolved, options, chosen.named_rate))
+                 .first;
       } catch (const std::exception& e) {
         reader.fail(where + ": " + e.what());
       }
@@ -186,12 +209,12 @@ std::vector<MatrixPath> read_dense(const Reader& reader, const toml::table& dens
                     ", outputs = " + std::to_string(outputs));
   const auto file = reader.string(dense, "dense", "file");
   if (!file) reader.fail("dense: needs a file");
-  const fs::path resolved = reader.resolve(*file);
-  reader.require_file("dense.file", *dense.get("file"), resolved);
+  const RateFile chosen = rate_file_of(reader, "dense.file", *dense.get("file"), *file, options);
+  const fs::path& resolved = chosen.file;
   const double gain_db = reader.number(dense, "dense", "gain_db", -120.0, 40.0).value_or(0.0);
   std::vector<std::vector<float>> channels;
   try {
-    channels = load_filter_channels(resolved, options);
+    channels = load_filter_channels(resolved, options, chosen.named_rate);
   } catch (const std::exception& e) {
     reader.fail(std::string("dense: ") + e.what());
   }
@@ -236,8 +259,10 @@ std::vector<MatrixPath> read_sofa(const Reader& reader, const toml::table& sofa,
         std::to_string(outputs));
   const auto file = reader.string(sofa, "sofa", "file");
   if (!file) reader.fail("sofa: needs a file (a SOFA HRTF set)");
-  const fs::path resolved = reader.resolve(*file);
-  reader.require_file("sofa.file", *sofa.get("file"), resolved);
+  // A set measured at each rate may be named by "$samplerate$"; none is resampled.
+  const fs::path resolved =
+      rate_file_of(reader, "sofa.file", *sofa.get("file"), *file, options, /*may_resample=*/false)
+          .file;
   const double gain_db = reader.number(sofa, "sofa", "gain_db", -120.0, 40.0).value_or(0.0);
   const bool interpolate = reader.boolean(sofa, "sofa", "interpolate").value_or(false);
   const toml::node* sources = sofa.get("source");
@@ -382,12 +407,30 @@ toml::table parse_matrix_file(const fs::path& file) {
 
 }  // namespace
 
-RoutingMatrix load_matrix_file(const fs::path& file, const MatrixFileOptions& options) {
-  const toml::table root = parse_matrix_file(file);
-  return read_matrix(Reader(file.string(), file.parent_path()), root, options);
+namespace {
+
+// The matrix file `file` names for `sample_rate` (see choose_rate_file).
+RateFile matrix_file_for_rate(const fs::path& file, int sample_rate, bool nearest) {
+  try {
+    return choose_rate_file(file, sample_rate, nearest);
+  } catch (const RateFileError& e) {
+    throw ConfigError(std::string(e.what()) + " (the matrix file)");
+  }
 }
 
-MatrixShape read_matrix_shape(const fs::path& file) {
+}  // namespace
+
+RoutingMatrix load_matrix_file(const fs::path& pattern, const MatrixFileOptions& options) {
+  const RateFile chosen = matrix_file_for_rate(pattern, options.sample_rate, options.resample);
+  const fs::path& file = chosen.file;
+  MatrixFileOptions within = options;
+  if (chosen.named_rate != 0) within.named_rate = chosen.named_rate;
+  const toml::table root = parse_matrix_file(file);
+  return read_matrix(Reader(file.string(), file.parent_path()), root, within);
+}
+
+MatrixShape read_matrix_shape(const fs::path& pattern, int sample_rate) {
+  const fs::path file = matrix_file_for_rate(pattern, sample_rate, true).file;
   const toml::table root = parse_matrix_file(file);
   const Reader reader(file.string(), file.parent_path());
   const auto inputs = reader.integer(root, "", "inputs", 1, kMaxChannels);
@@ -396,8 +439,10 @@ MatrixShape read_matrix_shape(const fs::path& file) {
   return {std::size_t(*inputs), std::size_t(*outputs)};
 }
 
-std::vector<float> load_path_filter(const fs::path& file, const MatrixFileOptions& options) {
-  std::vector<std::vector<float>> channels = load_filter_channels(file, options);
+std::vector<float> load_path_filter(const fs::path& pattern, const MatrixFileOptions& options) {
+  const RateFile chosen = choose_rate_file(pattern, options.sample_rate, options.resample);
+  const fs::path& file = chosen.file;
+  std::vector<std::vector<float>> channels = load_filter_channels(file, options, chosen.named_rate);
   if (channels.size() != 1) {
     throw std::invalid_argument(file.string() + " has " + std::to_string(channels.size()) +
                                 " channels; a path takes one filter");

@@ -49,9 +49,17 @@
 
 namespace tapstream {
 
+// "$samplerate$" in the matrix file's name or in any file it names is the
+// rate in force (dsp/files/rate_file_name.hpp); a SOFA set is never resampled.
 struct MatrixFileOptions {
   int sample_rate = 0;  // the signal's rate; every IR with a rate must match (0: no check)
   std::size_t max_taps = std::size_t(1) << 20;
+  // An IR at another rate (or the nearest rate's file where the rate in force
+  // has none) is resampled instead of refused (CoefficientFileOptions::resample).
+  bool resample = false;
+  // The rate of the files it names that do not say their own: the rate in the
+  // matrix file's own name (0: none). Set by load_matrix_file.
+  int named_rate = 0;
 };
 
 // Reads inputs/outputs and [[path]] or [dense] from `root`. Throws ConfigError
@@ -59,17 +67,19 @@ struct MatrixFileOptions {
 RoutingMatrix read_matrix(const toml_reading::Reader& reader, const toml::table& root,
                           const MatrixFileOptions& options);
 
-// A whole matrix file (relative coefficient paths are relative to it).
+// A whole matrix file (relative coefficient paths are relative to it); a
+// "$samplerate$" in `file` is resolved for options.sample_rate first.
 RoutingMatrix load_matrix_file(const std::filesystem::path& file, const MatrixFileOptions& options);
 
 // Only a matrix file's inputs and outputs (its keys checked, its paths not
-// read), for a configuration that names it. Throws ConfigError naming the
-// file and the key.
+// read), for a configuration that names it (a "$samplerate$" in its name:
+// the file of `sample_rate`, or the nearest one's; 0: any). Throws ConfigError
+// naming the file and the key.
 struct MatrixShape {
   std::size_t inputs = 0;
   std::size_t outputs = 0;
 };
-MatrixShape read_matrix_shape(const std::filesystem::path& file);
+MatrixShape read_matrix_shape(const std::filesystem::path& file, int sample_rate = 0);
 
 // The one filter of a coefficient file, for one path (`ctl load path`).
 // Throws naming the file: unreadable, another rate, too long, or more than

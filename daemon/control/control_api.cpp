@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,30 +42,12 @@ const char* to_string(ApiErrorType type) {
 
 namespace {
 
-constexpr const char* known_requests[] = {"list_requests",
-                                          "get_state",
-                                          "get_info",
-                                          "get_stats",
-                                          "get_meters",
-                                          "subscribe_meters",
-                                          "unsubscribe_meters",
-                                          "get_volume",
-                                          "set_volume",
-                                          "set_mute",
-                                          "list_filters",
-                                          "get_filter",
-                                          "upload_filter",
-                                          "get_config",
-                                          "validate_config",
-                                          "apply_config",
-                                          "patch_config",
-                                          "undo_config",
-                                          "get_log",
-                                          "get_status",
-                                          "get_trace",
-                                          "load",
-                                          "reload",
-                                          "stop"};
+constexpr const char* known_requests[] = {
+    "list_requests",    "get_state",          "get_info",      "get_stats",  "get_meters",
+    "subscribe_meters", "unsubscribe_meters", "get_volume",    "set_volume", "set_mute",
+    "list_filters",     "get_filter",         "upload_filter", "get_config", "validate_config",
+    "apply_config",     "patch_config",       "undo_config",   "get_log",    "get_status",
+    "get_trace",        "set_paths",          "load",          "reload",     "stop"};
 
 [[noreturn]] void fail(ApiErrorType type, const std::string& message) {
   throw ApiError(type, message);
@@ -120,7 +103,7 @@ json levels_json(const std::vector<ChannelLevels>& levels) {
   return out;
 }
 
-std::string base64_decode(std::string_view text) {
+std::string base64_decode(std::string_view text, const std::string& what = "'data_base64'") {
   static constexpr std::string_view alphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
@@ -130,14 +113,25 @@ std::string base64_decode(std::string_view text) {
   for (char c : text) {
     if (c == '=' || c == '\n' || c == '\r') continue;
     const auto index = alphabet.find(c);
-    if (index == std::string_view::npos)
-      fail(ApiErrorType::bad_request, "'data_base64' is not base64");
+    if (index == std::string_view::npos) fail(ApiErrorType::bad_request, what + " is not base64");
     bits = (bits << 6) | static_cast<std::uint32_t>(index);
     count += 6;
     if (count >= 8) {
       count -= 8;
       out.push_back(static_cast<char>((bits >> count) & 0xff));
     }
+  }
+  return out;
+}
+
+// Little-endian float32 samples, whatever the host's byte order.
+std::vector<float> little_endian_floats(std::string_view bytes) {
+  std::vector<float> out(bytes.size() / 4);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::uint32_t word = 0;
+    for (int b = 3; b >= 0; --b)
+      word = (word << 8) | static_cast<unsigned char>(bytes[4 * i + std::size_t(b)]);
+    out[i] = std::bit_cast<float>(word);
   }
   return out;
 }
@@ -432,6 +426,97 @@ struct ControlApi::Impl {
     }
     if (hooks.state_changed) hooks.state_changed();
     return {{"file", file.string()}, {"swaps", pipeline.stats().swaps}, {"filters", filters()}};
+  }
+
+  // {"paths": [{"path": P or "input": I, "output": O, "taps_base64": B64 or
+  // "binary_taps": N}, ...]}: new taps for some paths, from the request
+  // itself (base64 of little-endian float32) or from the binary frame's
+  // data after the header, N floats each, in the order of the list.
+  json set_paths(const json& request, std::string_view binary) {
+    if (!hooks.set_paths || !hooks.matrix)
+      fail(ApiErrorType::internal, "set_paths is not available");
+    const json& list = field(request, "paths");
+    if (!list.is_array() || list.empty()) {
+      fail(ApiErrorType::bad_request,
+           "'paths' must be a non-empty array of {\"path\": P (or \"input\": I, \"output\": O), "
+           "\"taps_base64\": ... (or \"binary_taps\": N)}");
+    }
+    const auto matrix = hooks.matrix();
+    const auto& paths = matrix->paths();
+    if (list.size() > paths.size()) {
+      fail(ApiErrorType::invalid_value,
+           fmt::format("{} paths named; the running matrix has {}", list.size(), paths.size()));
+    }
+    const auto index_of = [&](const json& entry, const char* name, std::size_t end,
+                              const std::string& where) {
+      const double value = number_field(entry, name);
+      if (!(value >= 0 && value < double(end) && value == std::floor(value))) {
+        fail(ApiErrorType::invalid_value,
+             fmt::format("{}: '{}' = {} is not one of 0..{}", where, name, value, end - 1));
+      }
+      return static_cast<std::size_t>(value);
+    };
+    std::vector<std::pair<std::size_t, std::vector<float>>> taps;
+    std::size_t used = 0;  // bytes of `binary` taken so far
+    for (std::size_t e = 0; e < list.size(); ++e) {
+      const json& entry = list[e];
+      const std::string where = fmt::format("paths[{}]", e);
+      if (!entry.is_object()) fail(ApiErrorType::bad_request, where + " must be an object");
+      std::size_t path = 0;
+      if (entry.contains("path")) {
+        path = index_of(entry, "path", paths.size(), where);
+      } else {
+        const std::size_t input = index_of(entry, "input", matrix->inputs(), where);
+        const std::size_t output = index_of(entry, "output", matrix->outputs(), where);
+        const auto found = std::find_if(paths.begin(), paths.end(), [&](const MatrixPath& p) {
+          return p.input == input && p.output == output;
+        });
+        if (found == paths.end()) {
+          fail(ApiErrorType::invalid_value,
+               fmt::format("{}: input {} -> output {} is not a path of the running matrix", where,
+                           input, output));
+        }
+        path = std::size_t(found - paths.begin());
+      }
+      const std::string name = where + " (" + RoutingMatrix::describe_path(path, paths[path]) + ")";
+      const bool in_text = entry.contains("taps_base64"), in_frame = entry.contains("binary_taps");
+      if (in_text == in_frame) {
+        fail(ApiErrorType::bad_request,
+             name + ": give exactly one of 'taps_base64' and 'binary_taps'");
+      }
+      if (in_text) {
+        const std::string bytes =
+            base64_decode(string_field(entry, "taps_base64"), name + ": 'taps_base64'");
+        if (bytes.size() % 4 != 0) {
+          fail(ApiErrorType::invalid_value,
+               fmt::format("{}: 'taps_base64' holds {} bytes, not whole float32 taps", name,
+                           bytes.size()));
+        }
+        taps.emplace_back(path, little_endian_floats(bytes));
+      } else {
+        const double count = number_field(entry, "binary_taps");
+        const double left = double(binary.size() - used) / 4.0;
+        if (!(count >= 1 && count == std::floor(count) && count <= left)) {
+          fail(ApiErrorType::invalid_value,
+               fmt::format("{}: 'binary_taps' = {}, but the binary frame has {} taps left{}", name,
+                           count, std::size_t(left),
+                           binary.empty() ? " (a request sent as text has none)" : ""));
+        }
+        const std::size_t bytes = std::size_t(count) * 4;
+        taps.emplace_back(path, little_endian_floats(binary.substr(used, bytes)));
+        used += bytes;
+      }
+    }
+    if (used != binary.size()) {
+      fail(ApiErrorType::invalid_value,
+           fmt::format("the binary frame holds {} bytes of taps; the paths take {}", binary.size(),
+                       used));
+    }
+    const std::string refused = hooks.set_paths(
+        taps, fmt::format("set_paths of {} path{}", taps.size(), taps.size() == 1 ? "" : "s"));
+    if (!refused.empty()) fail(ApiErrorType::rejected, refused);
+    const LiveStats stats = pipeline.stats();
+    return {{"paths", taps.size()}, {"swaps", stats.swaps}, {"block", stats.last_swap_block}};
   }
 
   // An upload is in use while a channel runs it or the running configuration names it.
@@ -737,7 +822,13 @@ struct ControlApi::Impl {
     return {{"message", fmt::format("matrix {} installed at block {}", file, block)}};
   }
 
-  json dispatch(const std::string& verb, const json& request, ApiSession& session) {
+  json dispatch(const std::string& verb, const json& request, ApiSession& session,
+                std::string_view binary = {}) {
+    if (verb == "set_paths") return set_paths(request, binary);
+    if (!binary.empty()) {
+      fail(ApiErrorType::bad_request,
+           "a binary frame carries set_paths' taps; '" + verb.substr(0, 64) + "' goes as text");
+    }
     OutputStage& stage = pipeline.output_stage();
     if (verb == "get_status") return status_now();
     if (verb == "get_trace") {
@@ -876,8 +967,31 @@ ControlApi::ControlApi(LivePipeline& pipeline, ApiHooks hooks, fs::path upload_d
 ControlApi::~ControlApi() = default;
 
 std::string ControlApi::handle(std::string_view text, ApiSession& session) {
+  return handle(text, session, {});
+}
+
+std::string ControlApi::handle_binary(std::string_view message, ApiSession& session) {
+  if (message.size() < 4) {
+    return handle({}, session, message, "a binary frame starts with the header's length (4 bytes)");
+  }
+  std::uint32_t length = 0;
+  for (int b = 3; b >= 0; --b)
+    length = (length << 8) | static_cast<unsigned char>(message[std::size_t(b)]);
+  if (length > message.size() - 4) {
+    return handle({}, session, message,
+                  fmt::format("the binary frame's header is {} bytes long, but the frame holds {}",
+                              length, message.size() - 4));
+  }
+  // The taps after the header, empty when there are none (handle then treats
+  // it as text, and set_paths counts what 'binary_taps' asks for against it).
+  return handle(message.substr(4, length), session, message.substr(4 + length));
+}
+
+std::string ControlApi::handle(std::string_view text, ApiSession& session, std::string_view binary,
+                               const std::string& framing_error) {
   json reply = json::object();
   try {
+    if (!framing_error.empty()) fail(ApiErrorType::bad_request, framing_error);
     json request;
     try {
       request = json::parse(text);
@@ -889,7 +1003,7 @@ std::string ControlApi::handle(std::string_view text, ApiSession& session) {
     const std::string verb = string_field(request, "request");
     // Echoed, but not at any length: a reply is not an amplifier.
     reply["request"] = verb.size() <= 64 ? verb : verb.substr(0, 61) + "...";
-    reply["result"] = impl_->dispatch(verb, request, session);
+    reply["result"] = impl_->dispatch(verb, request, session, binary);
     reply["ok"] = true;
   } catch (const ApiError& e) {
     reply.erase("result");

@@ -27,6 +27,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "daemon/config/config.hpp"
@@ -68,6 +69,11 @@ struct ApiHooks {
   // Loads what `request` names, validates and swaps it in; returns "" or the
   // reason it was refused.
   std::function<std::string(const LoadRequest& request)> load;
+  // New taps for some paths (index, taps), sent in a set_paths request
+  // (Swapper::set_paths); returns "" or the reason it was refused.
+  std::function<std::string(const std::vector<std::pair<std::size_t, std::vector<float>>>& taps,
+                            const std::string& what)>
+      set_paths;
   // The running configuration, and its replacement (its reload keys are
   // taken, daemon/config/config_keys.hpp; returns "" or the reason; the keys whose
   // change waits for a restart are named in `restart_needed`, what the
@@ -123,6 +129,10 @@ class ControlApi {
 
   // Answers one request (JSON text); never throws.
   std::string handle(std::string_view request, ApiSession& session);
+  // Answers a binary websocket frame: a 4-byte little-endian length H, H
+  // bytes of JSON request, then data for it (set_paths' taps, little-endian
+  // float32); never throws.
+  std::string handle_binary(std::string_view message, ApiSession& session);
   // The meters a subscription pushes (daemon/control/meter_fanout.hpp).
   const OutputStage& output_stage() const;
   // The config text the API applied last (empty when none: the file's holds).
@@ -140,6 +150,9 @@ class ControlApi {
                                            std::optional<LiveConfig>* parsed = nullptr) const;
 
  private:
+  std::string handle(std::string_view request, ApiSession& session, std::string_view binary,
+                     const std::string& framing_error = {});
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -15,6 +15,7 @@
 
 #include "daemon/control/json.hpp"
 #include "daemon/control/request_text.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 namespace {
@@ -187,7 +188,11 @@ void ControlServer::start() {
     throw ControlSocketError(e.what());
   }
   listen_fd_ = listen_fd.release();
-  thread_ = std::thread([this] { serve(); });
+  thread_ = std::thread([this] {
+    name_this_thread("ts-control");
+    make_this_thread_background();
+    serve();
+  });
 }
 
 void ControlServer::stop() {

@@ -11,12 +11,19 @@ Json status_document(const DaemonStatus& status) {
   json["input"] = status.input_device;
   json["output"] = status.output_device;
   json["sample_rate"] = status.sample_rate;
+  json["sample_rate_from"] = status.sample_rate_from;
   json["block_frames"] = status.block_frames;
   json["channels"] = status.channels;
   json["latency_frames"] = status.latency_frames;
   json["latency_ms"] =
       status.sample_rate > 0 ? 1000.0 * double(status.latency_frames) / status.sample_rate : 0.0;
   json["latency_mode"] = status.latency_mode;
+  // The device's period as the callback sees it (it may change while running).
+  json["period_frames"] = status.period_frames;
+  json["period_ms"] =
+      status.sample_rate > 0 ? 1000.0 * double(status.period_frames) / status.sample_rate : 0.0;
+  json["period_changes"] = status.period_changes;
+  json["replans"] = status.replans;
   json["inputs"] = status.input_channels;
   json["outputs"] = status.channels;
   Json paths = Json::array();

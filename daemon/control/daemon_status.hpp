@@ -33,14 +33,18 @@ struct DaemonStatus {
   std::string engine;        // engine description (algorithm)
   std::string input_device;  // EndpointConfig::describe() or the device's name
   std::string output_device;
-  int sample_rate = 0;
-  std::size_t block_frames = 0;
-  std::size_t channels = 0;        // the output's
-  std::size_t input_channels = 0;  // differs from channels only with a matrix
-  std::size_t latency_frames = 0;  // input-to-output latency the daemon adds
-  std::string latency_mode;        // "buffered" or "zero"
-  std::string matrix_file;         // with a routing matrix: its file (else empty)
-  std::vector<Path> paths;         // the running paths (a filter per channel: C -> C)
+  int sample_rate = 0;               // the rate in force (filters are read for it)
+  std::string sample_rate_from;      // "device" (sample_rate = "device") or "configuration"
+  std::size_t block_frames = 0;      // frames per engine call (a re-plan follows the period)
+  std::size_t period_frames = 0;     // the device's period (0: no device, or not yet called)
+  std::uint64_t period_changes = 0;  // device periods that changed while running
+  std::uint64_t replans = 0;         // engines re-planned for a new period
+  std::size_t channels = 0;          // the output's
+  std::size_t input_channels = 0;    // differs from channels only with a matrix
+  std::size_t latency_frames = 0;    // input-to-output latency the daemon adds
+  std::string latency_mode;          // "buffered" or "zero"
+  std::string matrix_file;           // with a routing matrix: its file in use (else empty)
+  std::vector<Path> paths;           // the running paths (a filter per channel: C -> C)
   std::uint64_t blocks = 0;
   std::uint64_t underruns = 0;
   std::uint64_t overruns = 0;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "dsp/realtime/thread_role.hpp"
+
 namespace tapstream {
 
 namespace fs = std::filesystem;
@@ -59,7 +61,11 @@ void FileWatcher::start() {
     stop();
     throw;
   }
-  thread_ = std::thread([this] { watch_loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("ts-watch");
+    make_this_thread_background();
+    watch_loop();
+  });
 }
 
 void FileWatcher::stop() {

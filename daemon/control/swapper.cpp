@@ -12,6 +12,7 @@
 #include "daemon/config/matrix_config.hpp"
 #include "daemon/control/file_text.hpp"
 #include "dsp/files/coefficient_file.hpp"
+#include "dsp/files/rate_file_name.hpp"
 #include "dsp/model/matrix_engine.hpp"
 
 namespace tapstream {
@@ -28,19 +29,24 @@ float gain_factor(double gain_db) {
   return static_cast<float>(std::pow(10.0, gain_db / 20.0));
 }
 
+// `file` (which may hold "$samplerate$") for the rate in force.
 FilterBank load_file(const LiveConfig& config, const fs::path& file, std::size_t channels) {
+  const RateFile chosen = choose_rate_file(file, config.sample_rate, config.resample_filters);
   CoefficientFileOptions options;
   options.channels = channels;
   options.max_taps = file_max_taps;
   options.sample_rate = config.sample_rate;
   options.ignore_sample_rate = config.ignore_filter_sample_rate;
-  return load_filter_bank(file, options).scaled(gain_factor(config.gain_db));
+  options.resample = config.resample_filters;
+  options.named_rate = chosen.named_rate;
+  return load_filter_bank(chosen.file, options).scaled(gain_factor(config.gain_db));
 }
 
 MatrixFileOptions file_options(const LiveConfig& config) {
   MatrixFileOptions options;
   options.sample_rate = config.ignore_filter_sample_rate ? 0 : config.sample_rate;
   options.max_taps = file_max_taps;
+  options.resample = config.resample_filters;
   return options;
 }
 
@@ -87,6 +93,8 @@ FilterBank load_configured_bank(const LiveConfig& config) {
 RoutingMatrix load_configured_matrix(const LiveConfig& config) {
   try {
     return read_live_matrix(config, config.matrix_file);
+  } catch (const RateFileError& e) {
+    throw ConfigError(e.what());
   } catch (const std::invalid_argument& e) {  // a gain that takes a path out of range
     throw ConfigError(config.matrix_file.string() + ": " + e.what());
   }
@@ -114,6 +122,7 @@ std::size_t engine_max_taps(const LiveConfig& config, std::size_t first_max_taps
 Swapper::Swapper(LivePipeline& pipeline, const LiveConfig& config, RoutingMatrix initial)
     : pipeline_(pipeline),
       per_channel_(!config.has_matrix()),
+      sample_rate_(config.sample_rate),
       file_(config.matrix_file),
       config_(config),
       current_(std::make_shared<const RoutingMatrix>(std::move(initial))),
@@ -129,7 +138,16 @@ Swapper::Swapper(LivePipeline& pipeline, const LiveConfig& config, RoutingMatrix
   set_watched_locked();
 }
 
-Swapper::Stamp Swapper::stamp_of(const fs::path& file) {
+fs::path Swapper::in_force(const fs::path& configured) const {
+  try {
+    return choose_rate_file(configured, sample_rate_, /*nearest=*/true).file;
+  } catch (const RateFileError&) {
+    return configured;  // no file for any rate: loading it says so
+  }
+}
+
+Swapper::Stamp Swapper::stamp_of(const fs::path& configured) const {
+  const fs::path file = in_force(configured);
   std::error_code error;
   Stamp stamp;
   stamp.modified = fs::last_write_time(file, error);
@@ -137,7 +155,7 @@ Swapper::Stamp Swapper::stamp_of(const fs::path& file) {
   return stamp;
 }
 
-Swapper::Stamps Swapper::stamps_of(const fs::path& file, const RoutingMatrix& matrix) {
+Swapper::Stamps Swapper::stamps_of(const fs::path& file, const RoutingMatrix& matrix) const {
   Stamps stamps{{file, stamp_of(file)}};
   for (const MatrixPath& path : matrix.paths()) {
     if (!path.file.empty()) stamps.emplace(path.file, stamp_of(path.file));
@@ -149,9 +167,9 @@ void Swapper::set_watched_locked() {
   std::vector<fs::path> watched;
   if (per_channel_) {
     // The configured filter files (a `ctl load`'s file is not watched).
-    watched = config().filter_files;
+    for (const fs::path& file : config().filter_files) watched.push_back(in_force(file));
   } else {
-    for (const auto& [file, stamp] : stamps_) watched.push_back(file);
+    for (const auto& [file, stamp] : stamps_) watched.push_back(in_force(file));
   }
   std::lock_guard current_lock(current_mutex_);
   watched_ = std::move(watched);
@@ -165,7 +183,8 @@ std::string Swapper::reject(const std::string& what, const std::string& reason) 
 }
 
 std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
-                                    const std::string& what) {
+                                    const std::string& what,
+                                    const std::vector<std::size_t>& changed) {
   const auto running = current();
   try {
     const std::size_t max_taps = pipeline_.engine_max_taps();
@@ -190,7 +209,9 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
   } catch (const std::exception& e) {
     return reject(what, without_file_text(e.what()));
   }
-  const std::uint64_t sequence = pipeline_.mailbox().post(next);
+  std::vector<PathTaps> changed_taps;
+  for (const std::size_t p : changed) changed_taps.push_back({p, next->paths()[p].taps});
+  const std::uint64_t sequence = pipeline_.mailbox().post(next, std::move(changed_taps));
   if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
     return reject(what, pipeline_.mailbox().rejected() == sequence
                             ? "the engine refused it (see the log)"
@@ -312,6 +333,28 @@ RoutingMatrix Swapper::build(const LiveConfig& config, const fs::path& file,
     ++it;
   }
   return RoutingMatrix::make(read.inputs(), read.outputs(), std::move(paths), file_max_taps);
+}
+
+std::string Swapper::set_paths(const std::vector<std::pair<std::size_t, std::vector<float>>>& taps,
+                               const std::string& what) {
+  std::lock_guard lock(mutex_);
+  const auto running = current();
+  std::vector<PathTaps> updates;
+  std::vector<std::size_t> changed;
+  for (const auto& [path, values] : taps) {
+    updates.push_back({path, values});
+    changed.push_back(path);
+  }
+  std::shared_ptr<const RoutingMatrix> next;
+  try {
+    if (updates.empty()) throw std::invalid_argument("no paths named");
+    next = std::make_shared<const RoutingMatrix>(
+        with_path_taps(*running, updates, pipeline_.engine_max_taps(),
+                       pipeline_.engine_max_delay_frames(), "set_paths"));
+  } catch (const std::exception& e) {
+    return reject(what, e.what());
+  }
+  return install_locked(std::move(next), what, changed);
 }
 
 std::string Swapper::load_path(std::size_t input, std::size_t output, const fs::path& file) {

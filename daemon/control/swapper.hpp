@@ -82,6 +82,18 @@ class Swapper {
   // Installs what `request` names. Returns "" on success, else the reason.
   std::string load(const LoadRequest& request);
 
+  // New taps for some paths of the running matrix (the API's set_paths: taps
+  // sent in the request, no file): `taps[k]` = (path index, its taps).
+  // Checked against the running matrix and engine (each named path once, at
+  // most the engine's max_taps, finite); the engine then transforms those
+  // paths alone and crossfades them in over one block like any swap. They
+  // last until a reload re-reads files (a channel's own; any of a matrix's,
+  // which re-reads the whole matrix) or a restart (the state file keeps
+  // files, not these). Returns "" on success, else the
+  // reason naming the path; `what` names the request in logs.
+  std::string set_paths(const std::vector<std::pair<std::size_t, std::vector<float>>>& taps,
+                        const std::string& what);
+
   // SIGHUP, `ctl reload`, the web API's configuration, the watcher: takes
   // `config`'s filters and gain, re-reading only the files that changed on
   // disk or in the configuration. Returns "" on success (then `summary` says
@@ -106,6 +118,10 @@ class Swapper {
   std::uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
   // The files whose change on disk should reload (when [filter] watch is on).
   std::vector<std::filesystem::path> watched_files() const;
+  // The file `configured` names at the rate in force: its "$samplerate$"
+  // resolved (dsp/files/rate_file_name.hpp), the nearest rate's where that
+  // rate has none; `configured` itself when it has no token or no file.
+  std::filesystem::path in_force(const std::filesystem::path& configured) const;
 
  private:
   struct Stamp {
@@ -121,7 +137,8 @@ class Swapper {
   };
   using Pair = std::pair<std::size_t, std::size_t>;  // input, output
   using Stamps = std::map<std::filesystem::path, Stamp>;
-  static Stamp stamp_of(const std::filesystem::path& file);
+  // The stamp of the file `file` names at the rate in force.
+  Stamp stamp_of(const std::filesystem::path& file) const;
 
   std::string load_channels(const LoadRequest& request);
   std::string load_path(std::size_t input, std::size_t output, const std::filesystem::path& file);
@@ -134,15 +151,21 @@ class Swapper {
   RoutingMatrix build(const LiveConfig& config, const std::filesystem::path& file,
                       std::map<Pair, std::filesystem::path>& overrides) const;
   // Every file `matrix` (read from `file`) was made of, stamped now.
-  static Stamps stamps_of(const std::filesystem::path& file, const RoutingMatrix& matrix);
+  Stamps stamps_of(const std::filesystem::path& file, const RoutingMatrix& matrix) const;
   // Checks `next` against the running matrix and engine and posts it; "" or
-  // the reason. Under mutex_.
-  std::string install_locked(std::shared_ptr<const RoutingMatrix> next, const std::string& what);
+  // the reason. `changed`: the paths that differ from the running matrix
+  // (their taps in `next`), which the engine then installs alone; empty: all.
+  // Under mutex_.
+  std::string install_locked(std::shared_ptr<const RoutingMatrix> next, const std::string& what,
+                             const std::vector<std::size_t>& changed = {});
   // Publishes the files to watch (under mutex_).
   void set_watched_locked();
 
   LivePipeline& pipeline_;
   const bool per_channel_;
+  // The rate in force: one for the swapper's life (a new rate is a new
+  // process: docs/config.md, "Sample rate").
+  const int sample_rate_;
   std::mutex mutex_;                                 // one swap at a time; guards what follows
   std::vector<Source> sources_;                      // a filter per channel
   std::filesystem::path file_;                       // a matrix: its file

@@ -22,6 +22,7 @@
 #include "daemon/control/http_request_policy.hpp"
 #include "daemon/control/meter_fanout.hpp"
 #include "daemon/control/page_file.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -195,7 +196,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string text = beast::buffers_to_string(buffer_.data());
     buffer_.consume(buffer_.size());
     const auto before = session_.meter_interval;
-    send(std::make_shared<const std::string>(server_.api.handle(text, session_)));
+    // A binary frame carries set_paths' taps after a JSON header.
+    send(std::make_shared<const std::string>(ws_.got_binary()
+                                                 ? server_.api.handle_binary(text, session_)
+                                                 : server_.api.handle(text, session_)));
     if (closed_) return;
     if (session_.meter_interval && session_.meter_interval != before) {
       server_.subscribe_meters(shared_from_this(), *session_.meter_interval);
@@ -508,7 +512,11 @@ void WebsocketServer::start() {
                                std::to_string(impl_->options.port) + ": " + e.what());
   }
   impl_->accept();
-  impl_->thread = std::thread([this] { impl_->io.run(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("ts-web");
+    make_this_thread_background();
+    impl_->io.run();
+  });
 }
 
 void WebsocketServer::stop() {

@@ -282,6 +282,11 @@ bool AudioStream::active() const {
   return stream_ != nullptr && Pa_IsStreamActive(stream_) == 1;
 }
 
+double AudioStream::sample_rate() const {
+  const PaStreamInfo* info = stream_ != nullptr ? Pa_GetStreamInfo(stream_) : nullptr;
+  return info != nullptr ? info->sampleRate : 0.0;
+}
+
 double AudioStream::input_latency() const {
   const PaStreamInfo* info = Pa_GetStreamInfo(stream_);
   return info != nullptr ? info->inputLatency : 0.0;

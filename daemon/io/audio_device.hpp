@@ -107,6 +107,10 @@ class AudioStream {
   // process ends). For a JACK stream whose server died: PortAudio's JACK code
   // asserts (aborting the process) when such a stream is stopped or closed.
   void abandon() { stream_ = nullptr; }
+  // The rate the stream runs at now, in Hz: under JACK (and PipeWire's JACK)
+  // the server's, which may change while the stream runs (PortAudio follows
+  // the server's rate callback); 0 without a stream. Off the callback.
+  double sample_rate() const;
   // PortAudio's own estimate of the device latencies, in seconds.
   double input_latency() const;
   double output_latency() const;

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dsp/realtime/thread_role.hpp"
+
 namespace tapstream {
 
 FileEndpoints::FileEndpoints(LivePipeline& pipeline, const FileEndpointOptions& options)
@@ -86,6 +88,7 @@ FileEndpoints::~FileEndpoints() {
 void FileEndpoints::start() {
   if (running_.exchange(true)) return;
   driver_ = std::thread([this] {
+    name_this_thread("ts-file-io");
     try {
       drive();
     } catch (const std::exception& e) {

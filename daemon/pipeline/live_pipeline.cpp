@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/non_finite.hpp"
 #include "dsp/realtime/thread_priority.hpp"
+#include "dsp/realtime/thread_role.hpp"
 
 namespace tapstream {
 
@@ -58,6 +60,13 @@ LivePipeline::LivePipeline(std::unique_ptr<MatrixEngine> engine, const LivePipel
   if (options.latency == LatencyMode::zero && options.engine_in_callback) {
     realtime_engine_ = engine_->realtime();
   }
+  in_callback_ = realtime_engine_ != nullptr;
+  swap_target_ = realtime_engine_;
+  call_block_frames_ = options.block_frames;
+  engine_block_frames_.store(options.block_frames, std::memory_order_relaxed);
+  response_frames_ = options.response_frames > 0
+                         ? options.response_frames
+                         : engine_->max_taps() + engine_->max_delay_frames();
   if (sem_init(&data_ready_, 0, 0) != 0 || sem_init(&output_ready_, 0, 0) != 0) {
     throw std::runtime_error(std::string("sem_init failed: ") + std::strerror(errno));
   }
@@ -71,13 +80,6 @@ LivePipeline::~LivePipeline() {
 
 void LivePipeline::start() {
   if (running_.load()) return;
-  // The first calls of an engine can be slow (plans, caches, page faults):
-  // make them here rather than in the first real block.
-  for (int i = 0; i < 4; ++i) {
-    engine_->process(std::span<const float>(silence_.data(), engine_in_.size()), engine_out_,
-                     options_.block_frames, Layout::interleaved);
-  }
-  engine_->reset();
   // Exactly latency_frames() of silence ahead of the first output sample.
   std::size_t to_fill = latency_frames();
   while (to_fill > 0) {
@@ -86,12 +88,57 @@ void LivePipeline::start() {
     to_fill -= frames;
   }
   running_.store(true);
-  if (realtime_engine_ != nullptr) {
+  if (in_callback_) {
+    // The callback makes the real calls; its thread is not ours to use here.
+    warm_up_engine();
     spdlog::info("same-period mode: the engine runs inside the audio callback");
-    engine_thread_ = std::thread([this] { swap_loop(); });
-  } else {
-    engine_thread_ = std::thread([this] { engine_loop(); });
+    engine_thread_ = std::thread([this] {
+      name_this_thread("ts-swap");
+      make_this_thread_background();
+      swap_loop();
+    });
+    return;
   }
+  warmed_up_.store(false);
+  engine_thread_ = std::thread([this] {
+    name_this_thread("ts-engine");
+    try {
+      warm_up_engine();
+    } catch (const std::exception& e) {
+      warm_up_error_ = e.what();
+    }
+    warmed_up_.store(true, std::memory_order_release);
+    warmed_up_.notify_all();
+    if (warm_up_error_.empty()) engine_loop();
+  });
+  warmed_up_.wait(false, std::memory_order_acquire);
+  if (!warm_up_error_.empty()) {
+    running_.store(false);
+    engine_thread_.join();
+    throw std::runtime_error("live pipeline: the engine's first calls failed: " + warm_up_error_);
+  }
+}
+
+void LivePipeline::warm_up_engine() {
+  // An engine's first calls are slow: the CUDA engine's lazily loaded
+  // kernels, a new thread's CUDA state, each tail partition's first step;
+  // plans, caches and page faults on the CPU. They are made here, on the
+  // thread that makes the real ones, over the frames the longest filter spans
+  // (so every tail partition takes a step), within a bounded time; the first
+  // periods of the stream were late without it. reset() then forgets them.
+  using clock = std::chrono::steady_clock;
+  const auto until = clock::now() + std::chrono::milliseconds(300);
+  const std::size_t span =
+      std::min<std::size_t>(std::bit_ceil(std::max<std::size_t>(engine_max_taps_, 1)), 1 << 18);
+  const std::span<const float> in(silence_.data(), engine_in_.size());
+  std::size_t frames = 0;
+  for (int calls = 0; calls < 4 || (frames < span && clock::now() < until); ++calls) {
+    engine_->process(in, engine_out_, options_.block_frames, Layout::interleaved);
+    frames += options_.block_frames;
+  }
+  engine_->reset();
+  spdlog::debug("engine warmed up: {} frames of silence in {}-frame calls", frames,
+                options_.block_frames);
 }
 
 void LivePipeline::stop() {
@@ -114,7 +161,7 @@ bool LivePipeline::drained() const {
 }
 
 void LivePipeline::flush_input() noexcept {
-  if (realtime_engine_ != nullptr) return;  // every period was filtered in its own call
+  if (in_callback_) return;  // every period was filtered in its own call
   input_ring_.write(
       std::span<const float>(silence_.data(), options_.block_frames * input_channels_));
   wake_engine();
@@ -129,12 +176,30 @@ timespec LivePipeline::zero_deadline(std::size_t frames) const noexcept {
       1e9 * options_.zero_deadline_fraction * double(frames) / options_.sample_rate)));
 }
 
+void LivePipeline::take_replan() noexcept {
+  if (replan_state_.load(std::memory_order_acquire) != replan_offered) return;
+  // Swaps only: the old engine and buffers go into replan_, freed by the swap thread.
+  Replan& replan = *replan_;
+  std::swap(engine_, replan.engine);
+  std::swap(realtime_engine_, replan.realtime);
+  std::swap(call_block_frames_, replan.block_frames);
+  engine_in_.swap(replan.engine_in);
+  engine_out_.swap(replan.engine_out);
+  transition_left_ = replan.transition_frames;
+  replan_state_.store(transition_left_ > 0 ? replan_running : replan_done,
+                      std::memory_order_release);
+}
+
 std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size_t frames,
                                              const timespec* deadline) noexcept {
+  take_replan();
   const bool silent = interleaved == nullptr || draining_.load(std::memory_order_relaxed);
   std::size_t late_frames = 0;
   for (std::size_t done = 0; done < frames;) {
-    const std::size_t n = std::min(frames - done, options_.block_frames);
+    // During a re-plan's transition replan_ holds the old engine (see the header).
+    Replan* old = transition_left_ > 0 ? replan_.get() : nullptr;
+    std::size_t n = std::min(frames - done, call_block_frames_);
+    if (old != nullptr) n = std::min(n, old->block_frames);
     // An engine with a real-time face runs a diagonal matrix: as many
     // outputs as inputs.
     const std::size_t samples = n * input_channels_;
@@ -150,16 +215,36 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     const std::int64_t started_ns = monotonic_ns();
     const std::span<const float> block_in(in, samples);
     const std::span<float> block_out(engine_out_.data(), samples);
-    if (deadline == nullptr) {  // unpaced: no deadline, so never late
-      try {
-        engine_->process(block_in, block_out, n, Layout::interleaved);
-      } catch (const std::exception&) {
-        std::fill(block_out.begin(), block_out.end(), 0.0f);
-        engine_errors_.fetch_add(1, std::memory_order_relaxed);
+    const auto run = [&](MatrixEngine& engine, RealtimeMatrixEngine& realtime,
+                         std::span<const float> engine_in, std::span<float> engine_out) {
+      if (deadline == nullptr) {  // unpaced: no deadline, so never late
+        try {
+          engine.process(engine_in, engine_out, n, Layout::interleaved);
+        } catch (const std::exception&) {
+          std::fill(engine_out.begin(), engine_out.end(), 0.0f);
+          engine_errors_.fetch_add(1, std::memory_order_relaxed);
+        }
+        return true;
       }
-    } else if (!realtime_engine_->process_by(block_in, block_out, n, Layout::interleaved,
-                                             *deadline)) {
-      late_frames += n;  // engine_out_ holds silence
+      return realtime.process_by(engine_in, engine_out, n, Layout::interleaved, *deadline);
+    };
+    bool on_time = run(*engine_, *realtime_engine_, block_in, block_out);  // else silence
+    if (old != nullptr) {
+      // The old engine brings out the response to the input before the
+      // switch: it runs on silence, and the sum is the whole convolution.
+      const std::span<float> old_out(old->transition_out.data(), samples);
+      if (run(*old->engine, *old->realtime, std::span<const float>(silence_.data(), samples),
+              old_out)) {
+        for (std::size_t i = 0; i < samples; ++i) block_out[i] += old_out[i];
+      } else {
+        on_time = false;
+      }
+      transition_left_ -= std::min(transition_left_, n);
+      if (transition_left_ == 0) replan_state_.store(replan_done, std::memory_order_release);
+    }
+    if (!on_time) {
+      std::fill(block_out.begin(), block_out.end(), 0.0f);
+      late_frames += n;
     }
     processing_times_.record(std::chrono::steady_clock::now() - started);
     trace_.blocks.write({started_ns, started_ns, monotonic_ns(),
@@ -182,7 +267,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
 void LivePipeline::push_input(const float* interleaved, std::size_t frames) noexcept {
   const std::int64_t started_ns = monotonic_ns();
   const std::uint64_t first_frame = frames_in_.load(std::memory_order_relaxed);
-  if (realtime_engine_ != nullptr) {
+  if (in_callback_) {
     const timespec deadline = zero_deadline(frames);
     const std::size_t late_frames = filter_in_callback(interleaved, frames, &deadline);
     if (late_frames > 0) {
@@ -324,6 +409,7 @@ void LivePipeline::device_callback(const float* input, float* output, std::size_
                                    void* context) noexcept {
   auto* pipeline = static_cast<LivePipeline*>(context);
   pipeline->note_callback_priority();
+  pipeline->note_period(input != nullptr, frames);
   if (input != nullptr) pipeline->push_input(input, frames);
   if (output != nullptr) pipeline->pull_output(output, frames);
 }
@@ -331,7 +417,7 @@ void LivePipeline::device_callback(const float* input, float* output, std::size_
 std::size_t LivePipeline::offer_input(const float* interleaved, std::size_t frames) {
   const std::int64_t started_ns = monotonic_ns();
   const std::uint64_t first_frame = frames_in_.load(std::memory_order_relaxed);
-  if (realtime_engine_ != nullptr) {
+  if (in_callback_) {
     // Unpaced: what the output ring has room for, with all the time it takes.
     frames = std::min(frames, output_ring_.writable() / output_channels_);
     filter_in_callback(interleaved, frames, nullptr);
@@ -381,6 +467,8 @@ LiveStats LivePipeline::stats() const {
   s.late_periods = late_periods_.load(std::memory_order_relaxed);
   s.late_unstarted = late_unstarted_.load(std::memory_order_relaxed);
   s.nonfinite_inputs = nonfinite_inputs_.load(std::memory_order_relaxed);
+  s.period_changes = period_changes_.load(std::memory_order_relaxed);
+  s.replans = replans_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -402,15 +490,131 @@ void LivePipeline::request_realtime() {
       std::strerror(error));
 }
 
+void LivePipeline::note_period(bool input_side, std::size_t frames) noexcept {
+  // Separate input and output streams call from two threads: each its own count.
+  SettlingPeriod& seen = input_side ? input_period_ : output_period_;
+  if (frames == seen.frames) {
+    if (seen.calls < period_settle_calls) ++seen.calls;
+  } else {
+    seen.frames = frames;
+    seen.calls = 1;
+  }
+  if (seen.calls == period_settle_calls &&
+      device_period_frames_.load(std::memory_order_relaxed) != frames) {
+    device_period_frames_.store(frames, std::memory_order_relaxed);
+    if (in_callback_) sem_post(&data_ready_);  // the swap thread re-plans
+  }
+}
+
+std::optional<DeviceChange> LivePipeline::next_device_change() {
+  const int rate = device_rate_.load(std::memory_order_relaxed);
+  if (rate > 0 && rate != (reported_rate_ > 0 ? reported_rate_ : options_.sample_rate)) {
+    const DeviceChange change{
+        DeviceChangeKind::rate,
+        std::size_t(reported_rate_ > 0 ? reported_rate_ : options_.sample_rate), std::size_t(rate)};
+    reported_rate_ = rate;
+    return change;
+  }
+  const std::size_t period = device_period_frames_.load(std::memory_order_relaxed);
+  if (period == 0 || period == reported_period_frames_) return std::nullopt;
+  const DeviceChange change{DeviceChangeKind::period, reported_period_frames_, period};
+  if (reported_period_frames_ != 0) period_changes_.fetch_add(1, std::memory_order_relaxed);
+  reported_period_frames_ = period;
+  return change;
+}
+
+std::string LivePipeline::engine_description() const {
+  std::lock_guard lock(description_mutex_);
+  return engine_description_;
+}
+
+void LivePipeline::follow_period() {
+  const int state = replan_state_.load(std::memory_order_acquire);
+  if (state == replan_done) {
+    // The callback runs the new engine alone: free the old one here.
+    const std::unique_ptr<Replan> old = std::move(replan_);
+    swap_target_ = replan_target_;
+    engine_block_frames_.store(replan_block_frames_, std::memory_order_relaxed);
+    {
+      std::lock_guard lock(description_mutex_);
+      engine_description_ = old->description;
+    }
+    replans_.fetch_add(1, std::memory_order_relaxed);
+    replan_state_.store(replan_none, std::memory_order_release);
+    spdlog::info(
+        "engine re-planned for {}-frame calls: {} (the old one ran {} frames on silence, its "
+        "response, summed with the new one's output)",
+        replan_block_frames_, old->description, old->transition_frames);
+    return;
+  }
+  if (state != replan_none || !options_.engine_for_block) return;
+  const std::size_t period = device_period_frames_.load(std::memory_order_relaxed);
+  if (period == 0 || period == replan_failed_for_) return;
+  // The head is the period (a power of two at least), as large as the
+  // pipeline's buffers allow; a longer period is filtered in calls of that.
+  const std::size_t block =
+      std::min(std::bit_ceil(period), std::max<std::size_t>(options_.block_frames, 1024));
+  if (block == engine_block_frames_.load(std::memory_order_relaxed)) return;
+  const auto started = std::chrono::steady_clock::now();
+  auto replan = std::make_unique<Replan>();
+  try {
+    replan->engine = options_.engine_for_block(block);
+    replan->realtime = replan->engine ? replan->engine->realtime() : nullptr;
+    if (replan->realtime == nullptr || replan->engine->inputs() != input_channels_ ||
+        replan->engine->outputs() != output_channels_ ||
+        replan->engine->max_block_frames() < block) {
+      throw std::runtime_error("the engine built for it cannot run in the callback");
+    }
+    // Its first calls are slow (plans, caches, page faults): make them here.
+    replan->engine_in.assign(input_channels_ * block, 0.0f);
+    replan->engine_out.assign(output_channels_ * block, 0.0f);
+    for (int i = 0; i < 4; ++i) {
+      replan->engine->process(replan->engine_in, replan->engine_out, block, Layout::interleaved);
+    }
+    replan->engine->reset();
+  } catch (const std::exception& e) {
+    replan_failed_for_ = period;
+    spdlog::warn(
+        "device period {} frames: no engine for {}-frame calls ({}); the running one goes on in "
+        "calls of up to {} frames",
+        period, block, e.what(), engine_block_frames_.load(std::memory_order_relaxed));
+    return;
+  }
+  replan->block_frames = block;
+  replan->transition_out.assign(
+      output_channels_ * std::max(block, engine_block_frames_.load(std::memory_order_relaxed)),
+      0.0f);
+  replan->transition_frames = response_frames_;
+  replan->description = replan->engine->description();
+  replan_target_ = replan->realtime;
+  replan_block_frames_ = block;
+  replan_ = std::move(replan);
+  replan_state_.store(replan_offered, std::memory_order_release);
+  spdlog::info(
+      "device period {} frames: engine for {}-frame calls built in {:.1f} ms, handed to "
+      "the callback",
+      period, block,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+          .count());
+}
+
 void LivePipeline::swap_loop() {
   // Banks are rare: a look every 2 ms costs nothing and keeps a swap's
   // acknowledgement prompt; stop() wakes the wait at once.
   while (running_.load(std::memory_order_acquire)) {
+    follow_period();
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
     try {
-      if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+      // During a re-plan the callback may hold either engine: matrices wait.
+      if (!replanning() &&
+          mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
             const std::int64_t started_ns = monotonic_ns();
-            realtime_engine_->post_matrix(matrix, options_.crossfade);
+            if (changed.empty()) {
+              swap_target_->post_matrix(matrix, options_.crossfade);
+            } else {
+              swap_target_->post_paths(changed, options_.crossfade);
+            }
+            response_frames_ = matrix.max_taps();
             trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
           })) {
         swaps_.fetch_add(1, std::memory_order_relaxed);
@@ -429,9 +633,14 @@ void LivePipeline::swap_loop() {
 void LivePipeline::install_posted_bank() {
   const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
   try {
-    if (mailbox_.poll([&](const RoutingMatrix& matrix) {
+    if (mailbox_.poll([&](const RoutingMatrix& matrix, std::span<const PathTaps> changed) {
           const std::int64_t started_ns = monotonic_ns();
-          engine_->set_matrix(matrix, options_.crossfade);
+          // Paths that changed alone: the engine transforms those only.
+          if (changed.empty()) {
+            engine_->set_matrix(matrix, options_.crossfade);
+          } else {
+            engine_->set_paths(changed, options_.crossfade);
+          }
           trace_.swaps.write({started_ns, monotonic_ns(), std::int64_t(next_block)});
         })) {
       swaps_.fetch_add(1, std::memory_order_relaxed);

@@ -57,6 +57,25 @@
 //   priority) polls the mailbox and hands matrices to post_matrix(), which
 //   prepares them on the engine's own thread; the callback takes them at a
 //   call boundary without allocating.
+//
+// A device period that changes (JACK's buffer size, PipeWire's quantum) is
+// followed in every mode: the callback filters whatever it is given, in calls
+// of up to the engine's block. The callback notes the period it is called
+// with (a relaxed store, once it held for period_settle_calls calls, so that
+// a host whose periods vary call by call is not chased) and
+// next_device_change() reports it. Buffered mode and the engine thread's
+// hand-off keep their block and latency. With the engine in the callback and
+// options.engine_for_block set, the swap thread re-plans: it builds an engine
+// whose head is the new period (engine_for_block, off the callback) and
+// offers it to the callback, which takes it at the next call boundary without
+// allocating. From there on, for the old engine's response length (the
+// running matrix's longest path, delay included), the callback runs both:
+// the new engine on the input, the old one on silence, and plays their sum:
+// by linearity exactly the convolution of the whole stream, with no frame of
+// latency and no gap; a chunk that either engine misses the deadline for
+// plays silence and counts as late, as always. Then the swap thread frees the
+// old engine. Matrices posted meanwhile wait in the mailbox until the
+// transition is over.
 
 #include <semaphore.h>
 
@@ -64,12 +83,16 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "daemon/pipeline/device_change.hpp"
 #include "daemon/pipeline/latency_mode.hpp"
 #include "daemon/pipeline/period_trace.hpp"
 #include "dsp/model/engine.hpp"
@@ -100,6 +123,15 @@ struct LivePipelineOptions {
   bool crossfade = true;            // crossfade one block when a new bank is installed
   bool realtime = true;             // ask for SCHED_FIFO on the engine thread
   int realtime_priority = 60;       // at most; kept below the device callback's own
+  // zero mode with the engine in the callback: builds the engine for calls of
+  // up to the given block (the new period), with the running filters, when
+  // the device's period changes (see above; called on the swap thread, may
+  // throw: the running engine then keeps running). Empty: no re-plan.
+  std::function<std::unique_ptr<MatrixEngine>(std::size_t block_frames)> engine_for_block;
+  // The running matrix's longest response (RoutingMatrix::max_taps(), delay
+  // included): how long a re-plan's transition runs the old engine. 0: the
+  // engine's bound (max_taps() + max_delay_frames()).
+  std::size_t response_frames = 0;
 };
 
 struct LiveStats {
@@ -122,6 +154,8 @@ struct LiveStats {
                                        // being computed
   std::uint64_t nonfinite_inputs = 0;  // input samples that were NaN or infinite (given to the
                                        // engine as 0)
+  std::uint64_t period_changes = 0;    // device periods that changed while running
+  std::uint64_t replans = 0;           // engines re-planned for a new period
 };
 
 class LivePipeline {
@@ -166,6 +200,8 @@ class LivePipeline {
   // Matrices posted here are installed by the engine thread at the next
   // block boundary (one control thread at a time, see
   // dsp/realtime/filter_mailbox.hpp); MatrixEngine::set_matrix refuses a reroute.
+  // A matrix posted with the paths that changed goes to MatrixEngine::set_paths
+  // (RealtimeMatrixEngine::post_paths), which transforms those paths alone.
   MatrixMailbox& mailbox() { return mailbox_; }
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
@@ -176,6 +212,27 @@ class LivePipeline {
   std::size_t output_channels() const { return output_channels_; }
   std::size_t channels() const { return output_channels_; }
   std::size_t block_frames() const { return options_.block_frames; }
+  // The calls the running engine is planned for: block_frames(), or the
+  // period a re-plan followed.
+  std::size_t engine_block_frames() const {
+    return engine_block_frames_.load(std::memory_order_relaxed);
+  }
+  // The device's period as its callback last settled on it (0 before its
+  // first calls, or without a device).
+  std::size_t device_period_frames() const {
+    return device_period_frames_.load(std::memory_order_relaxed);
+  }
+  // Control side (one thread): the next change of the device's stream since
+  // the last call, or none. A period change is reported once it held for
+  // period_settle_calls callbacks.
+  std::optional<DeviceChange> next_device_change();
+  // Control side: the rate the device runs at now (the backend tells it off
+  // the callback, see DeviceLink); a rate other than sample_rate() is
+  // reported once by next_device_change().
+  void note_device_rate(int hz) { device_rate_.store(hz, std::memory_order_relaxed); }
+  int device_rate() const { return device_rate_.load(std::memory_order_relaxed); }
+  // True while a re-plan for a new period is being built or handed over.
+  bool replanning() const { return replan_state_.load(std::memory_order_acquire) != 0; }
   int sample_rate() const { return options_.sample_rate; }
   // Input-to-output latency the pipeline adds, in frames and milliseconds.
   std::size_t latency_frames() const {
@@ -184,11 +241,12 @@ class LivePipeline {
   }
   LatencyMode latency_mode() const { return options_.latency; }
   // zero mode with the engine run inside the callback (no hand-off).
-  bool engine_in_callback() const { return realtime_engine_ != nullptr; }
+  bool engine_in_callback() const { return in_callback_; }
   double latency_ms() const { return 1000.0 * double(latency_frames()) / options_.sample_rate; }
   // Name and description of the engine (read-only after construction).
   const std::string& engine_name() const { return engine_name_; }
-  const std::string& engine_description() const { return engine_description_; }
+  // (A re-plan changes it: a copy, taken under a lock, never by the callback.)
+  std::string engine_description() const;
   std::size_t engine_max_taps() const { return engine_max_taps_; }
   std::size_t engine_max_delay_frames() const { return engine_max_delay_frames_; }
   bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
@@ -201,6 +259,8 @@ class LivePipeline {
 
  private:
   void engine_loop();
+  // The engine's first calls made before the stream starts: see start().
+  void warm_up_engine();
   // engine_in_callback(): hands posted banks to the engine (the swap thread).
   void swap_loop();
   // engine_in_callback(): filters `frames` frames into the output ring,
@@ -228,12 +288,42 @@ class LivePipeline {
   void note_callback_priority() noexcept;
   // Engine thread: moves itself just below the callback's priority.
   void follow_callback_priority();
+  // Device callback: records the period it is called with (`input_side`:
+  // a call with input; else an output-only call).
+  void note_period(bool input_side, std::size_t frames) noexcept;
+  // Swap thread: starts a re-plan when the device's period moved off the
+  // engine's block, and finishes one the callback is done with.
+  void follow_period();
+  // Callback: takes an offered re-plan (at a call boundary).
+  void take_replan() noexcept;
 
   LivePipelineOptions options_;
   std::unique_ptr<MatrixEngine> engine_;
+  // What a re-plan hands the callback: the engine for the new period and
+  // buffers for its block; the callback swaps them with its own, so that
+  // afterwards it holds what the old engine used, for the swap thread to free.
+  struct Replan {
+    std::unique_ptr<MatrixEngine> engine;
+    RealtimeMatrixEngine* realtime = nullptr;
+    std::size_t block_frames = 0;
+    std::vector<float> engine_in;
+    std::vector<float> engine_out;
+    std::vector<float> transition_out;  // the old engine's output during the transition
+    std::size_t transition_frames = 0;
+    std::string description;
+  };
+  // 0: none; offered: the swap thread filled replan_, the callback may take
+  // it; running: the callback runs both engines; done: the callback is
+  // through with the old engine (in replan_), the swap thread frees it.
+  enum ReplanState : int { replan_none = 0, replan_offered, replan_running, replan_done };
+  std::unique_ptr<Replan> replan_;
+  std::atomic<int> replan_state_{replan_none};
+  std::atomic<std::size_t> engine_block_frames_;
+  mutable std::mutex description_mutex_;  // engine_description_ (never the callback's)
   std::size_t input_channels_;
   std::size_t output_channels_;
   RealtimeMatrixEngine* realtime_engine_ = nullptr;  // engine_'s, when run in the callback
+  bool in_callback_ = false;                         // realtime_engine_ was set at construction
   std::string engine_name_;
   std::string engine_description_;
   std::size_t engine_max_taps_;
@@ -255,6 +345,14 @@ class LivePipeline {
   std::size_t output_debt_frames_ = 0;  // silence played for underruns, late frames to drop
 
   // Callback side only.
+  std::size_t call_block_frames_;    // the running engine's calls
+  std::size_t transition_left_ = 0;  // frames the old engine still runs on silence
+  struct SettlingPeriod {
+    std::size_t frames = 0;  // the last call's frames...
+    unsigned calls = 0;      // ...and how many calls in a row had them
+  };
+  SettlingPeriod input_period_;   // input side's calls
+  SettlingPeriod output_period_;  // output side's calls (a stream without input)
   bool callback_priority_seen_ = false;
   unsigned callback_calls_since_priority_ = 0;
   // Written once by the callback, read by the engine thread (relaxed: a
@@ -273,6 +371,11 @@ class LivePipeline {
   std::atomic<std::uint64_t> drain_target_frames_{0};
   std::atomic<bool> realtime_granted_{false};
   std::thread engine_thread_;
+  // Set by the engine thread once its warm-up calls are made (start() waits
+  // for it); warm_up_error_ is written before the release store and read
+  // after the acquire load.
+  std::atomic<bool> warmed_up_{false};
+  std::string warm_up_error_;
 
   // Counters (see LiveStats); one writer each.
   std::atomic<std::uint64_t> blocks_{0};
@@ -289,6 +392,24 @@ class LivePipeline {
   std::atomic<std::uint64_t> late_periods_{0};
   std::atomic<std::uint64_t> late_unstarted_{0};
   std::atomic<std::uint64_t> nonfinite_inputs_{0};
+  std::atomic<std::uint64_t> replans_{0};
+  // Written by the callback when its period settled on another value.
+  std::atomic<std::size_t> device_period_frames_{0};
+  std::atomic<std::uint64_t> period_changes_{0};
+
+  // Swap thread only.
+  RealtimeMatrixEngine* swap_target_ = nullptr;    // the engine the callback runs
+  RealtimeMatrixEngine* replan_target_ = nullptr;  // the one a re-plan offered...
+  std::size_t replan_block_frames_ = 0;            // ...and its calls
+  std::size_t response_frames_ = 0;                // see LivePipelineOptions::response_frames
+  std::uint64_t replan_failed_for_ = 0;            // period whose re-plan failed (not retried)
+  std::atomic<int> device_rate_{0};
+  // Control side only (next_device_change).
+  std::size_t reported_period_frames_ = 0;
+  int reported_rate_ = 0;
 };
+
+// Calls in a row at one size before the callback takes it as the period.
+inline constexpr unsigned period_settle_calls = 3;
 
 }  // namespace tapstream

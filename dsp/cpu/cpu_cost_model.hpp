@@ -19,6 +19,11 @@ double cpu_direct_cost_ns(std::size_t block, std::size_t taps);
 // Uniformly partitioned FFT with partitions of `partition` frames: ns per
 // sample of one channel for calls of `block` frames.
 double cpu_fft_cost_ns(std::size_t block, std::size_t taps, std::size_t partition);
+// Below this much estimated work per call, waking other threads costs more
+// than it saves (a futex wake-up and join cost several microseconds): the
+// engines then keep a call on its caller.
+inline constexpr double kCpuParallelCallNs = 30000.0;
+
 // The cheapest partition (16..65536 frames) for calls of `block` frames.
 std::size_t cpu_best_partition(std::size_t block, std::size_t taps);
 // The cheaper of direct form and the best uniform partition, ns per frame of

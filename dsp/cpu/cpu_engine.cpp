@@ -26,7 +26,7 @@
 // so the last frame of the crossfade block is entirely the new filter's.
 //
 // Threads: channels are independent, so a call with enough work (see
-// kParallelNs) hands its channels out over a WorkerPool (dsp/cpu/cpu_worker_pool.hpp)
+// kCpuParallelCallNs) hands its channels out over a WorkerPool (dsp/cpu/cpu_worker_pool.hpp)
 // of min(channels, cores) threads, the caller included, each channel to whichever
 // thread claims it first; each thread has its own scratch and a channel's state
 // is touched by one thread per call. EngineOptions::cpu.threads caps the
@@ -63,10 +63,6 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// Below this much estimated work per call, waking other threads costs more
-// than it saves (a futex wake-up and join cost several microseconds).
-constexpr double kParallelNs = 30000.0;
-
 std::size_t thread_limit(const CpuEngineOptions& options) {
   if (options.threads >= 1) return options.threads;
   return std::max(1u, std::thread::hardware_concurrency());
@@ -74,9 +70,10 @@ std::size_t thread_limit(const CpuEngineOptions& options) {
 
 class CpuEngine final : public CpuHeadEngine {
  public:
-  // single_thread: never use the worker pool (the in-call head of the
-  // non-uniform engine, whose tail threads have the other cores).
-  CpuEngine(const FilterBank& bank, const EngineOptions& options, bool single_thread = false);
+  // head_threads > 0: no worker pool of its own, scratch for calls split over
+  // that many threads by the caller (the in-call head of the non-uniform
+  // engine, which spreads its channels itself).
+  CpuEngine(const FilterBank& bank, const EngineOptions& options, std::size_t head_threads = 0);
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
@@ -85,6 +82,10 @@ class CpuEngine final : public CpuHeadEngine {
   std::unique_ptr<PreparedHeadFilters> prepare_filters(const FilterBank& bank) const override;
   std::unique_ptr<PreparedHeadFilters> install_filters(std::unique_ptr<PreparedHeadFilters> filters,
                                                        bool crossfade) noexcept override;
+  void begin_call(std::size_t frames) noexcept override;
+  void call_channel(std::size_t channel, const float* x, float* y,
+                    std::size_t thread) noexcept override;
+  void end_call() noexcept override;
 
   std::size_t channels() const override { return channels_; }
   std::size_t max_block_frames() const override { return max_block_; }
@@ -125,9 +126,10 @@ class CpuEngine final : public CpuHeadEngine {
   void check_bank(const FilterBank& bank, const char* what) const;
   void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
 
-  // Filters one channel of one call.
-  void process_channel(std::size_t ch, std::span<const float> in, std::size_t frames, Layout layout,
-                       std::span<float> out, Filters* fade_from, Scratch& scratch);
+  // Filters one channel of one call of process() (staging it for interleaved
+  // layouts), between begin_call() and end_call().
+  void process_channel(std::size_t ch, std::span<const float> in, Layout layout,
+                       std::span<float> out, std::size_t thread);
   void direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
                       const Filters* fade_from, Scratch& scratch);
   void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y, Filters* fade_from,
@@ -144,6 +146,13 @@ class CpuEngine final : public CpuHeadEngine {
   std::unique_ptr<Filters> pending_;  // set_filters() -> next process()
   bool pending_crossfade_ = false;
   std::unique_ptr<Filters> retired_;  // freed in set_filters(), never on the audio path
+
+  // The call between begin_call() and end_call(): its frames, whether it
+  // installs pending filters (their tails computed channel by channel), and
+  // the filters it crossfades from.
+  std::size_t call_frames_ = 0;
+  bool installing_ = false;
+  std::unique_ptr<Filters> fade_from_;
 
   // direct form
   std::size_t history_stride_ = 0;
@@ -168,7 +177,7 @@ class CpuEngine final : public CpuHeadEngine {
   std::unique_ptr<WorkerPool> pool_;
 };
 
-CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool single_thread)
+CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, std::size_t head_threads)
     : channels_(bank.channels()),
       max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? bank.max_taps() : options.max_taps),
@@ -201,9 +210,9 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool 
   stage_out_ = AlignedFloats(channels_ * max_block_);
 
   // Threads only where a full block is worth splitting.
-  std::size_t threads = single_thread ? 1 : std::min(channels_, thread_limit(options.cpu));
-  if (ns_per_sample_ * double(max_block_ * channels_) < kParallelNs) threads = 1;
-  scratch_.resize(threads);
+  std::size_t threads = std::min(channels_, thread_limit(options.cpu));
+  if (ns_per_sample_ * double(max_block_ * channels_) < kCpuParallelCallNs) threads = 1;
+  scratch_.resize(head_threads > 0 ? head_threads : threads);
   for (Scratch& sc : scratch_) {
     sc.y = AlignedFloats(round_up(max_block_, kDirectPad));
     sc.old = AlignedFloats(round_up(max_block_, kDirectPad));
@@ -213,7 +222,7 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, bool 
     }
   }
   active_ = make_filters(bank, true);
-  if (threads > 1) pool_ = std::make_unique<WorkerPool>(threads - 1);
+  if (head_threads == 0 && threads > 1) pool_ = std::make_unique<WorkerPool>(threads - 1);
 }
 
 void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
@@ -382,46 +391,60 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   if (fade_from) blend(scratch.old.data(), y, frames);
 }
 
-void CpuEngine::process_channel(std::size_t ch, std::span<const float> in, std::size_t frames,
-                                Layout layout, std::span<float> out, Filters* fade_from,
-                                Scratch& scratch) {
-  const float* x;
-  float* y;
-  if (layout == Layout::planar) {
-    x = in.data() + ch * frames;
-    y = out.data() + ch * frames;
-  } else {
-    float* staged = stage_in_.data() + ch * max_block_;
-    for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
-    x = staged;
-    y = stage_out_.data() + ch * max_block_;  // interleaved by the caller afterwards
+void CpuEngine::begin_call(std::size_t frames) noexcept {
+  call_frames_ = frames;
+  installing_ = pending_ != nullptr;
+  if (pending_) {
+    if (pending_crossfade_) fade_from_ = std::move(active_);
+    retired_ = std::move(active_);
+    active_ = std::move(pending_);
   }
+}
+
+void CpuEngine::call_channel(std::size_t ch, const float* x, float* y,
+                             std::size_t thread) noexcept {
+  Scratch& scratch = scratch_[thread];
   if (algorithm_ == Algorithm::direct) {
-    direct_channel(ch, x, frames, y, fade_from, scratch);
+    direct_channel(ch, x, call_frames_, y, fade_from_.get(), scratch);
   } else {
-    fft_channel(ch, x, frames, y, fade_from, scratch);
+    // Installed filters' tails for the current segment (each channel's own).
+    if (installing_) update_tails(*active_, ch, slot_);
+    fft_channel(ch, x, call_frames_, y, fade_from_.get(), scratch);
   }
+}
+
+void CpuEngine::end_call() noexcept {
+  if (algorithm_ == Algorithm::fft) {
+    const std::size_t total = position_ + call_frames_;
+    slot_ = (slot_ + total / partition_) % fdl_slots_;
+    position_ = total % partition_;
+  }
+  installing_ = false;
+  if (fade_from_) retired_ = std::move(fade_from_);
+}
+
+void CpuEngine::process_channel(std::size_t ch, std::span<const float> in, Layout layout,
+                                std::span<float> out, std::size_t thread) {
+  const std::size_t frames = call_frames_;
+  if (layout == Layout::planar) {
+    call_channel(ch, in.data() + ch * frames, out.data() + ch * frames, thread);
+    return;
+  }
+  float* staged = stage_in_.data() + ch * max_block_;
+  for (std::size_t f = 0; f < frames; ++f) staged[f] = in[f * channels_ + ch];
+  // interleaved by process() afterwards
+  call_channel(ch, staged, stage_out_.data() + ch * max_block_, thread);
 }
 
 void CpuEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
                         Layout layout) {
   check_process_call("cpu engine", in, out, frames, channels_, max_block_);
-  std::unique_ptr<Filters> fade_from;
-  if (pending_) {
-    if (algorithm_ == Algorithm::fft) {
-      for (std::size_t ch = 0; ch < channels_; ++ch) {
-        update_tails(*pending_, ch, slot_);
-      }
-    }
-    if (pending_crossfade_) fade_from = std::move(active_);
-    retired_ = std::move(active_);
-    active_ = std::move(pending_);
-  }
-
+  begin_call(frames);
   const bool parallel =
-      pool_ && ns_per_sample_ * double(frames * channels_) * (fade_from ? 2.0 : 1.0) >= kParallelNs;
+      pool_ &&
+      ns_per_sample_ * double(frames * channels_) * (fade_from_ ? 2.0 : 1.0) >= kCpuParallelCallNs;
   auto channel = [&](std::size_t ch, std::size_t thread) {
-    process_channel(ch, in, frames, layout, out, fade_from.get(), scratch_[thread]);
+    process_channel(ch, in, layout, out, thread);
   };
   if (parallel) {
     pool_->run(channel, channels_);
@@ -434,12 +457,7 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
       for (std::size_t f = 0; f < frames; ++f) out[f * channels_ + ch] = y[f];
     }
   }
-  if (algorithm_ == Algorithm::fft) {
-    const std::size_t total = position_ + frames;
-    slot_ = (slot_ + total / partition_) % fdl_slots_;
-    position_ = total % partition_;
-  }
-  if (fade_from) retired_ = std::move(fade_from);
+  end_call();
 }
 
 std::string CpuEngine::description() const {
@@ -457,8 +475,9 @@ std::string CpuEngine::description() const {
 }  // namespace
 
 std::unique_ptr<CpuHeadEngine> make_cpu_head_engine(const FilterBank& bank,
-                                                    const EngineOptions& options) {
-  return std::make_unique<CpuEngine>(bank, options, true);
+                                                    const EngineOptions& options,
+                                                    std::size_t threads) {
+  return std::make_unique<CpuEngine>(bank, options, std::max<std::size_t>(1, threads));
 }
 
 std::unique_ptr<Engine> make_cpu_engine(const FilterBank& bank, const EngineOptions& options) {

@@ -35,11 +35,25 @@ class PreparedHeadFilters {
   virtual ~PreparedHeadFilters() = default;
 };
 
-// The in-call head of the non-uniform engine: a CPU engine on the calling
-// thread only, whose filters for a swap can be prepared on another thread and
-// installed in the call without allocating or freeing.
+// The in-call head of the non-uniform engine: a CPU engine without threads of
+// its own, whose filters for a swap can be prepared on another thread and
+// installed in the call without allocating or freeing, and whose calls the
+// caller may spread over threads of its own, channel by channel.
 class CpuHeadEngine : public Engine {
  public:
+  // A call split by channel, as process() does it (same output): on
+  // process()'s thread begin_call(), then call_channel() once for every
+  // channel, on any threads, then end_call() on process()'s thread once every
+  // call_channel() has returned. `x` and `y` are the channel's `frames` input
+  // and output frames; `thread` (below the head's threads, see
+  // make_cpu_head_engine) picks the scratch memory, so two channels run at
+  // once only on different threads. Nothing else of the engine is called
+  // between begin_call() and end_call(). No allocation, no lock.
+  virtual void begin_call(std::size_t frames) noexcept = 0;
+  virtual void call_channel(std::size_t channel, const float* x, float* y,
+                            std::size_t thread) noexcept = 0;
+  virtual void end_call() noexcept = 0;
+
   // Any thread, also while process() runs (it reads only what construction
   // fixed): the filters of `bank`, checked as set_filters() checks them.
   virtual std::unique_ptr<PreparedHeadFilters> prepare_filters(const FilterBank& bank) const = 0;
@@ -51,10 +65,12 @@ class CpuHeadEngine : public Engine {
       std::unique_ptr<PreparedHeadFilters> filters, bool crossfade) noexcept = 0;
 };
 
-// The direct-form or uniformly partitioned engine (by cost), on the calling
-// thread only: the in-call head of the non-uniform engine. Like every CPU
-// engine it adds no latency at any call size.
+// The direct-form or uniformly partitioned engine (by cost), without threads
+// of its own: the in-call head of the non-uniform engine, whose calls may be
+// split over `threads` threads (see CpuHeadEngine). Like every CPU engine it
+// adds no latency at any call size.
 std::unique_ptr<CpuHeadEngine> make_cpu_head_engine(const FilterBank& bank,
-                                                    const EngineOptions& options);
+                                                    const EngineOptions& options,
+                                                    std::size_t threads);
 
 }  // namespace tapstream

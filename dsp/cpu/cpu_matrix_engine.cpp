@@ -96,33 +96,45 @@ class CpuMatrixEngine final : public MatrixEngine {
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
   void reset() override;
 
-  std::size_t inputs() const override { return active_->matrix.inputs(); }
-  std::size_t outputs() const override { return active_->matrix.outputs(); }
+  std::size_t inputs() const override { return active_->matrix->inputs(); }
+  std::size_t outputs() const override { return active_->matrix->outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
   std::size_t max_delay_frames() const override { return max_delay_; }
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     return "cpu: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
-           std::to_string(active_->matrix.paths().size()) + " paths, partitioned FFT, " +
+           std::to_string(active_->matrix->paths().size()) + " paths, partitioned FFT, " +
            std::to_string(2 * partition_) + "-point, " + std::to_string(fdl_slots_) +
            " partitions (delays up to " + std::to_string(max_delay_) + " frames)";
   }
 
  private:
-  // Everything that depends on one matrix's filters.
+  // Everything that depends on one matrix's filters. A per-path update
+  // (set_paths) makes a bank that shares every other path's spectra with the
+  // running one and transforms only the named paths.
   struct Bank {
-    explicit Bank(const RoutingMatrix& m) : matrix(m) {}
-    RoutingMatrix matrix;
+    // The paths' routing, gains, delays and polarities (what set_matrix
+    // checks a new matrix against); the taps of paths set_paths replaced
+    // since are in `spectra` only.
+    std::shared_ptr<const RoutingMatrix> matrix;
     std::vector<std::size_t> partitions;  // per path
     std::vector<std::size_t> skipped;     // per path: whole segments of its delay (q)
-    std::vector<AlignedFloats> spectra;   // per path: partition j at j * stride_, scaled 1/N
-    AlignedFloats tails;                  // per output, stride_ floats: tail of the current segment
+    // Per path: partition j at j * stride_, scaled 1/N.
+    std::vector<std::shared_ptr<const AlignedFloats>> spectra;
+    AlignedFloats tails;  // per output, stride_ floats: tail of the current segment
   };
 
   std::unique_ptr<Bank> make_bank(const RoutingMatrix& m) const;
+  // The partitions' spectra of `taps` on `path`'s gain, polarity and the
+  // remainder of its delay (the taps MatrixPath::effective_taps gives, to
+  // the bit); `time` is 2P floats of scratch.
+  std::shared_ptr<const AlignedFloats> path_spectra(const MatrixPath& path,
+                                                    std::span<const float> taps,
+                                                    AlignedFloats& time) const;
   void compute_tails(Bank& bank) const;
   // Output positions [position_, position_ + n) of the current segment for
   // every output of `bank`, into planar `dst` (frames per channel) at `done`.
@@ -183,24 +195,35 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   active_ = make_bank(matrix);
 }
 
-std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingMatrix& m) const {
-  auto bank = std::make_unique<Bank>(m);
+std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixPath& path,
+                                                                   std::span<const float> taps,
+                                                                   AlignedFloats& time) const {
   const float scale = 1.0f / float(2 * partition_);
+  const double gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
+  const std::size_t leading = path.delay_frames % partition_;
+  const std::size_t length = leading + taps.size();
+  const std::size_t k = div_up(length, partition_);
+  auto spectra = std::make_shared<AlignedFloats>(k * stride_);
+  for (std::size_t j = 0; j < k; ++j) {
+    time.zero();
+    const std::size_t first = j * partition_;
+    const std::size_t last = std::min(first + partition_, length);
+    for (std::size_t t = std::max(first, leading); t < last; ++t)
+      time.data()[t - first] = static_cast<float>(double(taps[t - leading]) * gain) * scale;
+    fft_->forward(time.data(), spectra->data() + j * stride_);
+  }
+  return spectra;
+}
+
+std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingMatrix& m) const {
+  auto bank = std::make_unique<Bank>();
+  bank->matrix = std::make_shared<const RoutingMatrix>(m);
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
-    const std::vector<float> taps = path.effective_taps(path.delay_frames % partition_);
-    const std::size_t k = div_up(taps.size(), partition_);
-    AlignedFloats spectra(k * stride_);
-    for (std::size_t j = 0; j < k; ++j) {
-      time.zero();
-      const std::size_t first = j * partition_;
-      const std::size_t count = std::min(partition_, taps.size() - first);
-      for (std::size_t t = 0; t < count; ++t) time.data()[t] = taps[first + t] * scale;
-      fft_->forward(time.data(), spectra.data() + j * stride_);
-    }
-    bank->partitions.push_back(k);
+    bank->spectra.push_back(path_spectra(path, path.taps, time));
+    bank->partitions.push_back(
+        div_up(path.delay_frames % partition_ + path.taps.size(), partition_));
     bank->skipped.push_back(path.delay_frames / partition_);
-    bank->spectra.push_back(std::move(spectra));
   }
   bank->tails = AlignedFloats(m.outputs() * stride_);
   return bank;
@@ -208,14 +231,14 @@ std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingM
 
 void CpuMatrixEngine::compute_tails(Bank& bank) const {
   bank.tails.zero();
-  const auto& paths = bank.matrix.paths();
+  const auto& paths = bank.matrix->paths();
   for (std::size_t p = 0; p < paths.size(); ++p) {
     float* tail = bank.tails.data() + paths[p].output * stride_;
     // Partition j of the path meets the spectrum of segment s - q - j.
     const std::size_t q = bank.skipped[p];
     for (std::size_t j = q == 0 ? 1 : 0; j < bank.partitions[p]; ++j) {
       const std::size_t slot = (slot_ + fdl_slots_ - q - j) % fdl_slots_;
-      multiply_add(tail, fdl_slot(paths[p].input, slot), bank.spectra[p].data() + j * stride_,
+      multiply_add(tail, fdl_slot(paths[p].input, slot), bank.spectra[p]->data() + j * stride_,
                    bins_);
     }
   }
@@ -223,7 +246,7 @@ void CpuMatrixEngine::compute_tails(Bank& bank) const {
 
 void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t n,
                            std::size_t frames) {
-  const auto& paths = bank.matrix.paths();
+  const auto& paths = bank.matrix->paths();
   for (std::size_t o = 0; o < paths_of_output_.size(); ++o) {
     float* y = dst + o * frames + done;
     if (paths_of_output_[o].empty()) {
@@ -233,7 +256,7 @@ void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t
     std::memcpy(acc_.data(), bank.tails.data() + o * stride_, stride_ * sizeof(float));
     for (std::size_t p : paths_of_output_[o]) {
       if (bank.skipped[p] != 0) continue;  // delayed by a segment or more: all in the tail
-      multiply_add(acc_.data(), current_.data() + paths[p].input * stride_, bank.spectra[p].data(),
+      multiply_add(acc_.data(), current_.data() + paths[p].input * stride_, bank.spectra[p]->data(),
                    bins_);
     }
     fft_->inverse(acc_.data(), time_.data());
@@ -305,11 +328,42 @@ void CpuMatrixEngine::process(std::span<const float> in, std::span<float> out, s
 }
 
 void CpuMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
-  const RoutingMatrix& running = pending_ ? pending_->matrix : active_->matrix;
+  const RoutingMatrix& running = pending_ ? *pending_->matrix : *active_->matrix;
   check_matrix_swap(running, matrix, max_taps_, max_delay_);
   retired_.reset();
   pending_ = make_bank(matrix);
   pending_crossfade_ = crossfade;
+}
+
+void CpuMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
+  const RoutingMatrix& running = pending_ ? *pending_->matrix : *active_->matrix;
+  check_path_taps(running.paths(), paths, max_taps_, max_delay_);
+  // Transformed before anything changes, so that a failure keeps what runs.
+  AlignedFloats time(2 * partition_);
+  std::vector<std::shared_ptr<const AlignedFloats>> spectra;
+  spectra.reserve(paths.size());
+  for (const PathTaps& update : paths)
+    spectra.push_back(path_spectra(running.paths()[update.path], update.taps, time));
+  if (!pending_) {
+    auto next = std::make_unique<Bank>();
+    next->matrix = active_->matrix;
+    next->partitions = active_->partitions;
+    next->skipped = active_->skipped;
+    next->spectra = active_->spectra;
+    next->tails = AlignedFloats(active_->tails.size());
+    retired_.reset();
+    pending_ = std::move(next);
+    pending_crossfade_ = crossfade;
+  } else {
+    pending_crossfade_ = pending_crossfade_ || crossfade;
+  }
+  for (std::size_t u = 0; u < paths.size(); ++u) {
+    const std::size_t p = paths[u].path;
+    const MatrixPath& path = running.paths()[p];
+    pending_->partitions[p] =
+        div_up(path.delay_frames % partition_ + paths[u].taps.size(), partition_);
+    pending_->spectra[p] = std::move(spectra[u]);
+  }
 }
 
 void CpuMatrixEngine::reset() {

@@ -7,7 +7,10 @@
 //   partition) run inside process() on the first taps of every filter.
 // - Each tail segment (partitions of P frames starting at tap T) has its own
 //   worker thread, at a lower priority than the caller and the lower the
-//   longer its partitions (their deadlines are further away). When a call
+//   longer its partitions (their deadlines are further away); one per group
+//   of channels where the head is spread over threads (tail_groups()), so
+//   that no segment's work is bound to one core. Below, "segment" is such a
+//   group. When a call
 //   completes input block m of the segment (frames [mP, (m+1)P)), process()
 //   queues job m; the worker transforms the block's 2P-frame window into the
 //   segment's frequency-domain delay line, sums the products with the
@@ -17,6 +20,13 @@
 //   worth of stream time; a call that needs frames from a job not yet done
 //   waits for it (the engine stays exact and is late instead).
 // - process() adds the rings' frames for its own span to the head's output.
+// - With many channels (head_threads(): EngineOptions::cpu.threads, by
+//   default every hardware thread, once a call's head work is worth
+//   splitting) the call's per-channel work, the head and the
+//   adding of the rings, is spread over a WorkerPool at the caller's
+//   priority, the caller doing its share (dsp/cpu/cpu_worker_pool.hpp). The
+//   caller alone copies the input in and the output out, so that nothing
+//   the pool's threads touch belongs to the caller of process().
 //
 // Swaps: a new bank's spectra are built on a preparer thread (lowest
 // priority), never in process(). When one is ready at frame F, every tail job
@@ -32,7 +42,11 @@
 // Inside an audio callback (RealtimeEngine::process_by, same-period live
 // mode) nothing waits past the period's deadline. A tail job not done by then
 // makes the call late: it returns silence, the stream advances, the job
-// finishes in the background and later calls use it, so they stay exact.
+// finishes in the background and later calls use it, so they stay exact. So
+// does a head thread that has not finished its channels by then (preempted):
+// the next call waits for it, up to its own deadline, before it touches the
+// head or the staging; if it is still not done then, that call's input cannot
+// reach the head, and the engine is overloaded (below).
 // Only if a worker falls so far behind that, at the call's deadline, writing
 // this call's input would still overwrite input a queued job has to read, or
 // its job slots are all still taken, is the engine overloaded: it then stops
@@ -51,7 +65,14 @@
 // acquire load of `done` shows the job that wrote it finished. The ring sizes
 // (see the constructor) make sure a worker never reads input the caller is
 // overwriting and never writes output the caller is reading, given the waits
-// above. The preparer hands a finished bank over by an atomic pointer
+// above. The head's threads read the staging and write the head's state and
+// the staged output between the pool's publication of a job and its tasks'
+// completion count (release/acquire, see WorkerPool); a call that found them
+// not done by its deadline leaves them in flight and the next call waits for
+// them before anything they use changes. The rings they read stay valid:
+// until then the only tail jobs dispatched are that call's, which write at
+// most T + one call past the frames it reads, inside the ring (see its size).
+// The preparer hands a finished bank over by an atomic pointer
 // exchange (release/acquire) and takes requests the same way; post_filters()
 // (another thread than process()'s) touches only that request pointer and the
 // preparer's wake counter. `done` is a DeadlineCounter (dsp/realtime/deadline_counter.hpp),
@@ -65,6 +86,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -74,8 +96,10 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu/cpu_cost_model.hpp"
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/cpu/cpu_simd.hpp"
+#include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/thread_priority.hpp"
@@ -112,6 +136,36 @@ struct Job {
 
 constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
 
+// The channel groups of a tail segment whose work per call is `ratio` times
+// the head's: one when the head runs on one thread; else as many as keep a
+// group's load at most a head thread's, up to the head's threads. A
+// segment's partitions then no longer bound the engine to one core each.
+std::size_t tail_groups(std::size_t head_threads, std::size_t channels, double ratio) {
+  if (head_threads <= 1) return 1;
+  const double wanted = std::ceil(double(head_threads) * ratio);
+  return std::clamp<std::size_t>(std::size_t(wanted), 1, std::min(head_threads, channels));
+}
+
+// Tasks per head thread in a call: claimed in turn, so that a thread that
+// starts late or runs slower leaves at most a task's worth of imbalance.
+constexpr std::size_t kHeadTasksPerThread = 4;
+
+// The in-call head's threads (the caller included): `options.threads` when
+// given, else every hardware thread; one where a call's estimated head work
+// (`call_ns`) is too small to split. Not only the cores the tail workers
+// leave: the head's work is due now, a tail job's over its partition's
+// length, and at their lower priority the tails take what the head leaves.
+// On the 2-core dev VM (64 frames, 65536 taps, paced, SCHED_FIFO), 2 head
+// threads carried 216 channels where 1 (all the cores less the 5 tail
+// threads) carried 196.
+std::size_t head_threads(const CpuEngineOptions& options, std::size_t channels, double call_ns) {
+  if (call_ns < kCpuParallelCallNs) return 1;
+  const std::size_t wanted = options.threads >= 1
+                                 ? options.threads
+                                 : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  return std::clamp<std::size_t>(wanted, 1, channels);
+}
+
 class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
  public:
   NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
@@ -135,22 +189,26 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::string name() const override { return "cpu"; }
   RealtimeEngine* realtime() override { return this; }
   std::string description() const override {
-    return "cpu: non-uniform partitioned FFT, " + plan_.describe() +
-           " (head in the call, tails on " + std::to_string(segments_.size()) +
-           " lower-priority threads)";
+    return "cpu: non-uniform partitioned FFT, " + plan_.describe() + " (head in the call" +
+           (head_pool_ ? " on " + std::to_string(head_pool_->threads()) + " threads" : "") +
+           ", tails on " + std::to_string(segments_.size()) + " lower-priority threads)";
   }
 
  private:
+  // A tail segment's partitions for a group of channels (one group, all the
+  // channels, unless the head is spread over threads: see tail_groups()).
   struct Segment {
-    std::size_t index = 0;      // in segments_ (plan segment index + 1)
+    std::size_t index = 0;          // of the tail segment: plan segment index - 1
+    std::size_t first_channel = 0;  // the group: channels [first_channel, + channels)
+    std::size_t channels = 0;
     std::size_t partition = 0;  // P
     std::size_t count = 0;      // partitions
     std::size_t first_tap = 0;  // T
     std::size_t blocks = 0;     // 32-bin blocks of P + 1 bins
     std::shared_ptr<const fftw::RealFftPair> fft;
-    AlignedFloats fdl;                 // per channel: blocks * count * 64
+    AlignedFloats fdl;                 // per channel of the group: blocks * count * 64
     std::size_t ring = 0;              // output ring frames (a power of two)
-    std::array<AlignedFloats, 2> out;  // per slot, per channel: ring frames
+    std::array<AlignedFloats, 2> out;  // per slot, per channel of the group: ring frames
     // worker scratch
     AlignedFloats window, spectrum, products, time;
     std::array<Job, kJobSlots> jobs;
@@ -188,6 +246,22 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   void stop_workers();
   void quiesce();
 
+  // The call's per-channel work, task by task over the head's threads.
+  struct CallJob {
+    NonUniformCpuEngine* engine = nullptr;
+    bool adding_tails = false;  // false: the head; true: the rings and the crossfade
+    void operator()(std::size_t task, std::size_t thread) const noexcept {
+      engine->call_task(adding_tails, task, thread);
+    }
+  };
+  void call_task(bool adding_tails, std::size_t task, std::size_t thread) noexcept;
+  // Runs call_job_ as `adding_tails` says over the head's threads; false when
+  // some thread was not done by the deadline (the job is then in flight).
+  bool run_call_job(bool adding_tails, const timespec* deadline);
+  // Waits, no later than the deadline, for a job a late call left in flight,
+  // and ends its head call; false if it is still running then.
+  bool finish_call_job(const timespec* deadline);
+
   std::size_t channels_;
   std::size_t max_block_;
   std::size_t max_taps_;
@@ -199,6 +273,18 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   AlignedFloats input_;      // per channel: in_ring_ frames of the stream
   AlignedFloats stage_in_, stage_out_, tails_old_, tails_new_;
   std::uint64_t frames_ = 0;  // stream frames processed
+
+  // The call's work over the head's threads (see the top): per task
+  // `channels_per_task_` channels; the frames and whether it crossfades, as
+  // the call set them; a job not known to be done, and a head call not ended.
+  CallJob call_job_;
+  std::size_t call_tasks_ = 1, channels_per_task_ = 0;
+  // frames_ when the call began (frames_ moves on before a late job ends).
+  std::uint64_t call_start_ = 0;
+  std::size_t call_frames_ = 0;
+  bool call_fading_ = false;
+  bool call_job_in_flight_ = false;
+  bool head_call_open_ = false;
 
   // Banks: `current_` plays in ring slot `slot_`; `next_` (when a swap is
   // under way) fills slot 1 - slot_ and takes over at the call that starts
@@ -241,6 +327,10 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   bool priority_set_ = false;
   unsigned calls_since_priority_ = 0;
   int worker_priority_key_ = -1;  // the caller's real-time priority they follow (0: none)
+
+  // The head's threads besides the caller (null: the caller alone). Last, so
+  // that it stops first: a thread of a late call may still use the above.
+  std::unique_ptr<WorkerPool> head_pool_;
 };
 
 NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOptions& options,
@@ -261,30 +351,41 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
                                 std::to_string(std::max(max_taps_, bank.max_taps())));
   }
   const PartitionSegment& head = plan_.segments.front();
+  const CpuPartitionCosts costs(channels_);
+  const double head_ns = costs.head_ns(max_block_, head.partition_frames, head.count);
+  const std::size_t threads = head_threads(options.cpu, channels_, double(channels_) * head_ns);
   std::size_t in_ring = 2 * max_block_;
   for (std::size_t s = 1; s < plan_.segments.size(); ++s) {
     const PartitionSegment& p = plan_.segments[s];
-    auto seg = std::make_unique<Segment>();
-    seg->index = s - 1;
-    seg->partition = p.partition_frames;
-    seg->count = p.count;
-    seg->first_tap = p.first_tap;
-    seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
-    seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
-    seg->fdl = AlignedFloats(channels_ * seg->blocks * seg->count * simd::kBlockFloats);
-    // A job writes [mP + T, mP + T + P) while the caller reads frames at or
-    // after (m + 1)P: the ring must hold T + P + one call.
-    seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
-    for (auto& o : seg->out) o = AlignedFloats(channels_ * seg->ring);
-    seg->window = AlignedFloats(2 * p.partition_frames);
-    seg->spectrum = AlignedFloats(seg->blocks * simd::kBlockFloats);
-    seg->products = AlignedFloats(seg->blocks * simd::kBlockFloats);
-    seg->time = AlignedFloats(2 * p.partition_frames);
+    // The tail's work per call of this segment against the head's.
+    const double ratio = costs.tail_step_ns(p.partition_frames, p.count) * double(max_block_) /
+                         double(p.partition_frames) / head_ns;
+    const std::size_t groups = tail_groups(threads, channels_, ratio);
+    for (std::size_t g = 0; g < groups; ++g) {
+      auto seg = std::make_unique<Segment>();
+      seg->index = s - 1;
+      seg->first_channel = g * channels_ / groups;
+      seg->channels = (g + 1) * channels_ / groups - seg->first_channel;
+      seg->partition = p.partition_frames;
+      seg->count = p.count;
+      seg->first_tap = p.first_tap;
+      seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
+      seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
+      seg->fdl = AlignedFloats(seg->channels * seg->blocks * seg->count * simd::kBlockFloats);
+      // A job writes [mP + T, mP + T + P) while the caller reads frames at or
+      // after (m + 1)P: the ring must hold T + P + one call.
+      seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
+      for (auto& o : seg->out) o = AlignedFloats(seg->channels * seg->ring);
+      seg->window = AlignedFloats(2 * p.partition_frames);
+      seg->spectrum = AlignedFloats(seg->blocks * simd::kBlockFloats);
+      seg->products = AlignedFloats(seg->blocks * simd::kBlockFloats);
+      seg->time = AlignedFloats(2 * p.partition_frames);
+      segments_.push_back(std::move(seg));
+    }
     // Job m reads input [(m - 1)P, (m + 1)P) and is waited for no later than
     // the call that needs frame mP + T, so input up to mP + T + one call is
     // written meanwhile.
     in_ring = std::max(in_ring, p.first_tap + 2 * p.partition_frames + 2 * max_block_);
-    segments_.push_back(std::move(seg));
   }
   in_ring_ = std::bit_ceil(in_ring);
   for (Retired& r : retired_) r.dispatched.assign(segments_.size(), 0);
@@ -299,11 +400,16 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   current_ = prepare(bank);
   EngineOptions head_options = options;
   head_options.max_taps = head.end_tap();
-  head_ = make_cpu_head_engine(*current_->head, head_options);
+  head_ = make_cpu_head_engine(*current_->head, head_options, threads);
+  call_tasks_ = std::min(channels_, threads == 1 ? std::size_t{1} : kHeadTasksPerThread * threads);
+  channels_per_task_ = div_up(channels_, call_tasks_);
+  call_tasks_ = div_up(channels_, channels_per_task_);
+  call_job_.engine = this;
+  if (threads > 1) head_pool_ = std::make_unique<WorkerPool>(threads - 1);
 
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    Segment& seg = *segments_[s];
-    seg.thread = std::thread([this, &seg, s] { worker(seg, int(s) + 1); });
+  for (const auto& seg_ptr : segments_) {
+    Segment& seg = *seg_ptr;
+    seg.thread = std::thread([this, &seg] { worker(seg, int(seg.index) + 1); });
   }
   preparer_ = std::thread([this] {
     preparer_id_.store(int(gettid()), std::memory_order_relaxed);
@@ -333,6 +439,7 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
 }
 
 NonUniformCpuEngine::~NonUniformCpuEngine() {
+  head_pool_.reset();  // a late call's head work finishes first
   stop_workers();
   delete prepare_request_.exchange(nullptr);
   delete prepared_.exchange(nullptr);
@@ -366,10 +473,12 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) c
   }
   tb->head = tb->shared ? FilterBank::shared(std::move(heads.front()), channels_)
                         : FilterBank::per_channel(std::move(heads));
-  tb->spectra.resize(segments_.size());
-  tb->parts.resize(segments_.size());
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    const Segment& seg = *segments_[s];
+  tb->spectra.resize(plan_.segments.size() - 1);
+  tb->parts.resize(plan_.segments.size() - 1);
+  for (const auto& seg_ptr : segments_) {
+    const Segment& seg = *seg_ptr;
+    if (seg.first_channel != 0) continue;  // the segment's spectra serve all its groups
+    const std::size_t s = seg.index;
     const std::size_t p = seg.partition, n = 2 * p;
     AlignedFloats padded(n), spectrum(seg.blocks * simd::kBlockFloats);
     const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
@@ -419,13 +528,14 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
   const std::size_t slot = job.block % seg.count;
   const std::uint64_t window_start = job.block * p + in_ring_ - p;  // (m - 1)P, kept >= 0
   const std::uint64_t out_start = job.block * p + seg.first_tap;
-  for (std::size_t ch = 0; ch < channels_; ++ch) {
+  for (std::size_t ch = seg.first_channel; ch < seg.first_channel + seg.channels; ++ch) {
+    const std::size_t local = ch - seg.first_channel;
     const float* in = input_.data() + ch * in_ring_;
     const std::size_t first = window_start & (in_ring_ - 1);
     const std::size_t run = std::min(2 * p, in_ring_ - first);
     std::memcpy(seg.window.data(), in + first, run * sizeof(float));
     std::memcpy(seg.window.data() + run, in, (2 * p - run) * sizeof(float));
-    float* fdl = seg.fdl.data() + ch * seg.blocks * fdl_stride;
+    float* fdl = seg.fdl.data() + local * seg.blocks * fdl_stride;
     float* x_slot = fdl + slot * simd::kBlockFloats;
     seg.fft->forward(seg.window.data(), seg.spectrum.data());
     simd::to_blocks(seg.spectrum.data(), x_slot, fdl_stride, seg.blocks);
@@ -434,7 +544,7 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
       if (bank == nullptr) continue;
       const std::size_t fi = bank->filter_of(ch);
       const std::size_t k = bank->parts[seg.index][fi];
-      float* out = seg.out[b].data() + ch * seg.ring;
+      float* out = seg.out[b].data() + local * seg.ring;
       const std::size_t at = out_start & (seg.ring - 1);
       const std::size_t first_run = std::min(p, seg.ring - at);
       if (k == 0) {
@@ -475,7 +585,17 @@ void NonUniformCpuEngine::follow_caller_priority() {
   for (const auto& seg : segments_) {
     if (seg->thread_id.load(std::memory_order_acquire) == 0) return;  // not started: next time
   }
+  const std::size_t head_workers = head_pool_ ? head_pool_->threads() - 1 : 0;
+  for (std::size_t w = 0; w < head_workers; ++w) {
+    if (head_pool_->thread_id(w) == 0) return;
+  }
   worker_priority_key_ = key;
+  // The head's threads do the call's own work: at the caller's priority.
+  for (std::size_t w = 0; w < head_workers; ++w) {
+    sched_param param{};
+    param.sched_priority = realtime ? key : 0;
+    sched_setscheduler(head_pool_->thread_id(w), realtime ? SCHED_FIFO : SCHED_OTHER, &param);
+  }
   for (const auto& seg : segments_) {
     // Rate-monotonic: the shorter the partition, the nearer its deadlines.
     sched_param param{};
@@ -594,6 +714,7 @@ void NonUniformCpuEngine::quiesce() {
 }
 
 void NonUniformCpuEngine::reset() {
+  finish_call_job(nullptr);
   quiesce();
   take_prepared_bank();
   if (next_) {  // nothing to crossfade from in a fresh stream
@@ -669,10 +790,91 @@ bool NonUniformCpuEngine::wait_until_tails_can_take(std::size_t n, const timespe
   return true;
 }
 
+bool NonUniformCpuEngine::finish_call_job(const timespec* deadline) {
+  if (call_job_in_flight_) {
+    if (head_pool_ && !head_pool_->idle_by(deadline)) return false;
+    call_job_in_flight_ = false;
+  }
+  if (head_call_open_) {
+    head_->end_call();
+    head_call_open_ = false;
+  }
+  return true;
+}
+
+bool NonUniformCpuEngine::run_call_job(bool adding_tails, const timespec* deadline) {
+  call_job_.adding_tails = adding_tails;
+  if (!head_pool_) {
+    for (std::size_t t = 0; t < call_tasks_; ++t) call_job_(t, 0);
+    return true;
+  }
+  call_job_in_flight_ = true;
+  if (!head_pool_->run_by(call_job_, call_tasks_, deadline)) return false;
+  call_job_in_flight_ = false;
+  return true;
+}
+
+void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
+                                    std::size_t thread) noexcept {
+  const std::size_t n = call_frames_;
+  const std::size_t first = task * channels_per_task_;
+  const std::size_t last = std::min(channels_, first + channels_per_task_);
+  if (!adding_tails) {
+    for (std::size_t ch = first; ch < last; ++ch) {
+      head_->call_channel(ch, stage_in_.data() + ch * n, stage_out_.data() + ch * n, thread);
+    }
+    return;
+  }
+  // The rings' frames for the call's span, every job that makes them done.
+  const std::uint64_t start = call_start_;
+  for (std::size_t ch = first; ch < last; ++ch) {
+    float* y = stage_out_.data() + ch * n;
+    float* old_tails = tails_old_.data() + ch * n;
+    float* new_tails = tails_new_.data() + ch * n;
+    if (call_fading_) {
+      std::fill(old_tails, old_tails + n, 0.0f);
+      std::fill(new_tails, new_tails + n, 0.0f);
+    }
+    for (const auto& seg_ptr : segments_) {  // in plan order, as one thread adds them
+      const Segment& seg = *seg_ptr;
+      if (ch < seg.first_channel || ch >= seg.first_channel + seg.channels) continue;
+      if (start + n <= seg.first_tap) continue;
+      const std::size_t from = start & (seg.ring - 1);
+      const std::size_t run = std::min(n, seg.ring - from);
+      auto add = [&](std::size_t slot, float* dst) {
+        const float* src = seg.out[slot].data() + (ch - seg.first_channel) * seg.ring;
+        for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
+        for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
+      };
+      if (call_fading_) {
+        add(slot_ ^ 1, old_tails);
+        add(slot_, new_tails);
+      } else {
+        add(slot_, y);
+      }
+    }
+    if (call_fading_) {  // the same blend as the head's: w = (i + 1) / n
+      const float step = 1.0f / float(n);
+      for (std::size_t f = 0; f < n; ++f) {
+        y[f] += old_tails[f] + float(f + 1) * step * (new_tails[f] - old_tails[f]);
+      }
+    }
+  }
+}
+
 bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> out,
                                    std::size_t frames, Layout layout, const timespec* deadline) {
   const std::size_t samples = frames * channels_;
   follow_caller_priority();
+  // A late call's head work still running holds the head and the staging:
+  // without them this call's input cannot reach the head, an overload (see
+  // the top), which the tails' state then recovers from as from theirs.
+  if (!finish_call_job(deadline)) {
+    overloaded_ = true;
+    std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);
+    frames_ += frames;
+    return false;
+  }
   take_prepared_bank();
   bool fading = false;
   if (next_ && frames_ >= switch_frame_) {
@@ -715,15 +917,20 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     std::memcpy(ring + at, x, first_run * sizeof(float));
     std::memcpy(ring, x + first_run, (n - first_run) * sizeof(float));
   }
-  head_->process(std::span<const float>(stage_in_.data(), samples),
-                 std::span<float>(stage_out_.data(), samples), n, Layout::planar);
-
-  // The tails' output for [frames_, frames_ + n), waiting for the jobs that make it.
+  call_start_ = frames_;
+  call_frames_ = n;
+  call_fading_ = fading;
+  head_->begin_call(n);
+  head_call_open_ = true;
   bool late = overloaded_ || frames_ < mute_until_;
-  if (fading) {
-    tails_old_.zero();
-    tails_new_.zero();
+  if (run_call_job(false, deadline)) {
+    head_->end_call();
+    head_call_open_ = false;
+  } else {
+    late = true;
   }
+
+  // The tails' output for [frames_, frames_ + n): wait for the jobs that make it, then add it.
   for (auto& seg_ptr : segments_) {
     if (late) break;
     Segment& seg = *seg_ptr;
@@ -731,34 +938,9 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     if (!seg.done.wait_at_least(seg.base + (frames_ + n - 1 - seg.first_tap) / seg.partition + 1,
                                 deadline)) {
       late = true;
-      break;
-    }
-    const std::size_t from = frames_ & (seg.ring - 1);
-    const std::size_t run = std::min(n, seg.ring - from);
-    auto add = [&](std::size_t slot, float* dst_all) {
-      for (std::size_t ch = 0; ch < channels_; ++ch) {
-        const float* src = seg.out[slot].data() + ch * seg.ring;
-        float* dst = dst_all + ch * n;
-        for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
-        for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
-      }
-    };
-    if (fading) {
-      add(slot_ ^ 1, tails_old_.data());
-      add(slot_, tails_new_.data());
-    } else {
-      add(slot_, stage_out_.data());
     }
   }
-  if (fading && !late) {  // the same blend as the head's: w = (i + 1) / n
-    const float step = 1.0f / float(n);
-    for (std::size_t ch = 0; ch < channels_; ++ch) {
-      float* y = stage_out_.data() + ch * n;
-      const float* o = tails_old_.data() + ch * n;
-      const float* w_new = tails_new_.data() + ch * n;
-      for (std::size_t f = 0; f < n; ++f) y[f] += o[f] + float(f + 1) * step * (w_new[f] - o[f]);
-    }
-  }
+  if (!late && !run_call_job(true, deadline)) late = true;
 
   if (late) {
     std::fill(out.begin(), out.begin() + std::ptrdiff_t(samples), 0.0f);

@@ -19,6 +19,7 @@
 #include <regex>
 #include <string_view>
 
+#include "dsp/design/filter_resampling.hpp"
 #include "dsp/files/regular_file.hpp"
 #include "dsp/files/sound_file.hpp"
 #include "dsp/files/temporary_file.hpp"
@@ -354,7 +355,13 @@ std::optional<double> rate_in_comments(const RegularFile& opened) {
 
 }  // namespace
 
-FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileOptions& options) {
+namespace {
+
+// The file as it holds it; `recorded_rate` gets the rate the file says it was
+// made for (an audio header, a text comment; 0 when it does not say).
+FilterBank load_as_recorded(const fs::path& file, const CoefficientFileOptions& options,
+                            double& recorded_rate) {
+  recorded_rate = 0.0;
   if (options.channels == 0) throw error_in(file, "the audio has no channels");
   // Before anything else: a device, FIFO or directory is refused here, by
   // the open descriptor, whatever asked for it (command line, configuration,
@@ -366,7 +373,10 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
     if (kind == FileKind::audio || kind == FileKind::audio_or_text) {
       SF_INFO info{};
       SndfilePtr sound = open_audio(opened, info);
-      if (sound) return load_audio(file, std::move(sound), info, options);
+      if (sound) {
+        recorded_rate = info.samplerate;
+        return load_audio(file, std::move(sound), info, options);
+      }
       if (kind == FileKind::audio) {
         throw error_in(file, std::string("cannot read as audio: ") + sf_strerror(nullptr));
       }
@@ -381,6 +391,7 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
         break;
       default:
         taps = load_text(opened, options);
+        recorded_rate = rate_in_comments(opened).value_or(0.0);
         break;
     }
     return FilterBank::shared(std::move(taps), options.channels, file.string());
@@ -392,6 +403,41 @@ FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileO
     // FilterBank's own validation; the checks above should have caught it first.
     throw error_in(file, e.what());
   }
+}
+
+}  // namespace
+
+FilterBank load_filter_bank_quietly(const fs::path& file, const CoefficientFileOptions& options) {
+  double recorded_rate = 0.0;
+  const bool follows_rate = options.sample_rate != 0 && !options.ignore_sample_rate;
+  if (!follows_rate || !options.resample) return load_as_recorded(file, options, recorded_rate);
+  // The rate is checked here, after loading, so that a mismatch resamples.
+  CoefficientFileOptions as_recorded = options;
+  as_recorded.ignore_sample_rate = true;
+  FilterBank bank = load_as_recorded(file, as_recorded, recorded_rate);
+  const double file_rate = recorded_rate > 0.0 ? recorded_rate : double(options.named_rate);
+  if (file_rate <= 0.0 || std::abs(file_rate - options.sample_rate) <= 0.5) return bank;
+  spdlog::info("{}: resampling the filter from {} Hz to {} Hz (the rate in force)", file.string(),
+               std::lround(file_rate), options.sample_rate);
+  std::vector<std::vector<float>> taps;
+  std::vector<std::string> sources;
+  const std::size_t filters = bank.is_shared() ? 1 : bank.channels();
+  try {
+    for (std::size_t c = 0; c < filters; ++c) {
+      taps.push_back(resample_filter(bank.taps(c), file_rate, options.sample_rate));
+      sources.push_back(bank.source(c));
+      if (taps.back().size() > options.max_taps) {
+        throw error_in(file, "resampled from " + std::to_string(std::lround(file_rate)) + " to " +
+                                 std::to_string(options.sample_rate) + " Hz it has " +
+                                 std::to_string(taps.back().size()) + " taps, " +
+                                 too_many_taps(options));
+      }
+    }
+  } catch (const FilterResamplingError& e) {
+    throw error_in(file, e.what());
+  }
+  if (bank.is_shared()) return FilterBank::shared(std::move(taps[0]), options.channels, sources[0]);
+  return FilterBank::per_channel(std::move(taps), std::move(sources));
 }
 
 CoefficientFileHeader read_coefficient_header(const fs::path& file) {

@@ -24,7 +24,15 @@ struct CoefficientFileOptions {
   std::size_t channels = 1;         // the audio's channel count
   std::size_t max_taps = 1u << 20;  // more taps than this is an error
   int sample_rate = 0;              // the audio's rate; 0 = do not check
-  bool ignore_sample_rate = false;  // accept an IR whose rate differs from the audio's
+  bool ignore_sample_rate = false;  // accept an IR whose rate differs from the audio's as it is
+  // A file recorded at another rate than sample_rate (its header says, or its
+  // text comment, else `named_rate`) is resampled to sample_rate
+  // (dsp/design/filter_resampling: libsoxr, very high quality) with a log
+  // line naming the file and both rates, instead of refused.
+  bool resample = false;
+  // The rate the file's name says (its "$samplerate$", dsp/files/rate_file_name),
+  // for a file that does not say its own (text without a rate comment, raw); 0: none.
+  int named_rate = 0;
   // An impulse response cut short (its header promises more frames than it
   // holds) is an error when strict, else loaded as far as it goes with a
   // message, naming the file and both counts, appended here (when given).

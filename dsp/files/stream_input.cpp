@@ -9,6 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "dsp/realtime/thread_role.hpp"
+
 namespace tapstream {
 
 StreamInput::StreamInput(int source_fd, const std::atomic<bool>* cancel)
@@ -23,7 +25,10 @@ StreamInput::StreamInput(int source_fd, const std::atomic<bool>* cancel)
   write_fd_ = ends[1];
   // Never blocks the thread on a full pipe whose reader has stopped reading.
   ::fcntl(write_fd_, F_SETFL, ::fcntl(write_fd_, F_GETFL) | O_NONBLOCK);
-  thread_ = std::thread([this] { pump(); });
+  thread_ = std::thread([this] {
+    name_this_thread("ts-input");
+    pump();
+  });
 }
 
 StreamInput::~StreamInput() {

@@ -5,11 +5,49 @@
 
 namespace tapstream {
 
-DiagonalEngine::DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport transport)
+DiagonalEngine::DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport transport,
+                               const RoutingMatrix* running)
     : engine_(std::move(engine)),
       realtime_(engine_ ? engine_->realtime() : nullptr),
       transport_(transport) {
   if (!engine_) throw std::invalid_argument("DiagonalEngine: no engine");
+  if (running != nullptr) {
+    check(*running);
+    remember(*running, running->diagonal_bank());
+  }
+}
+
+void DiagonalEngine::remember(const RoutingMatrix& matrix, std::shared_ptr<const FilterBank> bank) {
+  bank_ = std::move(bank);
+  geometry_.clear();
+  for (const MatrixPath& path : matrix.paths()) {
+    MatrixPath geometry = path;
+    geometry.taps.clear();
+    geometry_.push_back(std::move(geometry));
+  }
+}
+
+std::shared_ptr<const FilterBank> DiagonalEngine::bank_with(std::span<const PathTaps> paths) {
+  if (!bank_)
+    throw std::invalid_argument("the " + engine_->name() +
+                                " engine was made without its matrix: swap the whole matrix");
+  // The per-channel engines fold delays into taps.
+  check_path_taps(geometry_, paths, engine_->max_taps(), 0);
+  std::vector<std::vector<float>> taps(bank_->channels());
+  std::vector<std::string> sources(bank_->channels());
+  for (std::size_t c = 0; c < taps.size(); ++c) {
+    const std::span<const float> running = bank_->taps(c);
+    taps[c].assign(running.begin(), running.end());
+    sources[c] = bank_->source(c);
+  }
+  for (const PathTaps& update : paths) {
+    MatrixPath path = geometry_[update.path];
+    path.taps.assign(update.taps.begin(), update.taps.end());
+    taps[update.path] = path.effective_taps();
+    sources[update.path] = "set_paths";
+  }
+  return std::make_shared<const FilterBank>(
+      FilterBank::per_channel(std::move(taps), std::move(sources)));
 }
 
 void DiagonalEngine::check(const RoutingMatrix& matrix) const {
@@ -25,12 +63,28 @@ void DiagonalEngine::check(const RoutingMatrix& matrix) const {
 
 void DiagonalEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
   check(matrix);
-  engine_->set_filters(*matrix.diagonal_bank(), crossfade);
+  const std::shared_ptr<const FilterBank> bank = matrix.diagonal_bank();
+  engine_->set_filters(*bank, crossfade);
+  remember(matrix, bank);
+}
+
+void DiagonalEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
+  const std::shared_ptr<const FilterBank> bank = bank_with(paths);
+  engine_->set_filters(*bank, crossfade);
+  bank_ = bank;
 }
 
 void DiagonalEngine::post_matrix(const RoutingMatrix& matrix, bool crossfade) {
   check(matrix);
-  realtime_->post_filters(*matrix.diagonal_bank(), crossfade);
+  const std::shared_ptr<const FilterBank> bank = matrix.diagonal_bank();
+  realtime_->post_filters(*bank, crossfade);
+  remember(matrix, bank);
+}
+
+void DiagonalEngine::post_paths(std::span<const PathTaps> paths, bool crossfade) {
+  const std::shared_ptr<const FilterBank> bank = bank_with(paths);
+  realtime_->post_filters(*bank, crossfade);
+  bank_ = bank;
 }
 
 double DiagonalEngine::last_call_host_us() const {

@@ -10,6 +10,11 @@
 // taps); realtime() is the engine's real-time face, seen through the matrix; the CUDA transport's
 // extras are what the factory found for the engine.
 //
+// set_paths() and post_paths() rebuild the per-channel bank (the named
+// channels' new effective taps, the others' as they run) and hand it over
+// like set_matrix(): the per-channel engines take a whole bank; the native
+// matrix engines transform only the named paths.
+//
 // Threads: those of the engine it wraps (one caller; with realtime(), one
 // audio thread in process_by() and one swap thread in post_matrix()).
 
@@ -17,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dsp/model/engine.hpp"
 #include "dsp/model/matrix_engine.hpp"
@@ -40,7 +46,11 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
  public:
   // `engine` runs the diagonal_bank() of a diagonal matrix (its channels are
   // the matrix's inputs and outputs).
-  explicit DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport transport = {});
+  // `running`: the matrix the engine was built for (its gains, delays and
+  // polarities, and its bank, which set_paths() needs); null: set_paths()
+  // refuses until the first set_matrix().
+  explicit DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport transport = {},
+                          const RoutingMatrix* running = nullptr);
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override {
@@ -52,6 +62,7 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
   }
   void finish_process() override { engine_->finish_process(); }
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
   void reset() override { engine_->reset(); }
 
   std::size_t inputs() const override { return engine_->channels(); }
@@ -78,15 +89,24 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
     return realtime_->process_by(in, out, frames, layout, deadline);
   }
   void post_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void post_paths(std::span<const PathTaps> paths, bool crossfade) override;
   bool preparing_matrix() const override { return realtime_->preparing_filters(); }
 
   // Throws std::invalid_argument unless `matrix` is the diagonal of this
   // engine's channels (a per-channel engine cannot reroute).
   void check(const RoutingMatrix& matrix) const;
+  // Remembers what runs (from set_matrix/post_matrix).
+  void remember(const RoutingMatrix& matrix, std::shared_ptr<const FilterBank> bank);
+  // The bank with `paths` replaced (checked), which then counts as running.
+  std::shared_ptr<const FilterBank> bank_with(std::span<const PathTaps> paths);
 
   std::unique_ptr<Engine> engine_;
   RealtimeEngine* realtime_;  // engine_'s, or null
   EngineTransport transport_;
+  // What runs, for set_paths(): each path's gain, delay and polarity (taps
+  // left empty) and the bank the engine holds (shared, not copied).
+  std::vector<MatrixPath> geometry_;
+  std::shared_ptr<const FilterBank> bank_;
 };
 
 }  // namespace tapstream

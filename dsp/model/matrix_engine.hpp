@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -39,12 +40,30 @@ namespace tapstream {
 
 class RealtimeMatrixEngine;
 
+// New taps for one path of the running matrix (set_paths, post_paths): the
+// path's index in RoutingMatrix::paths() and its new taps (before gain,
+// delay and polarity, which stay the path's). The taps are read during the
+// call only; the caller keeps them.
+struct PathTaps {
+  std::size_t path = 0;
+  std::span<const float> taps;
+};
+
 // Page-locked host memory for blocks to and from an engine (a CUDA engine's
 // copies then run straight from and to it, asynchronously); null functions:
 // ordinary memory will do.
 struct PinnedMemory {
   float* (*allocate)(std::size_t floats) = nullptr;  // zero-filled; throws on failure
   void (*free)(float* p) = nullptr;
+};
+
+// Memory on an engine's GPU (a CUDA engine's), for callers that keep
+// filters or blocks there (set_paths_device, process_device) without a GPU
+// library of their own (the benchmarks); empty functions: the engine has none.
+struct DeviceMemory {
+  std::function<float*(std::size_t floats)> allocate;  // throws on failure
+  std::function<void(float* p)> free;
+  std::function<void(float* device, const float* host, std::size_t floats)> copy_from_host;
 };
 
 class MatrixEngine {
@@ -60,6 +79,26 @@ class MatrixEngine {
   // boundary. Throws std::invalid_argument naming the first path that
   // differs, and keeps the running matrix.
   virtual void set_matrix(const RoutingMatrix& matrix, bool crossfade) = 0;
+  // New taps for some paths, at the next block boundary, as set_matrix would
+  // install the matrix with those paths' taps replaced (the same crossfade
+  // over one call; gains, delays, polarities and every other path stay). The
+  // native engines transform only the named paths' partitions, so many paths
+  // may change at every block. Throws std::invalid_argument naming the path
+  // (an index out of range, a path named twice, no taps, more than
+  // max_taps() (delay included where the engine folds delays), a NaN or an
+  // infinity) and keeps what runs. A second call before the next block adds
+  // to the first (a path named in both takes the later taps).
+  // The default refuses: every engine the factory makes implements it.
+  virtual void set_paths(std::span<const PathTaps> paths, bool crossfade);
+  // set_paths with the taps in device memory on the engine's GPU (a CUDA
+  // engine's; the others return false and do nothing): transformed there,
+  // with no copy through the host, after what was enqueued on `stream` (a
+  // cudaStream_t; null: the legacy default stream) before the call. Throws
+  // std::invalid_argument for taps that are not device memory.
+  virtual bool set_paths_device(std::span<const PathTaps> /*paths*/, bool /*crossfade*/,
+                                void* /*stream*/) {
+    return false;
+  }
   virtual void reset() = 0;
 
   virtual std::size_t inputs() const = 0;
@@ -87,6 +126,8 @@ class MatrixEngine {
   virtual std::span<float> staging_output() { return {}; }
   // Memory to hand blocks to process() in (see PinnedMemory).
   virtual PinnedMemory pinned_memory() const { return {}; }
+  // Memory on the engine's GPU (see DeviceMemory).
+  virtual DeviceMemory device_memory() const { return {}; }
   // Device memory in and out (a CUDA engine's; the others return false and
   // do nothing): `frames` (1..max_block_frames()) frames of inputs()
   // channels, channel c at in + c * in_stride, into outputs() channels at
@@ -129,6 +170,10 @@ class RealtimeMatrixEngine {
   // checks the matrix (throws std::invalid_argument naming the problem and
   // keeps the running one), then has it prepared off the audio thread.
   virtual void post_matrix(const RoutingMatrix& matrix, bool crossfade) = 0;
+  // MatrixEngine::set_paths off the audio thread, while process_by() runs:
+  // checks the paths (throws std::invalid_argument naming the path), then
+  // has them prepared off the audio thread, like post_matrix.
+  virtual void post_paths(std::span<const PathTaps> paths, bool crossfade) = 0;
   // True while a posted matrix is still being prepared (tests wait on it).
   virtual bool preparing_matrix() const = 0;
 };
@@ -140,5 +185,20 @@ class RealtimeMatrixEngine {
 // and delay within max_delay_frames). The message names the first path over.
 void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
                        std::size_t max_taps, std::size_t max_delay_frames = 0);
+
+// set_paths' check of host taps against the running matrix: throws
+// std::invalid_argument naming the path (its index and input -> output
+// pair) unless every index is one of the `running` paths, named once, with 1..
+// max_taps taps (delay + taps when max_delay_frames is 0, as in
+// check_matrix_swap), all finite. `finite`: false skips the scan of the
+// values (device taps, checked where they are).
+void check_path_taps(std::span<const MatrixPath> running, std::span<const PathTaps> paths,
+                     std::size_t max_taps, std::size_t max_delay_frames = 0, bool finite = true);
+
+// `running` with the named paths' taps replaced (checked by check_path_taps),
+// their source set to `source`.
+RoutingMatrix with_path_taps(const RoutingMatrix& running, std::span<const PathTaps> paths,
+                             std::size_t max_taps, std::size_t max_delay_frames = 0,
+                             const std::string& source = "set_paths");
 
 }  // namespace tapstream

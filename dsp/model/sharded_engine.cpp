@@ -45,25 +45,6 @@ RoutingMatrix matrix_part(const RoutingMatrix& matrix, const OutputRange& range,
   const auto in_range = [&](std::size_t output) {
     return output >= range.first && output < range.first + range.count;
   };
-  if (matrix.is_diagonal()) {
-    // The bank's channels [first, first + count): a shared filter stays one.
-    const std::shared_ptr<const FilterBank> bank = matrix.diagonal_bank();
-    inputs.clear();
-    for (std::size_t c = range.first; c < range.first + range.count; ++c) inputs.push_back(c);
-    if (bank->is_shared()) {
-      const auto taps = bank->taps(0);
-      return RoutingMatrix::diagonal(
-          FilterBank::shared({taps.begin(), taps.end()}, range.count, bank->source(0)));
-    }
-    std::vector<std::vector<float>> taps;
-    std::vector<std::string> sources;
-    for (const std::size_t c : inputs) {
-      const auto t = bank->taps(c);
-      taps.emplace_back(t.begin(), t.end());
-      sources.push_back(bank->source(c));
-    }
-    return RoutingMatrix::diagonal(FilterBank::per_channel(std::move(taps), std::move(sources)));
-  }
   std::vector<bool> read(matrix.inputs(), false);
   for (const MatrixPath& path : matrix.paths()) {
     if (in_range(path.output)) read[path.input] = true;
@@ -101,6 +82,7 @@ std::unique_ptr<RoutingMatrix> skeleton_of(const RoutingMatrix& matrix) {
     MatrixPath token;
     token.input = path.input;
     token.output = path.output;
+    token.delay_frames = path.delay_frames;
     token.taps = {1.0f};
     paths.push_back(std::move(token));
   }
@@ -114,6 +96,12 @@ ShardedEngine::ShardedEngine(const RoutingMatrix& matrix, std::size_t shards, co
     : inputs_(matrix.inputs()), outputs_(matrix.outputs()), skeleton_(skeleton_of(matrix)) {
   const std::vector<OutputRange> ranges = split_outputs(matrix, shards);
   shards_.resize(ranges.size());
+  std::vector<std::size_t> paths_in(ranges.size(), 0);
+  for (const MatrixPath& path : matrix.paths()) {
+    std::size_t s = 0;
+    while (path.output >= ranges[s].first + ranges[s].count) ++s;
+    path_place_.push_back({s, paths_in[s]++});
+  }
   std::vector<std::future<std::unique_ptr<MatrixEngine>>> made;
   for (std::size_t s = 0; s < ranges.size(); ++s) {
     Shard& shard = shards_[s];
@@ -280,6 +268,20 @@ void ShardedEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
   }
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     shards_[s].engine->set_matrix(parts[s], crossfade);
+  }
+}
+
+void ShardedEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
+  // Checked whole first (indices, lengths, values), so that no shard takes
+  // its paths' taps when another's would be refused.
+  check_path_taps(skeleton_->paths(), paths, max_taps_, max_delay_frames_);
+  std::vector<std::vector<PathTaps>> parts(shards_.size());
+  for (const PathTaps& update : paths) {
+    const PathPlace place = path_place_[update.path];
+    parts[place.shard].push_back({place.index, update.taps});
+  }
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    if (!parts[s].empty()) shards_[s].engine->set_paths(parts[s], crossfade);
   }
 }
 

@@ -10,7 +10,8 @@
 // diagonal matrix: equal numbers of channels; a shard of a diagonal matrix is
 // diagonal, so it keeps the per-channel engines' fast paths). set_matrix()
 // splits the new matrix the same way and is checked whole before any shard
-// takes its part, so a refused swap leaves every shard as it was.
+// takes its part, so a refused swap leaves every shard as it was; so are
+// set_paths() updates, each path's taps sent to the shard that runs it.
 //
 // A call: every shard's block is started (MatrixEngine::start_process: the
 // CUDA engine enqueues its copies and kernels and returns) before any is
@@ -57,8 +58,9 @@ std::vector<OutputRange> split_outputs(const RoutingMatrix& matrix, std::size_t 
 
 // The part of `matrix` that computes `range`: its outputs renumbered from 0,
 // its inputs those its paths read (ascending, renumbered from 0; written to
-// `inputs` as the matrix's own numbers), its paths in the matrix's order.
-// A diagonal matrix's part is the diagonal of its bank's channels.
+// `inputs` as the matrix's own numbers), its paths in the matrix's order with
+// their gains, delays and polarities. A diagonal matrix's part is diagonal
+// (and its diagonal_bank() shared where the whole's is).
 RoutingMatrix matrix_part(const RoutingMatrix& matrix, const OutputRange& range,
                           std::vector<std::size_t>& inputs);
 
@@ -76,6 +78,9 @@ class ShardedEngine final : public MatrixEngine {
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  // Each named path's taps to the shard that runs it (as its own path
+  // index there), checked whole before any shard takes its share.
+  void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
   void reset() override;
 
   std::size_t inputs() const override { return inputs_; }
@@ -110,7 +115,13 @@ class ShardedEngine final : public MatrixEngine {
                                 Layout layout, bool& scatter) const;
   void scatter(const Shard& shard, std::span<float> out, std::size_t frames, Layout layout) const;
 
+  // Where each path of the matrix runs: its shard and its index there.
+  struct PathPlace {
+    std::size_t shard = 0, index = 0;
+  };
+
   std::vector<Shard> shards_;
+  std::vector<PathPlace> path_place_;  // by the matrix's path index
   std::size_t inputs_ = 0, outputs_ = 0;
   std::size_t max_block_frames_ = 0, max_taps_ = 0, max_delay_frames_ = 0;
   // The running matrix's paths (input, output) with a token tap each: what a

@@ -3,19 +3,22 @@
 // audio callback waits for a tail partition of the CPU engine only until its
 // period's deadline (std::atomic::wait has no timeout).
 //
-// Threads: one writer (a worker) calls advance(); any thread may read value()
-// or wait. No lock, no allocation: the 64-bit count, and a 32-bit futex word
-// bumped after it that waiters sleep on (FUTEX_WAIT_BITSET, absolute
-// CLOCK_MONOTONIC timeout).
+// Threads: one writer (a worker) calls advance(), or any number of writers
+// call add() (the CPU worker pool's threads, each counting its finished
+// tasks); any thread may read value() or wait. No lock, no allocation: the
+// 64-bit count, and a 32-bit futex word bumped after it that waiters sleep on
+// (FUTEX_WAIT_BITSET, absolute CLOCK_MONOTONIC timeout).
 //
 // Why the orderings suffice: advance() stores the count with release, so a
 // waiter whose acquire load sees it also sees everything the worker wrote
-// before (the job's output). No lost wake-up: the writer bumps `word_` and
-// then reads `waiters_`, a waiter raises `waiters_` and then reads `word_`,
-// all seq_cst, so either the writer sees the waiter (and wakes it) or the
-// waiter reads the bumped word (and the kernel's compare in FUTEX_WAIT
-// returns at once, or the count check before it succeeds). Spurious wake-ups
-// only make the loop look again.
+// before (the job's output); each add() is a release read-modify-write that
+// heads a release sequence every later add() continues, so a waiter that
+// sees a count sees what every writer wrote before reaching it. No lost
+// wake-up: the writer bumps `word_` and then reads `waiters_`, a waiter
+// raises `waiters_` and then reads `word_`, all seq_cst, so either the writer
+// sees the waiter (and wakes it) or the waiter reads the bumped word (and the
+// kernel's compare in FUTEX_WAIT returns at once, or the count check before
+// it succeeds). Spurious wake-ups only make the loop look again.
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -47,6 +50,15 @@ class DeadlineCounter {
   // Writer only: publishes `value` (>= the current one) and wakes waiters.
   void advance(std::uint64_t value) noexcept {
     value_.store(value, std::memory_order_release);
+    word_.fetch_add(1, std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_seq_cst) != 0) {
+      syscall(SYS_futex, word_address(), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+    }
+  }
+
+  // Any number of writers: adds `n` to the count and wakes waiters.
+  void add(std::uint64_t n) noexcept {
+    value_.fetch_add(n, std::memory_order_acq_rel);
     word_.fetch_add(1, std::memory_order_seq_cst);
     if (waiters_.load(std::memory_order_seq_cst) != 0) {
       syscall(SYS_futex, word_address(), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);

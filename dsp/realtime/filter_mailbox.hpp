@@ -3,6 +3,11 @@
 // control thread (ctl socket, file watcher, SIGHUP) to the engine thread,
 // which installs it at a block boundary.
 //
+// A matrix may come with the paths that changed (MatrixEngine::set_paths'
+// PathTaps, pointing into the matrix the node keeps): the engine then
+// installs those paths alone. A node that supersedes a pending one goes as
+// the whole matrix (its list would miss the superseded one's paths).
+//
 // Threads: one control thread calls post(), collect(), acknowledged() and
 // wait_acknowledged(); one engine thread calls poll() once per block. The
 // audio callback never touches the mailbox. Neither side locks; the engine
@@ -30,10 +35,14 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <thread>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dsp/model/filter_bank.hpp"
+#include "dsp/model/matrix_engine.hpp"
 #include "dsp/model/routing_matrix.hpp"
 
 namespace tapstream {
@@ -56,13 +65,28 @@ class Mailbox {
   // Queues `bank` for the engine and returns its sequence number (1, 2, ...).
   // A bank posted before it and not yet taken is dropped: the newest wins,
   // and its acknowledgement also covers the dropped one.
-  std::uint64_t post(std::shared_ptr<const Payload> bank) {
+  // `changed`: the paths that differ from the matrix posted before, their
+  // taps in `*bank` (empty: install the whole of it).
+  std::uint64_t post(std::shared_ptr<const Payload> bank, std::vector<PathTaps> changed = {}) {
     collect();
     auto node = std::make_unique<Node>();
     node->bank = std::move(bank);
+    node->changed = std::move(changed);
     node->sequence = ++posted_;
     const std::uint64_t sequence = node->sequence;
+    Node* const posted = node.get();
     std::unique_ptr<Node> superseded(pending_.exchange(node.release(), std::memory_order_acq_rel));
+    if (superseded && !posted->changed.empty()) {
+      // Still pending (the engine takes a node only through pending_, which
+      // now holds `posted` until the exchange in poll()) unless taken since:
+      // then it is the engine's, and this write would race. Take it back to
+      // make it whole.
+      Node* mine = pending_.exchange(nullptr, std::memory_order_acq_rel);
+      if (mine != nullptr) {
+        mine->changed.clear();
+        pending_.store(mine, std::memory_order_release);
+      }
+    }
     return sequence;  // `superseded` (if any) is freed here, on the control thread
   }
 
@@ -97,7 +121,8 @@ class Mailbox {
 
   // --- engine thread --------------------------------------------------
 
-  // At a block boundary: when a new bank is waiting, calls install(bank) and
+  // At a block boundary: when a new bank is waiting, calls install(bank)
+  // (or install(bank, changed paths), when `install` takes them) and
   // acknowledges it; returns true when a bank was installed. Never blocks,
   // allocates or frees. If install throws, the sequence is recorded as
   // rejected, the node still goes back to the control thread, and the
@@ -107,7 +132,11 @@ class Mailbox {
     Node* node = pending_.exchange(nullptr, std::memory_order_acquire);
     if (node == nullptr) return false;
     try {
-      install(static_cast<const Payload&>(*node->bank));
+      if constexpr (std::is_invocable_v<Install&, const Payload&, std::span<const PathTaps>>) {
+        install(static_cast<const Payload&>(*node->bank), std::span<const PathTaps>(node->changed));
+      } else {
+        install(static_cast<const Payload&>(*node->bank));
+      }
     } catch (...) {
       rejected_.store(node->sequence, std::memory_order_release);
       give_back(node);
@@ -125,6 +154,7 @@ class Mailbox {
  private:
   struct Node {
     std::shared_ptr<const Payload> bank;
+    std::vector<PathTaps> changed;  // into *bank; empty: the whole bank
     std::uint64_t sequence = 0;
     Node* next = nullptr;  // link in the returned_ stack
   };

@@ -113,9 +113,16 @@ ConvolverChoice choose_convolver(
     return choice;
   }
   try {
-    auto fft = std::make_unique<FftConvolver>(bank, M, F, tuning.fft_partition,
-                                              /*fused_callbacks=*/false, tuning.fft_fused);
-    const double fft_us = fft_cost_us(C, F, M, *fft);
+    // The uniform path's shape (partition, fused kernels) depends on the
+    // block and the filter length, not on the channels: a one-channel
+    // convolver prices it. Building it for the whole bank first held its
+    // spectra beside the partitioned path's while that one was built: twice
+    // the set-up time, and at 16384 channels of 65536 taps more than an
+    // 80 GB card, where the failure left the direct form (107 ms a call).
+    const FilterBank one_channel = FilterBank::per_channel({std::vector<float>{1.0f}});
+    const FftConvolver shape(one_channel, M, F, tuning.fft_partition,
+                             /*fused_callbacks=*/false, tuning.fft_fused);
+    const double fft_us = fft_cost_us(C, F, M, shape);
     const double direct_us = direct_cost_us(C, F, M, !fits_constant);
     std::ostringstream note;
     note.precision(3);
@@ -131,7 +138,7 @@ ConvolverChoice choose_convolver(
       const double direct_latency_us =
           std::max(direct_us, double(M) * kDirectSerialUsPerTap + kLaunchUs);
       const double fft_latency_us =
-          std::max(fft_us, double(fft->partitions()) * kFftSerialUsPerPartition);
+          std::max(fft_us, double(shape.partitions()) * kFftSerialUsPerPartition);
       if (plan.segments.size() > 1 &&
           partitioned_us < std::min(fft_latency_us, direct_latency_us)) {
         choice.note = note.str();
@@ -141,7 +148,9 @@ ConvolverChoice choose_convolver(
     }
     choice.note = note.str();
     if (fft_us < direct_us) {
-      choice.convolver = std::move(fft);
+      choice.convolver =
+          std::make_unique<FftConvolver>(bank, M, F, tuning.fft_partition,
+                                         /*fused_callbacks=*/false, tuning.fft_fused);
       return choice;
     }
   } catch (const std::exception& e) {

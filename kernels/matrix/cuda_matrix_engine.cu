@@ -10,6 +10,14 @@
 // spectra, and the crossfade call runs the MAC for both and blends in the
 // emit kernel.
 //
+// A per-path update (set_paths, set_paths_device) starts the pending spectra
+// as a device copy of the running ones (unless some are pending already) and
+// rewrites only the named paths' entries: their taps (the caller's device
+// arrays, or host taps copied up in one transfer) are expanded into
+// partitions, transformed in one batched FFT and scattered into H
+// (kernels/device/path_spectra); the call after it swaps and crossfades as
+// for a whole matrix.
+//
 // The chunks' positions travel to the device with the call's input, and every
 // kernel reads them there, so a call's launch sequence depends only on its
 // shape. A shape seen twice is captured as a CUDA graph and replayed from then
@@ -17,6 +25,8 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +41,7 @@
 #include "kernels/cufft_plan.hpp"
 #include "kernels/device/matrix_chunks.hpp"
 #include "kernels/device/matrix_mac.hpp"
+#include "kernels/device/path_spectra.hpp"
 #include "kernels/device_memory_check.hpp"
 #include "kernels/matrix/cublas_matrix_mac.hpp"
 #include "kernels/matrix/cuda_matrix_engine.hpp"
@@ -73,7 +84,10 @@ class CudaMatrixEngine final : public MatrixEngine {
   bool process_device(const float* in, std::size_t in_stride, float* out, std::size_t out_stride,
                       std::size_t frames, void* stream) override;
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
+  bool set_paths_device(std::span<const PathTaps> paths, bool crossfade, void* stream) override;
   void reset() override;
+  DeviceMemory device_memory() const override;
 
   std::size_t inputs() const override { return matrix_->inputs(); }
   std::size_t outputs() const override { return matrix_->outputs(); }
@@ -109,9 +123,19 @@ class CudaMatrixEngine final : public MatrixEngine {
   void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
                bool device_io = false);
   void run(const CallShape& shape);
+  // set_paths' work once the taps are device memory (`device_taps[u]` for
+  // paths[u]); `check_finite`: look for NaN and infinity on the device.
+  void update_paths(std::span<const PathTaps> paths, const std::vector<const float*>& device_taps,
+                    bool crossfade, bool check_finite);
+  // The running (or pending) matrix: set_paths checks against it.
+  const RoutingMatrix& latest() const { return pending_matrix_ ? *pending_matrix_ : *matrix_; }
 
   cuda::DeviceGuard device_guard_;
-  std::unique_ptr<RoutingMatrix> matrix_, pending_matrix_;
+  int device_;
+  // The paths' routing, gains, delays and polarities; the taps of paths that
+  // set_paths replaced since are in the spectra only (shared, never copied,
+  // so that an update costs the named paths alone).
+  std::shared_ptr<const RoutingMatrix> matrix_, pending_matrix_;
   std::size_t max_block_, max_taps_, partition_, bins_, partitions_, chunk_capacity_, chunk_bytes_;
   cuda::MatrixMacShape shape_;
   int splits_ = 1;
@@ -136,11 +160,25 @@ class CudaMatrixEngine final : public MatrixEngine {
   std::uint64_t calls_ = 0;
   std::size_t position_ = 0, slot_ = 0;
   bool pending_crossfade_ = false;
+  // Per-path updates, made at the first one: the batch's descriptors, the
+  // expanded partitions and their spectra (update_batch_ paths at a time),
+  // host taps' staging, and the flag of a non-finite device tap.
+  std::size_t update_batch_ = 0;
+  cuda::RealFftPlan update_forward_;
+  DeviceBuffer<char> update_work_;
+  cuda::PinnedBuffer<cuda::PathUpdate> host_updates_;
+  DeviceBuffer<cuda::PathUpdate> device_updates_;
+  DeviceBuffer<float> update_time_;
+  DeviceBuffer<float2> update_spectra_;
+  cuda::PinnedBuffer<float> host_taps_;
+  DeviceBuffer<float> device_taps_;
+  cuda::PinnedBuffer<int> bad_;  // mapped: the kernels write it, the host reads it
 };
 
 CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
     : device_guard_(options.device),
-      matrix_(std::make_unique<RoutingMatrix>(matrix)),
+      device_(options.device),
+      matrix_(std::make_shared<const RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
       use_graphs_(options.cuda.matrix_graphs) {
@@ -385,8 +423,149 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
 void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
   check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_);
   upload_spectra(matrix, pending_spectra_);
-  pending_matrix_ = std::make_unique<RoutingMatrix>(matrix);
+  pending_matrix_ = std::make_shared<const RoutingMatrix>(matrix);
   pending_crossfade_ = crossfade;
+}
+
+void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
+  // This engine folds delays into taps (max_delay_frames() is 0).
+  check_path_taps(latest().paths(), paths, max_taps_, 0);
+  std::size_t total = 0;
+  for (const PathTaps& update : paths) total += update.taps.size();
+  // Every tap goes up in one transfer, packed.
+  if (host_taps_.size() < total) {
+    stream_.synchronize();  // the last update's copy may still read the old staging
+    host_taps_ = cuda::PinnedBuffer<float>(total);
+    device_taps_ = DeviceBuffer<float>(total);
+  }
+  std::vector<const float*> device_taps;
+  device_taps.reserve(paths.size());
+  std::size_t at = 0;
+  stream_.synchronize();  // the staging is free once the last copy from it is done
+  for (const PathTaps& update : paths) {
+    std::memcpy(host_taps_.get() + at, update.taps.data(), update.taps.size() * sizeof(float));
+    device_taps.push_back(device_taps_.get() + at);
+    at += update.taps.size();
+  }
+  if (total > 0)
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_taps_.get(), host_taps_.get(),
+                                         total * sizeof(float), cudaMemcpyHostToDevice,
+                                         stream_.get()));
+  update_paths(paths, device_taps, crossfade, false);
+}
+
+bool CudaMatrixEngine::set_paths_device(std::span<const PathTaps> paths, bool crossfade,
+                                        void* stream) {
+  check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
+  std::vector<const float*> device_taps;
+  device_taps.reserve(paths.size());
+  for (const PathTaps& update : paths) {
+    const std::string name =
+        RoutingMatrix::describe_path(update.path, latest().paths()[update.path]);
+    cuda::check_device_memory(update.taps.data(), (name + "'s taps").c_str());
+    device_taps.push_back(update.taps.data());
+  }
+  // After what the caller enqueued: its taps are then complete.
+  TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  update_paths(paths, device_taps, crossfade, true);
+  return true;
+}
+
+void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
+                                    const std::vector<const float*>& device_taps, bool crossfade,
+                                    bool check_finite) {
+  const cudaStream_t s = stream_.get();
+  const std::size_t window = 2 * partition_;
+  if (update_batch_ == 0) {
+    // Up to 64 MiB of expanded partitions per batch (1024 paths of 8192 taps
+    // at 128-frame partitions), at least one path, no more than the matrix
+    // has (an update names each path once) nor a grid's z dimension holds.
+    update_batch_ = std::max<std::size_t>(
+        1, std::min<std::size_t>({(std::size_t(64) << 20) / (partitions_ * window * sizeof(float)),
+                                  matrix_->paths().size(), 65535}));
+    update_forward_ = cuda::RealFftPlan(window, update_batch_ * partitions_, CUFFT_R2C);
+    update_work_ = DeviceBuffer<char>(std::max<std::size_t>(update_forward_.work_bytes(), 1));
+    update_forward_.attach_work_area(update_work_.get());
+    update_time_ = DeviceBuffer<float>(update_batch_ * partitions_ * window);
+    update_spectra_ = DeviceBuffer<float2>(update_batch_ * partitions_ * bins_);
+    bad_ = cuda::PinnedBuffer<int>(1, /*mapped=*/true);
+  }
+  if (host_updates_.size() < paths.size()) {
+    stream_.synchronize();
+    host_updates_ = cuda::PinnedBuffer<cuda::PathUpdate>(paths.size());
+    device_updates_ = DeviceBuffer<cuda::PathUpdate>(paths.size());
+  }
+  stream_.synchronize();  // the descriptors' staging is free
+  const RoutingMatrix& running = latest();
+  for (std::size_t u = 0; u < paths.size(); ++u) {
+    const MatrixPath& path = running.paths()[paths[u].path];
+    cuda::PathUpdate& d = host_updates_.get()[u];
+    d.taps = device_taps[u];
+    d.count = (long long)paths[u].taps.size();
+    d.delay = (long long)path.delay_frames;
+    d.gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
+    d.input = int(path.input);
+    d.output = int(path.output);
+  }
+  if (!paths.empty())
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_updates_.get(), host_updates_.get(),
+                                         paths.size() * sizeof(cuda::PathUpdate),
+                                         cudaMemcpyHostToDevice, s));
+  if (check_finite) {
+    // Before anything changes, so that a bad tap leaves what runs and what
+    // is pending as they were.
+    long long longest = 0;
+    for (const PathTaps& update : paths) longest = std::max(longest, (long long)update.taps.size());
+    *bad_.get() = INT_MAX;
+    cuda::launch_find_non_finite_taps(device_updates_.get(), int(paths.size()), longest,
+                                      bad_.device_pointer(), s);
+    stream_.synchronize();
+    if (const int u = *bad_.get(); u != INT_MAX) {
+      throw std::invalid_argument(
+          RoutingMatrix::describe_path(paths[u].path, running.paths()[paths[u].path]) +
+          ": a tap is not a finite number");
+    }
+  }
+  const bool fresh = !pending_matrix_;
+  if (fresh)
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(pending_spectra_.get(), spectra_.get(), spectra_.bytes(),
+                                         cudaMemcpyDeviceToDevice, s));
+  for (std::size_t first = 0; first < paths.size(); first += update_batch_) {
+    const int count = int(std::min(update_batch_, paths.size() - first));
+    const cuda::PathUpdate* batch = device_updates_.get() + first;
+    cuda::launch_expand_path_taps(batch, count, int(partitions_), int(partition_),
+                                  update_time_.get(), s);
+    update_forward_.forward(update_time_.get(), update_spectra_.get(), s);
+    cuda::launch_scatter_path_spectra(batch, count, update_spectra_.get(), pending_spectra_.get(),
+                                      shape_, s);
+  }
+  // The caller's taps are read by the time this returns.
+  stream_.synchronize();
+  if (fresh) {
+    pending_matrix_ = matrix_;
+    pending_crossfade_ = crossfade;
+  } else {
+    pending_crossfade_ = pending_crossfade_ || crossfade;
+  }
+}
+
+DeviceMemory CudaMatrixEngine::device_memory() const {
+  const int device = device_;
+  DeviceMemory memory;
+  memory.allocate = [device](std::size_t floats) {
+    cuda::DeviceGuard guard(device);
+    float* p = nullptr;
+    TAPSTREAM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(floats, 1) * sizeof(float)));
+    return p;
+  };
+  memory.free = [](float* p) {
+    cudaFree(p);  // unified addressing finds its device; in a destructor: no failure to tell
+  };
+  memory.copy_from_host = [device](float* dst, const float* src, std::size_t floats) {
+    cuda::DeviceGuard guard(device);
+    TAPSTREAM_CUDA_CHECK(cudaMemcpy(dst, src, floats * sizeof(float), cudaMemcpyHostToDevice));
+  };
+  return memory;
 }
 
 void CudaMatrixEngine::reset() {
