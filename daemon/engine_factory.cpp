@@ -305,11 +305,9 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
 std::vector<int> engine_devices(Backend backend, const DeviceList& list) {
   if (backend == Backend::cpu) return {};
 #ifdef TAPSTREAM_CUDA_MODULE
-  const LoadedModule& loaded = cuda_module();
-  std::string reason = loaded.reason;
-  if (loaded.module != nullptr && loaded.module->device_available(&reason)) {
-    return resolve_device_list(list, loaded.module->device_count());
-  }
+  const CudaStart& start = cuda_start().get();
+  const std::string reason = start.reason;
+  if (start.available) return resolve_device_list(list, start.loaded.module->device_count());
 #else
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
 #endif
