@@ -16,6 +16,7 @@
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "dsp/model/diagonal_engine.hpp"
+#include "dsp/model/sharded_engine.hpp"
 #ifdef TAPSTREAM_CUDA_MODULE
 #include "daemon/cuda_module/cuda_module.hpp"
 #endif
@@ -231,37 +232,87 @@ Made make_any(Backend backend, const MakeCuda& make_cuda, const MakeCpu& make_cp
 
 }  // namespace
 
-std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& matrix,
-                                          const EngineOptions& options) {
+namespace {
+
+// A CUDA engine for `matrix` on options.device, through the module: a
+// diagonal matrix on the per-channel engine under DiagonalEngine (with the
+// transport's extras), any other on the matrix engine. `options` already
+// hold the block and the delays' room (for_engine, folding_delays). A
+// template, so that a build without the module compiles without its type.
+template <typename Module>
+std::unique_ptr<MatrixEngine> make_cuda_matrix(const Module& module, const RoutingMatrix& matrix,
+                                               const EngineOptions& options) {
+  if (!matrix.is_diagonal()) return module.make_matrix_engine(matrix, options);
+  std::unique_ptr<Engine> engine = module.make_engine(*matrix.diagonal_bank(), options);
+  EngineTransport transport;
+  transport.staging_input = module.staging(*engine, true);
+  transport.staging_output = module.staging(*engine, false);
+  transport.pinned = {module.allocate_pinned, module.free_pinned};
+  transport.call_host_us = module.last_call_host_us;
+  transport.process_device = module.process_device;
+  return std::make_unique<DiagonalEngine>(std::move(engine), transport, &matrix);
+}
+
+std::unique_ptr<MatrixEngine> make_cpu_matrix(const RoutingMatrix& matrix,
+                                              const EngineOptions& options) {
   const std::size_t channels = std::max(matrix.inputs(), matrix.outputs());
   if (!matrix.is_diagonal()) {
+    return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options));
+  }
+  return std::make_unique<DiagonalEngine>(
+      make_cpu_engine(*matrix.diagonal_bank(),
+                      for_engine("cpu", channels, folding_delays(matrix, options))),
+      EngineTransport{}, &matrix);
+}
+
+}  // namespace
+
+std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& matrix,
+                                          const EngineOptions& given) {
+  const std::size_t channels = std::max(matrix.inputs(), matrix.outputs());
+  EngineOptions options = given;
+  const std::vector<int> devices = std::move(options.devices);
+  options.devices.clear();
+  if (devices.size() == 1) options.device = devices.front();
+  if (devices.size() <= 1) {
     return make_any<std::unique_ptr<MatrixEngine>>(
         backend,
         [&](const auto& module) {
-          return module.make_matrix_engine(
-              matrix, for_engine("cuda", channels, folding_delays(matrix, options)));
+          return make_cuda_matrix(module, matrix,
+                                  for_engine("cuda", channels, folding_delays(matrix, options)));
         },
-        [&] { return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options)); });
+        [&] { return make_cpu_matrix(matrix, options); });
   }
-  const std::shared_ptr<const FilterBank> bank = matrix.diagonal_bank();
+  // One engine per GPU, each for its outputs' part of the matrix, all with
+  // the block and filter room of the whole (so that any swap the whole
+  // matrix may take, every part may).
   return make_any<std::unique_ptr<MatrixEngine>>(
       backend,
       [&](const auto& module) -> std::unique_ptr<MatrixEngine> {
-        std::unique_ptr<Engine> engine = module.make_engine(
-            *bank, for_engine("cuda", channels, folding_delays(matrix, options)));
-        EngineTransport transport;
-        transport.staging_input = module.staging(*engine, true);
-        transport.staging_output = module.staging(*engine, false);
-        transport.pinned = {module.allocate_pinned, module.free_pinned};
-        transport.call_host_us = module.last_call_host_us;
-        transport.process_device = module.process_device;
-        return std::make_unique<DiagonalEngine>(std::move(engine), transport, &matrix);
+        EngineOptions each = for_engine("cuda", channels, options);
+        if (each.max_taps == 0) each.max_taps = matrix.max_filter_taps();
+        each = folding_delays(matrix, each);
+        return std::make_unique<ShardedEngine>(matrix, devices.size(),
+                                               [&](std::size_t shard, const RoutingMatrix& part) {
+                                                 EngineOptions on_device = each;
+                                                 on_device.device = devices[shard];
+                                                 return make_cuda_matrix(module, part, on_device);
+                                               });
       },
-      [&]() -> std::unique_ptr<MatrixEngine> {
-        return std::make_unique<DiagonalEngine>(
-            make_cpu_engine(*bank, for_engine("cpu", channels, folding_delays(matrix, options))),
-            EngineTransport{}, &matrix);
-      });
+      [&] { return make_cpu_matrix(matrix, options); });
+}
+
+std::vector<int> engine_devices(Backend backend, const DeviceList& list) {
+  if (backend == Backend::cpu) return {};
+#ifdef TAPSTREAM_CUDA_MODULE
+  const CudaStart& start = cuda_start().get();
+  const std::string reason = start.reason;
+  if (start.available) return resolve_device_list(list, start.loaded.module->device_count());
+#else
+  const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
+#endif
+  if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
+  return {};  // auto without a GPU: the CPU engine (make_engine says why)
 }
 
 BlockAllocator block_allocator(const MatrixEngine& engine) {

@@ -8,7 +8,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "daemon/device_list.hpp"
 #include "daemon/pipeline/block_memory.hpp"
 #include "dsp/model/engine.hpp"
 #include "dsp/model/matrix_engine.hpp"
@@ -31,8 +33,20 @@ Backend parse_backend(const std::string& name);
 // the block for offline work on the engine it makes (offline_block_frames,
 // for the larger of the matrix's input and output counts); the engine's
 // max_block_frames() then says which.
+//
+// options.devices (resolved by engine_devices): one GPU is options.device;
+// more shard the matrix's outputs over them, one CUDA engine each
+// (dsp/model/sharded_engine), each with the block and filter room of the
+// whole matrix. The CPU engine (backend cpu, auto's fallback) ignores them.
 std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& matrix,
                                           const EngineOptions& options);
+
+// The GPU ordinals `list` names ("all" or empty: every visible GPU) where
+// `backend` runs the CUDA engine; empty where it runs the CPU engine (cpu;
+// auto without a usable GPU). Throws std::invalid_argument naming the
+// list's culprit (a GPU that is not there), std::runtime_error for cuda
+// without a usable GPU (its reason, as make_engine says it).
+std::vector<int> engine_devices(Backend backend, const DeviceList& list);
 
 // Begins the CUDA start-up (loading the module and its libraries, the
 // driver, the device's context) on a thread of its own, once per process, so

@@ -61,6 +61,15 @@ bool cuda_device_available(std::string* reason) {
   }
 }
 
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear it so that later calls do not report it again
+    return 0;
+  }
+  return count;
+}
+
 std::string cuda_failure_sentence(const std::string& what) {
   // cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory".
   if (what.find("out of memory") != std::string::npos) {

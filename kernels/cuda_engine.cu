@@ -162,6 +162,17 @@ class CudaEngineImpl final : public CudaEngine {
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override {
+    start_process(in, out, frames, layout);
+    finish_process();
+  }
+
+  // process() up to the wait for the device (Engine::start_process): a small
+  // call through the resident kernel is whole here (its answer comes within
+  // microseconds); a launched small call or a chunked call leaves its wait
+  // and copy-out to finish_process().
+  void start_process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                     Layout layout) override {
+    finish_process();  // a call started and never finished
     check_frames(frames);
     const std::size_t n = channels_ * frames;
     if (in.size() < n || out.size() < n)
@@ -192,11 +203,9 @@ class CudaEngineImpl final : public CudaEngine {
       done_[0].record(streams_[0].get());
       convolver_->end_call();
       note_enqueued(call_start);
-      if (small_calls_ == SmallCalls::event)
-        done_[0].synchronize();
-      else
-        spin_until(done_[0]);
-      if (!out_staged) std::memcpy(out.data(), pinned_out_.get(), n * sizeof(float));
+      pending_.kind = PendingCall::Kind::small;
+      pending_.out = out_staged ? nullptr : out.data();
+      pending_.n = n;
       return;
     }
     convolver_->quiesce();
@@ -216,14 +225,17 @@ class CudaEngineImpl final : public CudaEngine {
     chunk = std::min(round_up(chunk, 64), slot_frames_);
     const std::size_t chunks = (frames + chunk - 1) / chunk;
     const std::size_t E = chunk_done_.size();
-    std::size_t drained = 0;
-    auto drain = [&](std::size_t i) {
-      const std::size_t a = i * chunk, b = std::min(frames, a + chunk);
-      chunk_done_[i % E].synchronize();
-      if (stage_out) copy_host(out.data(), pinned_out_.get(), layout, frames, a, b);
-    };
+    PendingCall call;
+    call.kind = PendingCall::Kind::chunks;
+    call.out = out.data();
+    call.n = n;
+    call.layout = layout;
+    call.frames = frames;
+    call.chunk = chunk;
+    call.chunks = chunks;
+    call.stage_out = stage_out;
     for (std::size_t i = 0; i < chunks; ++i) {
-      if (i >= E) drain(drained++);
+      if (i >= E) drain_chunk(call);
       const std::size_t a = i * chunk, b = std::min(frames, a + chunk);
       const std::size_t m = b - a;
       const std::size_t s = i % S;
@@ -238,11 +250,33 @@ class CudaEngineImpl final : public CudaEngine {
     }
     convolver_->end_call();
     note_enqueued(call_start);
-    while (drained < chunks) drain(drained++);
+    pending_ = call;
+  }
+
+  // The rest of the call start_process() began: its wait for the device and
+  // its copy out of the staging.
+  void finish_process() override {
+    PendingCall call = pending_;
+    pending_ = {};
+    switch (call.kind) {
+      case PendingCall::Kind::none:
+        return;
+      case PendingCall::Kind::small:
+        if (small_calls_ == SmallCalls::event)
+          done_[0].synchronize();
+        else
+          spin_until(done_[0]);
+        if (call.out != nullptr) std::memcpy(call.out, pinned_out_.get(), call.n * sizeof(float));
+        return;
+      case PendingCall::Kind::chunks:
+        while (call.drained < call.chunks) drain_chunk(call);
+        return;
+    }
   }
 
   void process_device(const float* d_in, float* d_out, std::size_t frames,
                       std::size_t channel_stride) override {
+    finish_process();
     check_frames(frames);
     if (channel_stride < frames && channels_ > 1)
       throw std::invalid_argument("process_device: channel_stride " +
@@ -256,6 +290,7 @@ class CudaEngineImpl final : public CudaEngine {
   }
 
   void set_filters(const FilterBank& bank, bool crossfade) override {
+    finish_process();
     if (bank.channels() != channels_)
       throw std::invalid_argument("set_filters: the bank has " + std::to_string(bank.channels()) +
                                   " channels, the engine " + std::to_string(channels_));
@@ -272,6 +307,7 @@ class CudaEngineImpl final : public CudaEngine {
   }
 
   void reset() override {
+    finish_process();
     DeviceGuard guard(device_);
     convolver_->quiesce();
     cudaStream_t stream = streams_[0].get();
@@ -315,6 +351,27 @@ class CudaEngineImpl final : public CudaEngine {
     if (frames == 0 || frames > max_block_frames_)
       throw std::invalid_argument("process: " + std::to_string(frames) + " frames, expected 1.." +
                                   std::to_string(max_block_frames_));
+  }
+
+  // A call start_process() left for finish_process(): a launched small call
+  // (its event, then the copy out of the mapped staging unless `out` is
+  // null: the caller's out was the staging) or chunks still to drain.
+  struct PendingCall {
+    enum class Kind { none, small, chunks };
+    Kind kind = Kind::none;
+    float* out = nullptr;
+    std::size_t n = 0;  // samples of the call
+    Layout layout = Layout::interleaved;
+    std::size_t frames = 0, chunk = 0, chunks = 0, drained = 0;
+    bool stage_out = false;  // chunks come back through the pinned staging
+  };
+
+  // Waits for the oldest chunk of `call` not yet drained and copies it out.
+  void drain_chunk(PendingCall& call) {
+    const std::size_t i = call.drained++;
+    const std::size_t a = i * call.chunk, b = std::min(call.frames, a + call.chunk);
+    chunk_done_[i % chunk_done_.size()].synchronize();
+    if (call.stage_out) copy_host(call.out, pinned_out_.get(), call.layout, call.frames, a, b);
   }
 
   // What the direct form needs of the engine: its variant and tuning, stream
@@ -481,6 +538,7 @@ class CudaEngineImpl final : public CudaEngine {
   int stream_priority_ = 0;
   double last_call_host_us_ = 0.0;
   std::string choice_note_;
+  PendingCall pending_;
 
   std::vector<Stream> streams_;
   Event chain_;

@@ -31,6 +31,10 @@ namespace tapstream {
 // old for the build's architectures. Never throws.
 bool cuda_device_available(std::string* reason);
 
+// How many CUDA devices the process sees (CUDA_VISIBLE_DEVICES applied); 0
+// when none or the query fails. Never throws.
+int cuda_device_count();
+
 // The sentence for a CUDA engine that failed to start on an available device
 // (`what`: the exception's text): out of memory, or the error as it came.
 std::string cuda_failure_sentence(const std::string& what);

@@ -140,6 +140,19 @@ file = "sub/tapstream.log"
   EXPECT_EQ(config.config_file, dir.path() / "live.toml");
 }
 
+TEST(LiveConfig, EngineDevicesAreAllOrAListAndUnsetMeansEngineDeviceAlone) {
+  ConfigDir dir;
+  LiveConfig config = load_live_config(dir.write(filter_table + "[engine]\ndevices = \"all\"\n"));
+  EXPECT_TRUE(config.devices.all);
+  config = load_live_config(dir.write(filter_table + "[engine]\ndevices = [1, 0]\n"));
+  EXPECT_EQ(config.devices.listed, (std::vector<int>{1, 0}));
+  config = load_live_config(dir.write(filter_table + "[engine]\ndevices = \"0, 1\"\n"));
+  EXPECT_EQ(config.devices.listed, (std::vector<int>{0, 1}));
+  config = load_live_config(dir.write(filter_table + "[engine]\ndevice = 1\n"));
+  EXPECT_TRUE(config.devices.empty());
+  EXPECT_EQ(config.engine.device, 1);
+}
+
 TEST(LiveConfig, TheDevicesRateAndPerRateFileNamesAreRead) {
   ConfigDir dir;
   std::ofstream(dir.path() / "room_44100.txt") << "1\n";
@@ -362,6 +375,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "StreamsZero", "[engine]\nstreams = 0\n", {"engine.streams = 0", "between 1 and 16"}},
         BadCase{"KernelEmpty", "[engine]\nkernel = \"\"\n", {"engine.kernel", "must not be empty"}},
+        BadCase{"DevicesTwice",
+                "[engine]\ndevices = [0, 0]\n",
+                {"engine.devices = [ 0, 0 ]", "GPU 0 is named twice"}},
+        BadCase{"DevicesJunk",
+                "[engine]\ndevices = \"0,x\"\n",
+                {"engine.devices = '0,x'", "'x' is not a GPU number"}},
+        BadCase{"DevicesNotNumbers",
+                "[engine]\ndevices = [\"0\"]\n",
+                {"engine.devices", "expected GPU numbers, got a string"}},
+        BadCase{"DevicesBesideDevice",
+                "[engine]\ndevice = 1\ndevices = \"all\"\n",
+                {"engine.devices = 'all'", "not both"}},
         BadCase{"SocketPathTooLong",
                 "[control]\nsocket = \"/tmp/" + long_name + "\"\n",
                 {"control.socket", "too long for a Unix socket"}},

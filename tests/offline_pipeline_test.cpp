@@ -335,6 +335,60 @@ TEST(OfflinePipeline, JobsGoThroughOneEngineResetBetweenThem) {
   }
 }
 
+TEST(OfflinePipeline, TwoRunsSharingOneListEachRunTheJobsTheyClaimAndNoOther) {
+  // Two engines (two GPUs in a batch) over one list: each job is claimed by
+  // the first run to reach it and done by that run alone, exactly.
+  constexpr std::size_t kChannels = 3;
+  const std::uint64_t seed = 7002;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const FilterBank bank = three_channel_bank(seed);
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t i = 0; i < 9; ++i) {
+    inputs.push_back(random_signal((50 + 97 * i) * kChannels, seed + 1 + i));
+  }
+  std::vector<MemorySink> sinks(inputs.size());
+  std::vector<OfflineJob> jobs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    jobs.push_back(memory_job(&inputs[i], kChannels, &sinks[i]));
+  }
+  std::vector<std::atomic<int>> owner(inputs.size());
+  for (auto& o : owner) o = -1;
+  std::vector<std::vector<std::size_t>> done(2);
+  const auto run = [&](int device) {
+    HistoryEngine engine(bank, 64);
+    OfflineOptions options;
+    options.block_frames = 64;
+    options.claim = [&, device](std::size_t job) {
+      int unclaimed = -1;
+      return owner[job].compare_exchange_strong(unclaimed, device);
+    };
+    options.on_job_done = [&, device](std::size_t job, const OfflineJobResult& result) {
+      EXPECT_FALSE(result.error);
+      done[std::size_t(device)].push_back(job);
+    };
+    run_offline_jobs(engine, jobs, options);
+  };
+  std::thread second(run, 1);
+  run(0);
+  second.join();
+  std::vector<std::size_t> all = done[0];
+  all.insert(all.end(), done[1].begin(), done[1].end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE("job " + std::to_string(i));
+    const int device = owner[i];
+    ASSERT_TRUE(device == 0 || device == 1);
+    const auto& mine = done[std::size_t(device)];
+    EXPECT_NE(std::find(mine.begin(), mine.end(), i), mine.end());
+    EXPECT_TRUE(sinks[i].finished);
+    for (std::size_t c = 0; c < kChannels; ++c) {
+      const auto want = reference_convolution(channel_of(inputs[i], kChannels, c), bank.taps(c));
+      EXPECT_LE(relative_error(channel_of(sinks[i].samples, kChannels, c), want), 1e-6);
+    }
+  }
+}
+
 TEST(OfflinePipeline, AMatrixTakesItsInputsAndGivesItsOutputsJobAfterJobWithTheTail) {
   const std::uint64_t seed = 7011;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

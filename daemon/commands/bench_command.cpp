@@ -55,6 +55,10 @@ struct CapacityArgs {
   bool back_to_back = false;                // calls as fast as they return, not one per period
   std::vector<std::string> engine_options;  // --engine-option KEY=VALUE, as written
   EngineOptions tuning;                     // the options they set (checked in run_capacity)
+  // --devices: the CUDA engine's channels sharded over these GPUs (tuning.devices,
+  // resolved by run_capacity; empty: one GPU, EngineOptions::device 0).
+  std::string devices;
+  std::vector<int> gpus;
 };
 
 struct Percentiles {
@@ -112,7 +116,11 @@ Probe probe(const std::string& engine_name, const EngineOptions& tuning,
   EngineOptions options = tuning;
   options.max_block_frames = frames;
   options.max_taps = taps;
-  if (engine_name == "cuda") options.kernel = cuda_kernel;
+  if (engine_name == "cuda") {
+    options.kernel = cuda_kernel;
+  } else {
+    options.devices.clear();  // the GPUs (--devices) are the cuda engine's
+  }
   std::span<float> in, out;
   std::vector<float> host_in, host_out;
   const std::unique_ptr<MatrixEngine> engine =
@@ -182,8 +190,11 @@ Capacity find_capacity(const CapacityArgs& args, const std::string& engine, std:
   cap.frames = frames;
   cap.taps = taps;
   cap.budget_us = 0.5 * double(frames) / args.rate * 1e6;
+  // The bank's room grows with the GPUs the channels are sharded over (each
+  // holds its share of the taps).
+  const std::size_t gpus = engine == "cuda" ? std::max<std::size_t>(args.gpus.size(), 1) : 1;
   const std::size_t most =
-      std::max<std::size_t>(1, std::min(args.max_channels, args.max_samples / taps));
+      std::max<std::size_t>(1, std::min(args.max_channels, gpus * args.max_samples / taps));
   auto try_count = [&](std::size_t channels, std::size_t blocks) {
     Probe p;
     try {
@@ -261,22 +272,34 @@ std::string json_for(const CapacityArgs& args, const std::vector<Capacity>& resu
     cell["search"] = std::move(search);
     cells.push_back(std::move(cell));
   }
-  const nlohmann::ordered_json report = {{"benchmark", "capacity"},
-                                         {"commit", args.commit},
-                                         {"date", date},
-                                         {"gpu", gpu},
-                                         {"cpu_threads", std::thread::hardware_concurrency()},
-                                         {"rate", args.rate},
-                                         {"measure_blocks", args.measure_blocks},
-                                         {"probe_blocks", args.probe_blocks},
-                                         {"cuda_kernel", args.cuda_kernel},
-                                         {"engine_options", args.engine_options},
-                                         {"paced", !args.back_to_back},
-                                         {"results", std::move(cells)}};
+  const nlohmann::ordered_json report = {
+      {"benchmark", "capacity"},
+      {"commit", args.commit},
+      {"date", date},
+      {"gpu", gpu},
+      {"cpu_threads", std::thread::hardware_concurrency()},
+      {"rate", args.rate},
+      {"measure_blocks", args.measure_blocks},
+      {"probe_blocks", args.probe_blocks},
+      {"cuda_kernel", args.cuda_kernel},
+      {"engine_options", args.engine_options},
+      {"gpus", args.gpus.empty() ? std::vector<int>{0} : args.gpus},
+      {"paced", !args.back_to_back},
+      {"results", std::move(cells)}};
   return report.dump(2) + "\n";
 }
 
 int run_capacity(CapacityArgs& args) {
+  if (!args.devices.empty()) {
+    if (std::find(args.engines.begin(), args.engines.end(), "cuda") == args.engines.end()) {
+      throw UsageError("--devices " + args.devices + ": only the cuda engine runs on GPUs");
+    }
+    try {
+      args.gpus = engine_devices(Backend::cuda, parse_device_list(args.devices));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--devices " + args.devices + ": " + e.what());
+    }
+  }
   for (const std::string& assignment : args.engine_options) {
     try {
       set_engine_tuning(args.tuning, assignment);
@@ -284,6 +307,7 @@ int run_capacity(CapacityArgs& args) {
       throw UsageError(std::string("--engine-option ") + e.what());
     }
   }
+  args.tuning.devices = args.gpus;
   for (const std::size_t b : args.blocks)
     if (b == 0 || b > 65536)
       throw UsageError("--blocks: " + std::to_string(b) + " is not between 1 and 65536 frames");
@@ -368,6 +392,9 @@ Command add_bench_command(CLI::App& app) {
   capacity->add_flag("--back-to-back", args->back_to_back,
                      "Issue calls as fast as they return (throughput) instead of one per block "
                      "period (live)");
+  capacity->add_option("--devices", args->devices,
+                       "The cuda engine's channels sharded over these GPUs, one engine each: all, "
+                       "or numbers such as 0,1 (default: GPU 0 alone)");
   capacity->add_option("--engine-option", args->engine_options,
                        "An engine tuning key as in the configuration's [engine] table, e.g. "
                        "cpu_threads=16 (repeatable; config/live-default.toml lists them)");

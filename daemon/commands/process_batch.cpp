@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -134,8 +138,14 @@ class Batch {
       group->second.push_back(file);
       total_frames_ += std::uint64_t(std::max<std::int64_t>(file.info.frames, 0));
     }
+    // The files in the order they are handed out (group after group), each
+    // with its report and its claim.
+    for (auto& group : groups) {
+      groups_.push_back({reports_.size(), std::move(group.second)});
+      for (const BatchFile& file : groups_.back().files) reports_.emplace_back(file.label);
+    }
     progress_ = std::make_unique<ProgressBar>(total_frames_, ProgressBar::stderr_is_terminal());
-    for (const auto& group : groups) run_group(group.second);
+    run_lanes();
     // The last outputs' flush to disk and rename, which overlapped the work
     // on the files after them (SoundFileWriter::commit).
     for (const BackgroundCommits::Failure& failure : commits_.wait()) {
@@ -263,16 +273,110 @@ class Batch {
     return files;
   }
 
-  void run_group(const std::vector<BatchFile>& files) {
+  // The files of one filter, channel count and rate: `first` is the index
+  // of files[0] among all the batch's files (its report and claim).
+  struct Group {
+    std::size_t first = 0;
+    std::vector<BatchFile> files;
+  };
+
+  // What one file says (its lines, printed in the batch's order) and which
+  // lane took it (-1: none yet).
+  struct Report {
+    explicit Report(std::string l) : label(std::move(l)) {}
+    std::string label;
+    std::vector<std::pair<spdlog::level::level_enum, std::string>>
+        lines;              // guarded by report_mutex_
+    bool finished = false;  // guarded by report_mutex_
+    std::atomic<int> lane{-1};
+  };
+
+  // The files over the lanes: one engine per GPU of settings_.devices (one
+  // lane on the caller's thread when there is one GPU or none), each lane
+  // taking the next file no lane has taken (OfflineOptions::claim), group
+  // after group. An error that ends a lane (an engine's, or the interrupt)
+  // stops the others and is thrown once every lane has stopped.
+  void run_lanes() {
+    const std::size_t lanes = std::max<std::size_t>(settings_.devices.size(), 1);
+    if (lanes == 1) {
+      run_lane(0, settings_.cancel);
+      return;
+    }
+    std::exception_ptr error;
+    std::size_t running = lanes;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::thread> threads;
+    for (std::size_t lane = 0; lane < lanes; ++lane) {
+      threads.emplace_back([&, lane] {
+        try {
+          run_lane(lane, &stop_lanes_);
+        } catch (...) {
+          const std::lock_guard lock(mutex);
+          if (!error) error = std::current_exception();
+          stop_lanes_ = true;
+        }
+        const std::lock_guard lock(mutex);
+        --running;
+        changed.notify_all();
+      });
+    }
+    {
+      // The interrupt (set by a signal handler, which cannot notify) is
+      // passed on to the lanes within 50 ms.
+      std::unique_lock lock(mutex);
+      while (running > 0) {
+        if (settings_.cancel != nullptr && settings_.cancel->load()) stop_lanes_ = true;
+        changed.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
+    for (std::thread& thread : threads) thread.join();
+    // After an error, the files done behind one that a stopped lane left
+    // unfinished are still reported.
+    progress_->finish();
+    for (Report& report : reports_) {
+      for (const auto& [level, text] : report.lines) spdlog::log(level, "{}", text);
+      report.lines.clear();
+    }
+    if (settings_.cancel != nullptr && settings_.cancel->load()) {
+      throw std::runtime_error("interrupted");
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+  // True when file `index` is (now) lane `lane`'s.
+  bool claim(std::size_t index, int lane) {
+    int unclaimed = -1;
+    return reports_[index].lane.compare_exchange_strong(unclaimed, lane) || unclaimed == lane;
+  }
+
+  void run_lane(std::size_t lane, const std::atomic<bool>* cancel) {
+    for (const Group& group : groups_) {
+      if (cancel != nullptr && cancel->load()) return;
+      // A lane builds a group's engine only for a file it has claimed.
+      std::size_t first = 0;
+      while (first < group.files.size() && !claim(group.first + first, int(lane))) ++first;
+      if (first == group.files.size()) continue;
+      run_group(group, first, lane, cancel);
+    }
+  }
+
+  void run_group(const Group& group, std::size_t claimed, std::size_t lane,
+                 const std::atomic<bool>* cancel) {
+    const std::vector<BatchFile>& files = group.files;
     const SoundFileInfo& first = files.front().info;
+    FilterChoice choice = filters_[files.front().filter];
+    if (!settings_.devices.empty()) choice.engine.device = settings_.devices[lane];
     std::optional<OfflineFilter> filter;
     try {
-      filter.emplace(filters_[files.front().filter], std::size_t(first.channels),
-                     first.sample_rate);
+      filter.emplace(choice, std::size_t(first.channels), first.sample_rate);
     } catch (const std::exception& e) {
       // The filters do not fit these files (channels, rate), or cannot be
-      // read: each is reported.
-      for (const BatchFile& file : files) fail(file.label, e.what());
+      // read: each file this lane can claim is reported.
+      for (std::size_t i = claimed; i < files.size(); ++i) {
+        if (!claim(group.first + i, int(lane))) continue;
+        file_failed(group.first + i, e.what());
+      }
       return;
     }
     spdlog::debug("{} files of {} channels at {} Hz through {}", files.size(), first.channels,
@@ -287,6 +391,7 @@ class Batch {
     std::vector<OfflineJob> jobs;
     for (std::size_t i = 0; i < files.size(); ++i) {
       const BatchFile& file = files[i];
+      const std::size_t index = group.first + i;
       jobs.push_back({
           [&file, tail, this, tally = non_finite[i]] {
             auto reader =
@@ -305,7 +410,7 @@ class Batch {
                 },
                 tail};
           },
-          [&file, this, output_channels] {
+          [&file, this, output_channels, index] {
             // A job list may name outputs in folders yet to be made.
             if (!settings_.job_list.empty() && file.output.has_parent_path()) {
               std::error_code error;
@@ -320,68 +425,118 @@ class Batch {
                 choose_output_format(file.info.format, settings_.format, "", file.output, false)
                     .format);
             return OfflineSink{[writer](std::span<const float> f) { writer->write(f); },
-                               [this, writer] { commit(*writer); }};
+                               [this, writer, index] { commit(*writer, index); }};
           },
       });
     }
 
-    const std::uint64_t before = frames_done_;
     const auto started = std::chrono::steady_clock::now();
     OfflineOptions options = filter->options();
-    options.cancel = settings_.cancel;
-    options.on_progress = [this, before](std::uint64_t written) {
-      frames_done_ = before + written;
-      progress_->update(frames_done_);
+    options.cancel = cancel;
+    std::uint64_t run_written = 0;
+    options.on_progress = [this, &run_written](std::uint64_t written) {
+      const std::uint64_t total = frames_done_ += written - run_written;
+      run_written = written;
+      const std::lock_guard lock(report_mutex_);
+      progress_->update(total);
+    };
+    options.claim = [this, &group, lane](std::size_t job) {
+      return !stop_lanes_.load() && claim(group.first + job, int(lane));
     };
     auto job_started = started;
+    const std::string on_device =
+        settings_.devices.size() > 1 ? " on GPU " + std::to_string(settings_.devices[lane]) : "";
     options.on_job_done = [&](std::size_t i, const OfflineJobResult& result) {
       const BatchFile& file = files[i];
+      const std::size_t index = group.first + i;
       if (result.error) {
-        fail(file.label, message_of(result.error));
+        file_failed(index, message_of(result.error));
         return;
       }
       const auto now = std::chrono::steady_clock::now();
       const double seconds = std::chrono::duration<double>(now - job_started).count();
       job_started = now;
-      progress_->finish();
-      spdlog::info("{}{} -> {}: {:.2f} s of audio in {:.3f} s",
-                   settings_.job_list.empty() ? "" : file.label + ": ", file.input.string(),
-                   file.output.string(),
-                   double(result.output_frames) / double(file.info.sample_rate), seconds);
+      say(index, spdlog::level::info,
+          fmt::format("{}{} -> {}: {:.2f} s of audio in {:.3f} s{}",
+                      settings_.job_list.empty() ? "" : file.label + ": ", file.input.string(),
+                      file.output.string(),
+                      double(result.output_frames) / double(file.info.sample_rate), seconds,
+                      on_device));
+      bool damaged = false;
       if (const NonFiniteTally& tally = *non_finite[i]; tally.count > 0) {
-        spdlog::warn(
-            "{}: {} NaN or infinite sample{} replaced by 0, the first at frame {} "
-            "(counting from 0) of channel {}",
-            file.input.string(), tally.count, tally.count == 1 ? "" : "s", tally.first_frame,
-            tally.first_channel + 1);
-        ++damaged_;
+        say(index, spdlog::level::warn,
+            fmt::format("{}: {} NaN or infinite sample{} replaced by 0, the first at frame {} "
+                        "(counting from 0) of channel {}",
+                        file.input.string(), tally.count, tally.count == 1 ? "" : "s",
+                        tally.first_frame, tally.first_channel + 1));
+        damaged = true;
       }
-      ++done_;
+      file_done(index, damaged);
     };
     filter->run(jobs, options);
   }
 
-  void commit(SoundFileWriter& writer) {
+  // A line of file `index`'s report (printed when every file before it is done).
+  void say(std::size_t index, spdlog::level::level_enum level, std::string text) {
+    const std::lock_guard lock(report_mutex_);
+    reports_[index].lines.emplace_back(level, std::move(text));
+  }
+
+  void file_failed(std::size_t index, const std::string& message) {
+    const std::lock_guard lock(report_mutex_);
+    Report& report = reports_[index];
+    report.lines.emplace_back(spdlog::level::err, about(report.label, message));
+    ++failed_;
+    finish_report(index);
+  }
+
+  void file_done(std::size_t index, bool damaged) {
+    const std::lock_guard lock(report_mutex_);
+    ++done_;
+    if (damaged) ++damaged_;
+    finish_report(index);
+  }
+
+  // Marks file `index` finished and prints every finished report not yet
+  // printed that has no unfinished one before it: the lines come in the
+  // batch's order whichever lane finished first. Called with report_mutex_.
+  void finish_report(std::size_t index) {
+    reports_[index].finished = true;
+    while (next_report_ < reports_.size() && reports_[next_report_].finished) {
+      Report& report = reports_[next_report_++];
+      if (!report.lines.empty()) progress_->finish();
+      for (const auto& [level, text] : report.lines) spdlog::log(level, "{}", text);
+      report.lines.clear();
+    }
+  }
+
+  void commit(SoundFileWriter& writer, std::size_t index) {
     writer.commit(&commits_);
     const ClipStats& clip = writer.clip_stats();
     if (clip.clipped_samples > 0) {
-      progress_->finish();
-      spdlog::warn(
-          "{}: clipped {} samples, peak {:.2f} dBFS (lower --gain or write --format float)",
-          writer.destination().string(), clip.clipped_samples,
-          20.0 * std::log10(double(clip.peak)));
+      say(index, spdlog::level::warn,
+          fmt::format(
+              "{}: clipped {} samples, peak {:.2f} dBFS (lower --gain or write --format float)",
+              writer.destination().string(), clip.clipped_samples,
+              20.0 * std::log10(double(clip.peak))));
     }
   }
 
   const BatchSettings& settings_;
   std::vector<FilterChoice> filters_;  // the batch's one, or each distinct filter of a job list
-  std::unique_ptr<ProgressBar> progress_;
+  std::unique_ptr<ProgressBar> progress_;  // drawn under report_mutex_ once the lanes run
   std::uint64_t total_frames_ = 0;
-  std::uint64_t frames_done_ = 0;
+  std::atomic<std::uint64_t> frames_done_ = 0;
+  // The counts, guarded by report_mutex_ while the lanes run.
   std::size_t done_ = 0;
   std::size_t failed_ = 0;
   std::size_t damaged_ = 0;                   // done, from input with NaN or infinite samples
   std::map<fs::path, std::string> label_of_;  // output -> its input or job row
+  std::vector<Group> groups_;                 // the files to filter, group after group
+  std::mutex report_mutex_;
+  std::deque<Report> reports_;            // one per file of groups_, in their order
+  std::size_t next_report_ = 0;           // the first report not printed yet
+  std::atomic<bool> stop_lanes_ = false;  // an error in one lane, or the interrupt, stops all
   // Last, so that it is destroyed first: it commits what it still holds.
   BackgroundCommits commits_;
 };

@@ -38,6 +38,11 @@ struct BatchSettings {
   std::filesystem::path job_list;
   bool overwrite = false;  // --jobs: replace outputs that exist (else such rows are refused)
   Shard shard;             // this process's share of the inputs or rows
+  // The GPUs to spread the files over (engine_devices' ordinals): one engine
+  // per GPU, on a thread of its own, each taking the next file no engine has
+  // taken; the lines per file still come in the batch's order. Empty or one:
+  // one engine, on the caller's thread (the CPU engine: empty).
+  std::vector<int> devices;
   FilterChoice filters;    // --taps or --matrix, and how to run them
   SampleFormat format = SampleFormat::same_as_input;
   bool tail = false;

@@ -55,6 +55,7 @@ struct ProcessArgs {
   std::string jobs;  // --jobs FILE.csv: instead of files
   bool overwrite = false;
   std::string shard;  // --shard: empty, K/N, slurm, k8s/N
+  std::string devices;  // --devices: empty (a batch: all), all, or 0,1
   std::string input;
   std::string output;
   std::string taps;
@@ -281,6 +282,33 @@ int process(const ProcessArgs& args) {
       throw UsageError(e.what());
     }
   }
+  DeviceList devices;  // empty: not given
+  if (!args.devices.empty()) {
+    if (backend == Backend::cpu) {
+      throw UsageError("--devices " + args.devices +
+                       ": --backend cpu runs on the CPU engine, not on GPUs (leave --devices out)");
+    }
+    try {
+      devices = parse_device_list(args.devices);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--devices " + args.devices + ": " + e.what());
+    }
+  }
+  // The GPUs: a batch spreads its files over every one named (all by
+  // default), one engine each; one file's channels are sharded over them only
+  // when --devices names more than one.
+  const bool batch_run = !args.out_dir.empty() || !args.jobs.empty();
+  std::vector<int> gpus;
+  if (batch_run || !devices.empty()) {
+    try {
+      gpus = engine_devices(backend, devices);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--devices " + devices.text() + ": " + e.what());
+    }
+    if (gpus.empty() && !devices.empty()) {
+      spdlog::warn("--devices {} is ignored: the CPU engine runs (no usable GPU)", devices.text());
+    }
+  }
   if (!args.matrix.empty() && algorithm != Algorithm::automatic) {
     throw UsageError("--algorithm applies to --taps; the matrix engines choose their own");
   }
@@ -302,7 +330,8 @@ int process(const ProcessArgs& args) {
       throw UsageError(std::string("--engine-option ") + e.what());
     }
   }
-  if (!args.out_dir.empty() || !args.jobs.empty()) {
+  if (!batch_run) filters.engine.devices = gpus;
+  if (batch_run) {
     // A bad matrix is refused before the output directory is made.
     if (!args.matrix.empty()) load_offline_matrix(filters, 0);
     BatchSettings batch;
@@ -311,6 +340,7 @@ int process(const ProcessArgs& args) {
     batch.job_list = args.jobs;
     batch.overwrite = args.overwrite;
     batch.shard = shard;
+    batch.devices = gpus;
     batch.filters = filters;
     batch.format = format;
     batch.tail = args.tail;
@@ -482,6 +512,10 @@ Command add_process_command(CLI::App& app) {
       ->excludes(out_dir);
   sub->add_flag("--overwrite", args->overwrite,
                 "With --jobs: replace outputs that exist (else such rows are refused)");
+  sub->add_option("--devices", args->devices,
+                  "GPUs to use: all, or numbers such as 0,1 (a batch or job list: one engine per "
+                  "GPU, each file to the next free one; all by default. One file: its channels "
+                  "sharded over the GPUs named; one GPU by default)");
   sub->add_option("--shard", args->shard,
                   "Do only a share of a batch or job list: K/N (items i with i mod N = K), slurm "
                   "(SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT), or k8s/N "

@@ -758,6 +758,14 @@ int run_daemon(RunArgs args) {
     pipeline_options.engine_spin = config.engine_spin;
     RoutingMatrix matrix = load_configured_filters(config);
     engine_options.max_taps = engine_max_taps(config, matrix.max_filter_taps());
+    if (!config.devices.empty()) {
+      try {
+        engine_options.devices = engine_devices(config.backend, config.devices);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(config.config_file.string() +
+                          ": engine.devices = " + config.devices.text() + ": " + e.what());
+      }
+    }
     pipeline_options.response_frames = matrix.max_taps();
     // A device period that changes re-plans the engine in the callback for
     // it, with the filters running then (on the pipeline's swap thread).

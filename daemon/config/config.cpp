@@ -185,8 +185,8 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
 void read_engine(const Reader& reader, const toml::table& root, LiveConfig& config) {
   const toml::table* table = reader.table(root, "engine");
   if (table == nullptr) return;
-  std::vector<std::string_view> known = {"backend", "algorithm", "streams",
-                                         "kernel",  "device",    "spin_us"};
+  std::vector<std::string_view> known = {"backend", "algorithm", "streams", "kernel",
+                                         "device",  "devices",   "spin_us"};
   for (const auto& key : engine_tuning_keys()) known.push_back(key.name);
   reader.check_known(*table, "engine", known);
   // Not parse_backend(): that would link the engines into everything that reads a config.
@@ -206,6 +206,33 @@ void read_engine(const Reader& reader, const toml::table& root, LiveConfig& conf
   if (auto kernel = reader.string(*table, "engine", "kernel")) config.engine.kernel = *kernel;
   if (auto device = reader.integer(*table, "engine", "device", 0, 255)) {
     config.engine.device = static_cast<int>(*device);
+  }
+  if (const toml::node* devices = table->get("devices")) {
+    if (table->contains("device")) {
+      reader.fail("engine.devices", *devices,
+                  "give engine.device (one GPU) or engine.devices (several), not both");
+    }
+    try {
+      if (const auto* text = devices->as_string()) {
+        config.devices = parse_device_list(text->get());
+      } else if (const auto* list = devices->as_array()) {
+        std::vector<long long> ordinals;
+        for (const toml::node& item : *list) {
+          const auto* ordinal = item.as_integer();
+          if (ordinal == nullptr) {
+            throw std::invalid_argument("expected GPU numbers, got " +
+                                        std::string(toml_reading::type_name(item)));
+          }
+          ordinals.push_back(ordinal->get());
+        }
+        config.devices = device_list_of(ordinals);
+      } else {
+        throw std::invalid_argument(std::string("expected \"all\" or a list of GPU numbers, got ") +
+                                    toml_reading::type_name(*devices));
+      }
+    } catch (const std::invalid_argument& e) {
+      reader.fail("engine.devices", *devices, e.what());
+    }
   }
   if (auto spin = reader.integer(*table, "engine", "spin_us", 0, 1'000'000)) {
     config.engine_spin = std::chrono::microseconds(*spin);

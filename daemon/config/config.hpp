@@ -15,7 +15,7 @@
 //             gain_db = 0.0, watch = true, max_taps = 2048, ignore_sample_rate = false,
 //             resample = true   ("$samplerate$" in any file name: the rate in force)
 //   [engine]  backend = "auto"|"cpu"|"cuda", algorithm = "auto"|"direct"|"fft",
-//             streams = 2, kernel = "auto", device = 0, spin_us = 0
+//             streams = 2, kernel = "auto", device = 0 (or devices = "all" / [0, 1]), spin_us = 0
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket),
 //             max_gain_db = 0.0, max_upload_files = 16, max_upload_mib = 64
 //   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60,
@@ -116,6 +116,10 @@ struct LiveConfig {
   // refused), else default_max_taps or the first bank's length if longer.
   EngineOptions engine;
   bool max_taps_given = false;
+  // [engine] devices: the GPUs the matrix's outputs are sharded over (one
+  // engine each; resolved against the GPUs there are when the engine is
+  // made: engine_devices). Empty (not set): engine.device alone.
+  DeviceList devices;
   // zero mode, engine thread's hand-off (CUDA, matrix): LivePipelineOptions::engine_spin.
   std::chrono::microseconds engine_spin{0};
 

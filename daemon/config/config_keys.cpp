@@ -62,6 +62,7 @@ const std::vector<ConfigKey>& config_keys() {
       {"engine.streams", restart, [](C a, C b) { return a.engine.streams == b.engine.streams; }},
       {"engine.kernel", restart, [](C a, C b) { return a.engine.kernel == b.engine.kernel; }},
       {"engine.device", restart, [](C a, C b) { return a.engine.device == b.engine.device; }},
+      {"engine.devices", restart, [](C a, C b) { return a.devices == b.devices; }},
       {"engine.spin_us", restart, [](C a, C b) { return a.engine_spin == b.engine_spin; }},
       // The engines' tuning (dsp/model/engine_tuning): the engine is built at the start.
       {"engine.cpu_threads", restart,

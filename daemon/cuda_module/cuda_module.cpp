@@ -52,15 +52,10 @@ void free_pinned(float* p) {
   cudaFreeHost(p);  // in a destructor: nothing to do about a failure
 }
 
-const CudaModule kModule{cuda_device_available,
-                         make_cuda_engine,
-                         cuda_failure_sentence,
-                         make_cuda_matrix_engine,
-                         staging,
-                         allocate_pinned,
-                         free_pinned,
-                         last_call_host_us,
-                         process_device};
+const CudaModule kModule{
+    cuda_device_available,   cuda_device_count, make_cuda_engine, cuda_failure_sentence,
+    make_cuda_matrix_engine, staging,           allocate_pinned,  free_pinned,
+    last_call_host_us,       process_device};
 
 }  // namespace
 }  // namespace tapstream

@@ -19,6 +19,8 @@ namespace tapstream {
 struct CudaModule {
   // True when a CUDA device can be used; otherwise false and `reason` says why.
   bool (*device_available)(std::string* reason);
+  // How many GPUs the process sees (kernels/cuda_engine.hpp: cuda_device_count).
+  int (*device_count)();
   // See kernels/cuda_engine.hpp: make_cuda_engine and cuda_failure_sentence.
   std::unique_ptr<Engine> (*make_engine)(const FilterBank& bank, const EngineOptions& options);
   std::string (*failure_sentence)(const std::string& what);

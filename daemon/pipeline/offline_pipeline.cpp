@@ -145,6 +145,8 @@ class OfflineRun {
   // Reader thread: every job's frames, then its tail of zeros, in blocks.
   void read_all() {
     for (std::size_t job = 0; job < jobs_.size(); ++job) {
+      check_cancel();
+      if (options_.claim && !options_.claim(job)) continue;
       if (!read_job(job)) return;
     }
     std::optional<Block> block = take(free_in_);

@@ -75,6 +75,11 @@ struct OfflineOptions {
   std::function<void(std::uint64_t frames_written)> on_progress;
   // Called on the writer thread when a job has finished or failed.
   std::function<void(std::size_t job, const OfflineJobResult& result)> on_job_done;
+  // Called on the reader thread when job `job`'s turn comes, before it is
+  // opened: false skips it (not opened, not reported; its result stays
+  // empty), so that several runs (one per GPU) can share one list of jobs,
+  // each taking the next job no one has taken. Empty: every job is run.
+  std::function<bool(std::size_t job)> claim;
   // When it becomes true the pipeline stops at the next block and throws.
   const std::atomic<bool>* cancel = nullptr;
 };

@@ -83,9 +83,10 @@ RateFile choose_rate_file(const fs::path& pattern, int rate, bool nearest) {
                         exact.string() + ") nor for any standard rate from 8000 to " + "768000 Hz");
   }
   if (rate > 0 && !nearest) {
-    throw RateFileError(pattern.string() + ": no file for " + std::to_string(wanted) + " Hz (" +
-                        exact.string() + " is missing; there are files for " + rate_list(found) +
-                        " Hz, and resampling is off: [filter] resample = false, process --no-resample)");
+    throw RateFileError(
+        pattern.string() + ": no file for " + std::to_string(wanted) + " Hz (" + exact.string() +
+        " is missing; there are files for " + rate_list(found) +
+        " Hz, and resampling is off: [filter] resample = false, process --no-resample)");
   }
   const int chosen = nearest_rate(found, wanted);
   return {file_for_rate(pattern, chosen), chosen, rate};

@@ -56,6 +56,11 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
                Layout layout) override {
     engine_->process(in, out, frames, layout);
   }
+  void start_process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                     Layout layout) override {
+    engine_->start_process(in, out, frames, layout);
+  }
+  void finish_process() override { engine_->finish_process(); }
   void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
   void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
   void reset() override { engine_->reset(); }

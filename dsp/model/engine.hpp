@@ -24,6 +24,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dsp/model/filter_bank.hpp"
 
@@ -110,6 +111,11 @@ struct EngineOptions {
   int streams = 2;
   std::string kernel = "auto";
   int device = 0;
+  // CUDA engines only, read by the engine factory: more than one GPU ordinal
+  // shards the matrix's outputs over these GPUs, one engine each (`device`
+  // set to each; dsp/model/sharded_engine); one ordinal is `device`; empty:
+  // `device` alone. Resolved and checked by the factory's engine_devices().
+  std::vector<int> devices;
   // The engine will be called inside an audio callback (same-period live
   // mode): the CPU engine then always takes its non-uniform form, which offers
   // RealtimeEngine (head in the call, tails and swaps on its own threads).
@@ -147,6 +153,20 @@ class Engine {
   // The engine's real-time face (see RealtimeEngine), or null when it has
   // none (the CUDA engine, the CPU engine's uniform form).
   virtual RealtimeEngine* realtime() { return nullptr; }
+
+  // A call in two halves (a capability, neutral by default): start_process()
+  // does what process() does up to the wait for the engine's device and
+  // returns; finish_process() waits and completes `out`, which must stay
+  // valid (and `in` unchanged) until then. Between the two the caller may
+  // start other engines' calls (a matrix sharded over GPUs starts every
+  // device's call, then finishes each: dsp/model/sharded_engine), but makes
+  // no other call on this engine. By default start_process() is the whole
+  // call and finish_process() does nothing.
+  virtual void start_process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                             Layout layout) {
+    process(in, out, frames, layout);
+  }
+  virtual void finish_process() {}
 };
 
 // Engine::process's argument check, shared by the CPU engines: throws

@@ -17,10 +17,12 @@
 //   BruteFIR's model) and the CUDA one (kernels/matrix/cuda_matrix_engine).
 // - MatrixFilter (dsp/model/matrix_filter: any Engine with one channel per path),
 //   a reference for tests and benchmarks.
+// - ShardedEngine (dsp/model/sharded_engine): the outputs split over one of
+//   the above per GPU.
 //
 // What only some engines offer is asked for through accessors with neutral
 // defaults (realtime(), the CUDA transport's staging and page-locked memory,
-// the host-side call time), never by name or dynamic_cast.
+// calls in two halves, the host-side call time), never by name or dynamic_cast.
 
 #include <time.h>
 
@@ -139,6 +141,13 @@ class MatrixEngine {
                               void* /*stream*/) {
     return false;
   }
+  // A call in two halves, as Engine::start_process and finish_process say
+  // (neutral by default: start_process() is the whole process() call).
+  virtual void start_process(std::span<const float> in, std::span<float> out, std::size_t frames,
+                             Layout layout) {
+    process(in, out, frames, layout);
+  }
+  virtual void finish_process() {}
   // The CPU-side part of the last process() call in microseconds (host
   // copies, launches, enqueueing; the rest is the device's work and the wait
   // for it); NaN when the engine does not tell.
