@@ -102,6 +102,10 @@ class CudaEngineImpl final : public CudaEngine {
       throw std::invalid_argument("CUDA device " + std::to_string(device_) + " does not exist (" +
                                   std::to_string(count) + " found)");
     DeviceGuard guard(device_);
+    // chain_ was made with the members, on the calling thread's device: an
+    // engine on another GPU (a batch lane, a shard) needs it on its own, or
+    // recording it on the engine's streams fails ("invalid resource handle").
+    chain_ = Event();
     TAPSTREAM_CUDA_CHECK(
         cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
     device_name_ = device_name(device_);

@@ -151,18 +151,17 @@ std::size_t tail_groups(std::size_t head_threads, std::size_t channels, double r
 constexpr std::size_t kHeadTasksPerThread = 4;
 
 // The in-call head's threads (the caller included): `options.threads` when
-// given, else every hardware thread; one where a call's estimated head work
-// (`call_ns`) is too small to split. Not only the cores the tail workers
-// leave: the head's work is due now, a tail job's over its partition's
-// length, and at their lower priority the tails take what the head leaves.
-// On the 2-core dev VM (64 frames, 65536 taps, paced, SCHED_FIFO), 2 head
-// threads carried 216 channels where 1 (all the cores less the 5 tail
-// threads) carried 196.
+// given, else one (the caller alone); one where a call's estimated head work
+// (`call_ns`) is too small to split. Spreading pays only where the head's
+// threads outrank the rest of the machine: on the 2-core dev VM under
+// SCHED_FIFO (64 frames, 65536 taps, paced) 2 head threads carried 216
+// channels where 1 carried 196, but on the H100 host's 16 cores at normal
+// priority (real-time refused) every hardware thread carried 46 where one
+// carried 189 (docs/performance.md, "Live capacity"): the head's spinning
+// workers and the tail groups crowded the cores. So threads are asked for.
 std::size_t head_threads(const CpuEngineOptions& options, std::size_t channels, double call_ns) {
   if (call_ns < kCpuParallelCallNs) return 1;
-  const std::size_t wanted = options.threads >= 1
-                                 ? options.threads
-                                 : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  const std::size_t wanted = options.threads >= 1 ? options.threads : 1;
   return std::clamp<std::size_t>(wanted, 1, channels);
 }
 

@@ -41,7 +41,9 @@ enum class Algorithm { automatic, direct, fft };
 
 // The CPU engines' tuning (dsp/cpu/cpu_engine, dsp/cpu/cpu_nonuniform_engine).
 struct CpuEngineOptions {
-  // Threads one call may spread its channels over; 0 = every hardware thread.
+  // Threads one call may spread its channels over; 0 = every hardware thread
+  // for the uniform engine's large blocks, the caller alone for the
+  // non-uniform engine's in-call head (dsp/cpu/cpu_nonuniform_engine.cpp says why).
   std::size_t threads = 0;
 };
 
