@@ -20,9 +20,19 @@ DiagonalEngine::DiagonalEngine(std::unique_ptr<Engine> engine, EngineTransport t
 void DiagonalEngine::remember(const RoutingMatrix& matrix, std::shared_ptr<const FilterBank> bank) {
   bank_ = std::move(bank);
   geometry_.clear();
+  // Everything but the taps (the bank holds them): set_matrix runs on the
+  // live pipeline's engine thread between two periods, where copying every
+  // path's taps (16 MiB at 64 x 65536) and faulting in their pages made each
+  // swap 5-10 ms long and late by several periods on the GPU machine.
   for (const MatrixPath& path : matrix.paths()) {
-    MatrixPath geometry = path;
-    geometry.taps.clear();
+    MatrixPath geometry;
+    geometry.input = path.input;
+    geometry.output = path.output;
+    geometry.gain_db = path.gain_db;
+    geometry.delay_frames = path.delay_frames;
+    geometry.invert = path.invert;
+    geometry.source = path.source;
+    geometry.file = path.file;
     geometry_.push_back(std::move(geometry));
   }
 }
