@@ -418,18 +418,24 @@ TEST(LiveZeroLatency, InsideTheCallbackALateTailPlaysSilenceAndTheStreamStaysAli
 
 // Drives the stream of `x` through the pipeline in callbacks of `period`
 // frames from frame `at`, until `done` holds after a call (or `limit` calls);
-// returns the frame reached.
+// returns the frame reached. The calls come a period of a 48 kHz device
+// apart, so that `limit` calls give the swap thread `limit` periods of time
+// (a loaded machine's sanitizer build may take 100 ms and more to build an
+// engine) whatever the data's length.
 template <typename Done>
 std::size_t drive_until(LivePipeline& pipeline, const std::vector<float>& x, std::vector<float>& y,
                         std::size_t at, std::size_t period, std::size_t limit, Done done) {
   const std::size_t channels = pipeline.channels();
+  const auto gap = std::chrono::microseconds(period * 1'000'000 / 48'000);
+  auto next = std::chrono::steady_clock::now();
   for (std::size_t calls = 0; calls < limit && (at + period) * channels <= x.size(); ++calls) {
     LivePipeline::device_callback(x.data() + at * channels, y.data() + at * channels, period,
                                   &pipeline);
     at += period;
     if (done()) break;
-    // Pacing, not a wait: a device's callbacks come apart, not back to back.
-    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    // Pacing, not a wait: a device's callbacks come a period apart.
+    next += gap;
+    std::this_thread::sleep_until(next);
   }
   return at;
 }
@@ -463,7 +469,8 @@ TEST(LiveZeroLatency, APeriodChangeReplansTheEngineInTheCallbackAndTheOutputStay
   LivePipeline pipeline(callback_engine(h, channels, 256), options);
   ASSERT_TRUE(pipeline.engine_in_callback());
   pipeline.start();
-  const std::size_t total = 256 * 600;
+  // Room for every call the limits below allow: 4 s of periods for each build.
+  const std::size_t total = 20 * 256 + 1500 * 128 + 400 * 512 + 20 * 512;
   const auto x = random_signal(channels * total, seed + 1);
   std::vector<float> y(x.size(), 0.0f);
   const auto replanned_for = [&](std::size_t block) {
@@ -477,7 +484,7 @@ TEST(LiveZeroLatency, APeriodChangeReplansTheEngineInTheCallbackAndTheOutputStay
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->from, 0u);
   EXPECT_EQ(first->to, 256u);
-  at = drive_until(pipeline, x, y, at, 128, 400, replanned_for(128));
+  at = drive_until(pipeline, x, y, at, 128, 1500, replanned_for(128));
   ASSERT_EQ(pipeline.engine_block_frames(), 128u) << "re-planned for 128 frames by frame " << at;
   ASSERT_FALSE(pipeline.replanning());
   const auto second = pipeline.next_device_change();
@@ -485,7 +492,7 @@ TEST(LiveZeroLatency, APeriodChangeReplansTheEngineInTheCallbackAndTheOutputStay
   EXPECT_EQ(second->kind, DeviceChangeKind::period);
   EXPECT_EQ(second->from, 256u);
   EXPECT_EQ(second->to, 128u);
-  at = drive_until(pipeline, x, y, at, 512, 100, replanned_for(512));
+  at = drive_until(pipeline, x, y, at, 512, 400, replanned_for(512));
   ASSERT_EQ(pipeline.engine_block_frames(), 512u) << "re-planned for 512 frames by frame " << at;
   at = drive_until(pipeline, x, y, at, 512, 20, [] { return false; });
   pipeline.stop();

@@ -104,14 +104,14 @@ background "tests (Release) and browser page" release_tests
 
 if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   # The suites each sanitizer build runs, and only those are built: every
-  # suite but the JACK ones (label realtime: real-time streams, run once in
-  # the Release build above), the load test and the CUDA ones (no CUDA here).
+  # suite but the JACK and PipeWire ones (label realtime: real-time streams,
+  # run once in the Release build above), the load test and the CUDA ones (no CUDA here).
   # The Python module is not built there (an instrumented module cannot load
   # into an uninstrumented interpreter); its suites run in the Release build.
   asan_tests=()
   for f in tests/*_test.cpp; do
     t=$(basename "$f" .cpp)
-    case $t in jack_* | daemon_load_test | cuda_*) ;; *) asan_tests+=("$t") ;; esac
+    case $t in jack_* | pipewire_* | daemon_load_test | cuda_*) ;; *) asan_tests+=("$t") ;; esac
   done
 
   # AddressSanitizer + UBSan, and the fuzz targets from the same objects

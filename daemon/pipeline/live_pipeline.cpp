@@ -556,6 +556,8 @@ void LivePipeline::follow_period() {
       std::min(std::bit_ceil(period), std::max<std::size_t>(options_.block_frames, 1024));
   if (block == engine_block_frames_.load(std::memory_order_relaxed)) return;
   const auto started = std::chrono::steady_clock::now();
+  // replanning() is true from here: the control side sees the build too.
+  replan_state_.store(replan_building, std::memory_order_release);
   auto replan = std::make_unique<Replan>();
   try {
     replan->engine = options_.engine_for_block(block);
@@ -574,6 +576,7 @@ void LivePipeline::follow_period() {
     replan->engine->reset();
   } catch (const std::exception& e) {
     replan_failed_for_ = period;
+    replan_state_.store(replan_none, std::memory_order_release);
     spdlog::warn(
         "device period {} frames: no engine for {}-frame calls ({}); the running one goes on in "
         "calls of up to {} frames",

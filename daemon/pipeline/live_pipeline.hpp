@@ -316,10 +316,17 @@ class LivePipeline {
     std::size_t transition_frames = 0;
     std::string description;
   };
-  // 0: none; offered: the swap thread filled replan_, the callback may take
+  // 0: none; building: the swap thread builds the engine for the new period;
+  // offered: the swap thread filled replan_, the callback may take
   // it; running: the callback runs both engines; done: the callback is
   // through with the old engine (in replan_), the swap thread frees it.
-  enum ReplanState : int { replan_none = 0, replan_offered, replan_running, replan_done };
+  enum ReplanState : int {
+    replan_none = 0,
+    replan_building,
+    replan_offered,
+    replan_running,
+    replan_done
+  };
   std::unique_ptr<Replan> replan_;
   std::atomic<int> replan_state_{replan_none};
   std::atomic<std::size_t> engine_block_frames_;
