@@ -16,7 +16,8 @@ room impulse response per file, CSV-driven, in files per second.
       CUDA initialised, the impulse responses loaded once onto the device, one
       file done untimed) looping soundfile.read -> torchaudio.functional.
       fftconvolve (cut to the input's length, as tapstream without --tail)
-      -> soundfile.write 16-bit, timed over the loop alone
+      -> soundfile.write 16-bit, timed over the loop alone (scipy.io.wavfile
+      for both where soundfile is not installed, as on the GPU machine)
 
 Prints files per second for each, tapstream's over the peer's, and "met" or
 "missed" for the target (>= 3x). tapstream's outputs are checked against the
@@ -149,12 +150,44 @@ def run_tapstream(exe, csv_path, backend, repeats):
     return statistics.median(times), times
 
 
+def sound_io():
+    """(read, write, name): soundfile where installed, else scipy.io.wavfile
+    (the GPU machine has scipy and no soundfile); read(path) gives float32
+    samples and the rate, write(path, y, rate) writes 16-bit PCM."""
+    try:
+        import soundfile
+
+        def read(path):
+            return soundfile.read(path, dtype="float32")
+
+        def write(path, y, rate):
+            soundfile.write(path, y, rate, subtype="PCM_16")
+
+        return read, write, "soundfile %s" % soundfile.__version__
+    except ImportError:
+        import scipy
+        from scipy.io import wavfile
+
+        def read(path):
+            rate, x = wavfile.read(path)
+            if x.dtype == np.int16:
+                return x.astype(np.float32) / 32768.0, rate
+            if x.dtype == np.int32:
+                return x.astype(np.float32) / 2147483648.0, rate
+            return x.astype(np.float32, copy=False), rate
+
+        def write(path, y, rate):
+            wavfile.write(path, rate, np.clip(np.round(y * 32768.0), -32768, 32767).astype(np.int16))
+
+        return read, write, "scipy.io.wavfile %s (no soundfile here)" % scipy.__version__
+
+
 def run_peer(jobs, peer_dir):
     """Files per second of the warm torchaudio loop, or None (and why)."""
     try:
-        import soundfile
         import torch
         import torchaudio.functional
+        read, write, io_name = sound_io()
     except ImportError as e:
         return None, "peer skipped: %s (pip install torch torchaudio soundfile)" % e
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -162,15 +195,14 @@ def run_peer(jobs, peer_dir):
     rirs = {}
     for job in jobs:
         if job["filter"] not in rirs:
-            h, _ = soundfile.read(job["filter"], dtype="float32")
+            h, _ = read(job["filter"])
             rirs[job["filter"]] = torch.from_numpy(h).to(device)
 
     def one(job):
-        x, rate = soundfile.read(job["input"], dtype="float32")
+        x, rate = read(job["input"])
         y = torchaudio.functional.fftconvolve(torch.from_numpy(x).to(device), rirs[job["filter"]])
         y = y[: x.shape[0]].cpu().numpy()
-        soundfile.write(os.path.join(peer_dir, os.path.basename(job["output"])), y, rate,
-                        subtype="PCM_16")
+        write(os.path.join(peer_dir, os.path.basename(job["output"])), y, rate)
 
     one(jobs[0])  # warm: kernels compiled, plans made
     if device == "cuda":
@@ -180,14 +212,17 @@ def run_peer(jobs, peer_dir):
         one(job)
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.monotonic() - started, "torchaudio %s on %s" % (torchaudio.__version__, device)
+    return time.monotonic() - started, "torchaudio %s on %s, I/O by %s" % (
+        torchaudio.__version__, device, io_name)
 
 
 def relative_error(a_path, b_path):
-    import soundfile
-    a, _ = soundfile.read(a_path, dtype="float64")
-    b, _ = soundfile.read(b_path, dtype="float64")
-    n = min(len(a), len(b))  # soundfile needs numpy: np is there
+    read, _, _ = sound_io()
+    a, _ = read(a_path)
+    b, _ = read(b_path)
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    n = min(len(a), len(b))
     den = float(np.sum(b[:n] ** 2))
     return math.sqrt(float(np.sum((a[:n] - b[:n]) ** 2)) / den) if den > 0 else 0.0
 
