@@ -42,18 +42,30 @@ struct Sound {
   std::vector<float> samples;  // interleaved
 };
 
+// Noise at a quarter of full scale; `title`, when given, as the file's title.
 void write_sound(const fs::path& file, int channels, int rate, std::size_t frames,
-                 std::uint64_t seed) {
+                 std::uint64_t seed, int format = kFloatWav, const char* title = nullptr) {
   std::vector<float> samples = random_signal(frames * std::size_t(channels), seed);
   for (float& x : samples) x *= 0.25f;
   SF_INFO info{};
   info.channels = channels;
   info.samplerate = rate;
-  info.format = kFloatWav;
+  info.format = format;
   SNDFILE* f = sf_open(file.c_str(), SFM_WRITE, &info);
   ASSERT_NE(f, nullptr) << file << ": " << sf_strerror(nullptr);
+  if (title != nullptr) sf_set_string(f, SF_STR_TITLE, title);
   EXPECT_EQ(sf_writef_float(f, samples.data(), sf_count_t(frames)), sf_count_t(frames));
   sf_close(f);
+}
+
+std::string title_of(const fs::path& file) {
+  SF_INFO info{};
+  SNDFILE* f = sf_open(file.c_str(), SFM_READ, &info);
+  if (f == nullptr) return "(cannot open)";
+  const char* title = sf_get_string(f, SF_STR_TITLE);
+  std::string result = title != nullptr ? title : "";
+  sf_close(f);
+  return result;
 }
 
 Sound read_sound(const fs::path& file) {
@@ -373,6 +385,58 @@ TEST(ProcessJobs, ABadListIsRefusedBeforeAnyWork) {
     EXPECT_EQ(usage.exit_code, 2) << extra[0] << ": " << usage.err;
   }
   EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// A batch writes each file as `process INPUT OUTPUT` writes it alone: the
+// encoding, the dither (--dither, by default TPDF at 16 bits) and the
+// metadata; the options a batch cannot honour are refused, naming them.
+TEST(ProcessJobs, ABatchWritesEachFileAsItsOwnProcessRunWithTheSameDitherAndMetadata) {
+  TempDir dir;
+  fs::create_directories(dir / "in");
+  write_sound(dir / "in/take.wav", 2, 48000, 6000, 11, SF_FORMAT_WAV | SF_FORMAT_PCM_16,
+              "take one");
+  write_taps(dir / "f.txt", 64, 12);
+  { std::ofstream(dir / "jobs.csv") << "input,filter,output\nin/take.wav,f.txt,rows/take.wav\n"; }
+  for (const std::string dither : {"auto", "none", "tpdf"}) {
+    SCOPED_TRACE("--dither " + dither);
+    const fs::path single = dir / ("single-" + dither + ".wav");
+    ASSERT_EQ(tapstream(dir, with({"process", (dir / "in/take.wav").string(), single.string(),
+                                   "--taps", (dir / "f.txt").string(), "--dither", dither},
+                                  kCpu))
+                  .exit_code,
+              0);
+    const fs::path out_dir = dir / ("out-" + dither);
+    const RunResult batch =
+        tapstream(dir, with({"process", (dir / "in").string(), "--out-dir", out_dir.string(),
+                             "--taps", (dir / "f.txt").string(), "--dither", dither},
+                            kCpu));
+    ASSERT_EQ(batch.exit_code, 0) << batch.err;
+    const RunResult rows = tapstream(dir, with({"process", "--jobs", (dir / "jobs.csv").string(),
+                                                "--overwrite", "--dither", dither},
+                                               kCpu));
+    ASSERT_EQ(rows.exit_code, 0) << rows.err;
+    const Sound alone = read_sound(single);
+    for (const fs::path& listed : {out_dir / "take.wav", dir / "rows/take.wav"}) {
+      SCOPED_TRACE(listed.string());
+      EXPECT_EQ(read_sound(listed).samples, alone.samples);
+      EXPECT_EQ(title_of(listed), "take one");
+    }
+  }
+  // TPDF at 16 bits by default: auto is tpdf's output, not none's.
+  EXPECT_EQ(read_sound(dir / "out-auto/take.wav").samples,
+            read_sound(dir / "out-tpdf/take.wav").samples);
+  EXPECT_NE(read_sound(dir / "out-auto/take.wav").samples,
+            read_sound(dir / "out-none/take.wav").samples);
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {"--normalize", "-1"}, {"--type", "flac"}, {"--dither", "loud"}}) {
+    const RunResult usage =
+        tapstream(dir, with({"process", (dir / "in").string(), "--out-dir",
+                             (dir / "refused").string(), "--taps", (dir / "f.txt").string()},
+                            extra));
+    EXPECT_EQ(usage.exit_code, 2) << extra[0] << ": " << usage.err;
+    EXPECT_NE(usage.err.find(extra[0]), std::string::npos) << usage.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "refused"));
 }
 
 TEST(ProcessJobs, TheShippedExampleDatasetRunsFromMakeJobs) {

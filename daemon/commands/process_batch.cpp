@@ -45,6 +45,7 @@ struct BatchFile {
   fs::path output;
   std::size_t filter = 0;
   SoundFileInfo info;
+  SoundFileMetadata metadata;  // carried into the output, as one file's is
 };
 
 // Every regular, non-hidden file of a directory (sorted), or the path itself.
@@ -265,7 +266,8 @@ class Batch {
         // A name whose type is unknown is refused now, not after the filtering.
         choose_output_format(reader.info().format, settings_.format, "", file.output, false);
         label_of_[file.output] = file.label;
-        files.push_back({file.label, file.input, file.output, file.filter, reader.info()});
+        files.push_back(
+            {file.label, file.input, file.output, file.filter, reader.info(), reader.metadata()});
       } catch (const std::exception& e) {
         fail(file.label, e.what());
       }
@@ -420,10 +422,16 @@ class Batch {
                                      ": cannot create the folder: " + error.message());
               }
             }
-            auto writer = std::make_shared<SoundFileWriter>(
-                file.output, file.info.sample_rate, output_channels,
+            // Written as `process INPUT OUTPUT` writes one file: the same
+            // encoding, dither and metadata.
+            const int format =
                 choose_output_format(file.info.format, settings_.format, "", file.output, false)
-                    .format);
+                    .format;
+            SoundFileWriterOptions writer_options;
+            writer_options.dither = dither_for_format(settings_.dither, format);
+            writer_options.metadata = file.metadata;
+            auto writer = std::make_shared<SoundFileWriter>(
+                file.output, file.info.sample_rate, output_channels, format, writer_options);
             return OfflineSink{[writer](std::span<const float> f) { writer->write(f); },
                                [this, writer, index] { commit(*writer, index); }};
           },
@@ -523,7 +531,7 @@ class Batch {
   }
 
   const BatchSettings& settings_;
-  std::vector<FilterChoice> filters_;  // the batch's one, or each distinct filter of a job list
+  std::vector<FilterChoice> filters_;      // the batch's one, or each distinct filter of a job list
   std::unique_ptr<ProgressBar> progress_;  // drawn under report_mutex_ once the lanes run
   std::uint64_t total_frames_ = 0;
   std::atomic<std::uint64_t> frames_done_ = 0;

@@ -43,8 +43,9 @@ struct BatchSettings {
   // taken; the lines per file still come in the batch's order. Empty or one:
   // one engine, on the caller's thread (the CPU engine: empty).
   std::vector<int> devices;
-  FilterChoice filters;    // --taps or --matrix, and how to run them
+  FilterChoice filters;  // --taps or --matrix, and how to run them
   SampleFormat format = SampleFormat::same_as_input;
+  std::string dither = "auto";  // --dither, as one file's (dither_for_format)
   bool tail = false;
   const std::atomic<bool>* cancel = nullptr;
 };

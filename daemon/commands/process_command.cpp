@@ -54,7 +54,7 @@ struct ProcessArgs {
   std::string out_dir;
   std::string jobs;  // --jobs FILE.csv: instead of files
   bool overwrite = false;
-  std::string shard;  // --shard: empty, K/N, slurm, k8s/N
+  std::string shard;    // --shard: empty, K/N, slurm, k8s/N
   std::string devices;  // --devices: empty (a batch: all), all, or 0,1
   std::string input;
   std::string output;
@@ -131,17 +131,6 @@ void warn_data_changed(const std::string& message) {
   if (level > spdlog::level::warn) logger.set_level(spdlog::level::warn);
   logger.warn(message);
   logger.set_level(level);
-}
-
-// The dither for an encoding: --dither, or for "auto" TPDF when the samples
-// have 16 bits or fewer (what sox does by default; at 24 bits and more the
-// quantisation noise is below any converter's own) and none otherwise.
-Dither dither_for(const std::string& choice, int format) {
-  if (choice != "auto") return parse_dither(choice);
-  const int subtype = format & SF_FORMAT_SUBMASK;
-  return subtype == SF_FORMAT_PCM_16 || subtype == SF_FORMAT_PCM_S8 || subtype == SF_FORMAT_PCM_U8
-             ? Dither::tpdf
-             : Dither::none;
 }
 
 Algorithm parse_algorithm(const std::string& name) {
@@ -261,11 +250,19 @@ int process(const ProcessArgs& args) {
     if (!args.taps.empty() || !args.matrix.empty()) {
       throw UsageError("--jobs: each row names its filter; no --taps or --matrix");
     }
-    if (!std::isnan(args.normalize_dbfs) || !args.input_type.empty() || !args.type.empty()) {
-      throw UsageError("--jobs: --normalize, --input-type and --type apply to one file only");
-    }
   } else if (args.taps.empty() == args.matrix.empty()) {
     throw UsageError("give the filters as --taps FILE or as --matrix FILE.toml (one of them)");
+  }
+  if ((!args.jobs.empty() || !args.out_dir.empty()) &&
+      (!std::isnan(args.normalize_dbfs) || !args.input_type.empty() || !args.type.empty())) {
+    throw UsageError(std::string(args.jobs.empty() ? "--out-dir" : "--jobs") +
+                     ": --normalize, --input-type and --type apply to one file only (a batch "
+                     "keeps each input's type, and writes each file in one pass)");
+  }
+  try {
+    static_cast<void>(dither_for_format(args.dither, 0));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--dither: ") + e.what());
   }
   if (args.overwrite && args.jobs.empty()) {
     throw UsageError(
@@ -343,6 +340,7 @@ int process(const ProcessArgs& args) {
     batch.devices = gpus;
     batch.filters = filters;
     batch.format = format;
+    batch.dither = args.dither;
     batch.tail = args.tail;
     batch.cancel = &interrupted;
     return run_batch(batch);
@@ -388,7 +386,7 @@ int process(const ProcessArgs& args) {
   const int output_channels = int(filter.output_channels());
 
   SoundFileWriterOptions writer_options;
-  writer_options.dither = dither_for(args.dither, chosen.format);
+  writer_options.dither = dither_for_format(args.dither, chosen.format);
   writer_options.metadata = reader.metadata();
   writer_options.cancel = &interrupted;
   SoundFileWriter writer(args.output, info.sample_rate, output_channels, chosen.format,

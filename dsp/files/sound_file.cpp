@@ -173,6 +173,14 @@ std::string known_container_names() {
   return list;
 }
 
+Dither dither_for_format(const std::string& choice, int format) {
+  if (choice != "auto") return parse_dither(choice);
+  const int subtype = format & SF_FORMAT_SUBMASK;
+  return subtype == SF_FORMAT_PCM_16 || subtype == SF_FORMAT_PCM_S8 || subtype == SF_FORMAT_PCM_U8
+             ? Dither::tpdf
+             : Dither::none;
+}
+
 OutputFormat choose_output_format(int input_format, SampleFormat requested, const std::string& type,
                                   const std::filesystem::path& destination, bool stream) {
   const std::string shown =

@@ -202,8 +202,8 @@ class SoundFileWriter {
   bool committed_ = false;
   std::optional<SampleQuantiser> quantiser_;  // integer PCM encodings
   ClipStats clip_;
-  std::vector<float> clipped_;  // scratch for the clipped copy of a block
-  std::vector<int> codes_;      // scratch for integer codes
+  std::vector<float> clipped_;     // scratch for the clipped copy of a block
+  std::vector<int> codes_;         // scratch for integer codes
   std::optional<PcmLayout> fast_;  // set: the fast path writes the samples, not libsndfile
   std::unique_ptr<StagedFileWriter> fast_file_;  // the temporary file's bytes
   std::vector<std::uint8_t> fast_encoded_;       // scratch: a piece of converted samples
@@ -240,6 +240,13 @@ struct OutputFormat {
 // `stream`: the output cannot seek, so only StreamOutput's containers work.
 OutputFormat choose_output_format(int input_format, SampleFormat requested, const std::string& type,
                                   const std::filesystem::path& destination, bool stream);
+
+// The dither for an encoding (`format`, SF_FORMAT_*): `choice` ("none" or
+// "tpdf"), or for "auto" TPDF when the samples have 16 bits or fewer (what
+// sox does by default; at 24 bits and more the quantisation noise is below
+// any converter's own) and none otherwise. Throws std::invalid_argument
+// naming an unknown choice.
+Dither dither_for_format(const std::string& choice, int format);
 
 // True when `file` is written through rather than by rename: "-" or
 // (after following symlinks) an existing FIFO, character device or socket.
