@@ -148,8 +148,16 @@ Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t fr
   return Backend::cpu;
 }
 
-std::size_t offline_block_frames(const std::string& engine, std::size_t channels) {
+std::size_t offline_block_frames(const std::string& engine, std::size_t channels,
+                                 std::size_t taps) {
   const bool cuda = engine == "cuda";
+  if (!cuda && taps == 1) {
+    std::size_t frames = 1024;
+    while (frames < 16384 && 2 * frames * std::max<std::size_t>(channels, 1) <= kGainBlockSamples) {
+      frames *= 2;
+    }
+    return frames;
+  }
   const std::size_t target_samples = std::size_t(1) << (cuda ? 23 : 20);
   const std::size_t most = cuda ? 65536 : 16384;
   std::size_t frames = 4096;
@@ -161,10 +169,12 @@ std::size_t offline_block_frames(const std::string& engine, std::size_t channels
 
 namespace {
 
-// The options with the block chosen for `engine` when the caller left it at 0.
-EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions options) {
+// The options with the block chosen for `engine` when the caller left it at 0
+// (`taps`: the filters' longest, delay included, where it is known; 0 if not).
+EngineOptions for_engine(const char* engine, std::size_t channels, EngineOptions options,
+                         std::size_t taps = 0) {
   if (options.max_block_frames == 0) {
-    options.max_block_frames = offline_block_frames(engine, channels);
+    options.max_block_frames = offline_block_frames(engine, channels, taps);
   }
   return options;
 }
@@ -260,8 +270,9 @@ std::unique_ptr<MatrixEngine> make_cpu_matrix(const RoutingMatrix& matrix,
     return make_cpu_matrix_engine(matrix, for_engine("cpu", channels, options));
   }
   return std::make_unique<DiagonalEngine>(
-      make_cpu_engine(*matrix.diagonal_bank(),
-                      for_engine("cpu", channels, folding_delays(matrix, options))),
+      make_cpu_engine(
+          *matrix.diagonal_bank(),
+          for_engine("cpu", channels, folding_delays(matrix, options), matrix.max_taps())),
       EngineTransport{}, &matrix);
 }
 
@@ -309,7 +320,7 @@ std::vector<int> engine_devices(Backend backend, const DeviceList& list) {
   const std::string reason = start.reason;
   if (start.available) return resolve_device_list(list, start.loaded.module->device_count());
 #else
-  (void)list;
+  (void)list;  // a build without the module has no devices to choose from
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
 #endif
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);

@@ -66,13 +66,20 @@ void start_cuda_in_background();
 inline constexpr std::size_t kCpuJobSamples = std::size_t(1) << 27;
 Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t frames);
 
-// Frames per offline block for an engine (cpu or cuda) and channel count:
-// large enough that the per-call cost vanishes, small enough that six blocks
-// in flight keep a modest footprint. Measured: the CPU engine is fastest at
-// 16384 frames of stereo (60 s at 65536 taps: 0.13 s CPU, 0.17 s at 65536
-// frames); the CUDA engine takes long filters in one partition only when the
-// block is at least as long as the filter.
-std::size_t offline_block_frames(const std::string& engine, std::size_t channels);
+// Frames per offline block for an engine (cpu or cuda), channel count and
+// longest filter (`taps`, delay included; 0: unknown): large enough that the
+// per-call cost vanishes, small enough that six blocks in flight keep a
+// modest footprint. Measured: the CPU engine is fastest at 16384 frames of
+// stereo (60 s at 65536 taps: 0.13 s CPU, 0.17 s at 65536 frames); the CUDA
+// engine takes long filters in one partition only when the block is at least
+// as long as the filter. A gain (1 tap) on the CPU costs a multiply a
+// sample, so its blocks are sized to the cache instead: kGainBlockSamples
+// (1024 to 16384 frames), which a block keeps from its read through the
+// multiply to its write, in fewer fresh pages (32 ch x 30 s identity on the
+// 2-core development VM: 1.0-1.4 s at 2048 frames, 2.0-2.3 s at 16384).
+inline constexpr std::size_t kGainBlockSamples = std::size_t(1) << 16;  // 256 KiB of floats
+std::size_t offline_block_frames(const std::string& engine, std::size_t channels,
+                                 std::size_t taps = 0);
 
 // Memory for blocks to and from `engine`: its pinned_memory() when it has
 // one (a CUDA engine: its copies then run straight from and to it,

@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -645,6 +648,77 @@ TEST(WorkerPool, RunByGivesUpAtItsDeadlineOnASlowWorkerAndTheJobFinishesLater) {
   auto fill = [&](std::size_t task, std::size_t) { next[task] = 1; };
   EXPECT_TRUE(pool.run_by(fill, next.size(), &far));
   EXPECT_EQ(next, std::vector<int>(16, 1));
+}
+
+// Samples that a scaled copy could get wrong: signed zeros, subnormals (and
+// products that become one), the largest floats, infinities, NaNs, then
+// seeded random values of every magnitude.
+std::vector<float> awkward_samples(std::size_t n, std::uint64_t seed) {
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::min(),
+                            -1.5f * std::numeric_limits<float>::min(),
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1.0f,
+                            -1.0f};
+  std::mt19937 rng(static_cast<std::uint32_t>(seed));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 127);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = i < std::size(specials) ? specials[i] : std::ldexp(mantissa(rng), exponent(rng));
+  }
+  std::shuffle(x.begin(), x.end(), rng);
+  return x;
+}
+
+// process() of the same stream through two engines, call by call, bit for bit.
+void expect_same_bits(Engine& a, Engine& b, std::size_t channels,
+                      std::span<const std::size_t> calls, Layout layout, std::uint64_t seed) {
+  for (std::size_t frames : calls) {
+    const std::vector<float> in = awkward_samples(frames * channels, seed++);
+    std::vector<float> out_a(in.size(), 7.0f), out_b(in.size(), 7.0f);
+    a.process(in, out_a, frames, layout);
+    b.process(in, out_b, frames, layout);
+    ASSERT_EQ(std::memcmp(out_a.data(), out_b.data(), in.size() * sizeof(float)), 0)
+        << frames << " frames x " << channels << " channels";
+  }
+}
+
+TEST(CpuEngine, AGainSharedByEveryChannelIsTheGeneralPathBitForBit) {
+  const auto seed = announce("1-tap scaled copy", 700);
+  // Odd call sizes: runs of 64 samples and the rest, whatever the channels.
+  const std::size_t calls[] = {1, 7, 63, 64, 65, 1000, 4097, 8192, 3};
+  for (const float gain : {1.0f, -1.0f, 0.5f, 0.70710678f, 1e-3f, 3.25f, 1e30f, 0.0f}) {
+    for (const std::size_t channels : {1, 2, 3, 32}) {
+      for (const Layout layout : {Layout::interleaved, Layout::planar}) {
+        EngineOptions options;
+        options.max_block_frames = 8192;
+        // Shared: the scaled copy. The same gain per channel: the general path.
+        const auto fast = make_cpu_engine(FilterBank::shared({gain}, channels), options);
+        const auto general = make_cpu_engine(
+            FilterBank::per_channel(std::vector<std::vector<float>>(channels, {gain})), options);
+        ASSERT_NE(fast->description().find("scaled copy"), std::string::npos)
+            << fast->description();
+        SCOPED_TRACE(::testing::Message() << "gain " << gain << ", " << channels << " channels, "
+                                          << (layout == Layout::planar ? "planar" : "interleaved"));
+        expect_same_bits(*fast, *general, channels, calls, layout, seed);
+        // A crossfade to another gain (the general path for one call), then
+        // the scaled copy with the new gain.
+        fast->set_filters(FilterBank::shared({-gain / 3.0f}, channels), true);
+        general->set_filters(
+            FilterBank::per_channel(std::vector<std::vector<float>>(channels, {-gain / 3.0f})),
+            true);
+        expect_same_bits(*fast, *general, channels, calls, layout, seed + 100);
+      }
+    }
+  }
 }
 
 TEST(CpuEngine, DescriptionNamesTheAlgorithm) {

@@ -159,6 +159,26 @@ TEST(EngineFactory, ADiagonalMatrixRunsOnThePerChannelEngineAnyOtherOnTheMatrixE
   EXPECT_EQ(matrix->realtime(), nullptr);
 }
 
+TEST(EngineFactory, AGainOnTheCpuGetsCacheSizedOfflineBlocksAndFiltersKeepTheirs) {
+  // 256 KiB of floats a block for a gain (1 tap), 1024 to 16384 frames.
+  EXPECT_EQ(offline_block_frames("cpu", 32, 1), 2048u);
+  EXPECT_EQ(offline_block_frames("cpu", 2, 1), 16384u);
+  EXPECT_EQ(offline_block_frames("cpu", 256, 1), 1024u);
+  // Real filters, unknown lengths and the CUDA engine as before.
+  EXPECT_EQ(offline_block_frames("cpu", 32, 2048), 16384u);
+  EXPECT_EQ(offline_block_frames("cpu", 32), 16384u);
+  EXPECT_EQ(offline_block_frames("cuda", 32, 1), offline_block_frames("cuda", 32));
+  // The factory's choice when the caller leaves the block to it (0).
+  EngineOptions options;
+  options.max_block_frames = 0;
+  const auto gain =
+      make_engine(Backend::cpu, RoutingMatrix::diagonal(FilterBank::shared({0.5f}, 32)), options);
+  EXPECT_EQ(gain->max_block_frames(), 2048u);
+  const auto filter = make_engine(
+      Backend::cpu, RoutingMatrix::diagonal(FilterBank::shared(random_signal(64, 9), 32)), options);
+  EXPECT_EQ(filter->max_block_frames(), 16384u);
+}
+
 TEST(EngineFactory, CpuEnginesOfferNoCudaTransport) {
   EngineOptions options;
   options.max_block_frames = 256;

@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -52,6 +54,30 @@ TEST(NonFinite, ZeroesEveryNaNAndInfinityAndNothingElse) {
       ASSERT_EQ(x, 0.0f);
     }
   }
+}
+
+TEST(NonFinite, CountingReadsOnlyAndAgreesWithZeroing) {
+  const std::uint32_t seed = 4711;
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (const std::size_t n : {0, 1, 15, 16, 17, 1000, 65537}) {
+    std::vector<float> samples(n);
+    for (float& x : samples) x = std::bit_cast<float>(bits(rng));  // ~1 in 256 non-finite
+    const std::vector<float> before = samples;
+    const std::size_t counted = count_non_finite(samples);
+    ASSERT_EQ(std::memcmp(samples.data(), before.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(counted, zero_non_finite(samples)) << n << " samples";
+  }
+}
+
+TEST(NonFinite, ATallyLeavesABlockWithoutNonFiniteSamplesBitForBit) {
+  NonFiniteTally tally;
+  std::vector<float> block = {-0.0f, 1e-42f, -std::numeric_limits<float>::max(), 0.5f};
+  const std::vector<float> before = block;
+  tally.scan(block, 2, 0);
+  EXPECT_EQ(tally.count, 0u);
+  EXPECT_EQ(std::memcmp(block.data(), before.data(), block.size() * sizeof(float)), 0);
 }
 
 TEST(NonFinite, ATallyNamesTheFirstFrameAndChannelAcrossBlocks) {

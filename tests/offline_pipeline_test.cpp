@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -275,10 +276,10 @@ struct MemorySink {
 };
 
 OfflineJob memory_job(const std::vector<float>* input, std::size_t channels, MemorySink* sink,
-                      std::size_t fail_after_frames = 0) {
+                      std::size_t fail_after_frames = 0, std::size_t max_chunk = 0) {
   return {
       [=] {
-        auto source = std::make_shared<MemorySource>(MemorySource{input, channels, 0});
+        auto source = std::make_shared<MemorySource>(MemorySource{input, channels, max_chunk});
         return OfflineSource{[source, fail_after_frames](std::span<float> buffer) {
                                if (fail_after_frames > 0 && source->position >= fail_after_frames) {
                                  throw std::runtime_error("in.wav: read failed: bad sector");
@@ -581,6 +582,151 @@ TEST(OfflinePipeline, ACancelSeenWhileEveryStageWaitsStillStopsTheRun) {
                    [](std::span<const float>) {}, options),
                std::runtime_error);
   canceller.join();
+}
+
+// What a run of jobs gave: each sink's samples and whether it finished, and
+// each job's frames and error message.
+struct JobsOutcome {
+  std::vector<std::vector<float>> samples;
+  std::vector<bool> finished;
+  std::vector<std::uint64_t> frames;
+  std::vector<std::string> errors;
+  bool operator==(const JobsOutcome&) const = default;
+};
+
+JobsOutcome run_jobs_reading(bool read_on_caller, std::size_t block, std::size_t max_chunk,
+                             std::uint64_t seed, std::vector<std::thread::id>* reader_threads) {
+  constexpr std::size_t kChannels = 3;
+  const FilterBank bank = three_channel_bank(seed);
+  const std::vector<std::vector<float>> inputs = {
+      random_signal(300 * kChannels, seed + 1), random_signal(5 * kChannels, seed + 2),
+      random_signal(1000 * kChannels, seed + 3), random_signal(2500 * kChannels, seed + 4)};
+  HistoryEngine engine(bank, block);
+  std::vector<MemorySink> sinks(inputs.size());
+  sinks[3].fail_on_write = 2;
+  std::vector<OfflineJob> jobs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    OfflineJob job = memory_job(&inputs[i], kChannels, &sinks[i], i == 2 ? 400 : 0, max_chunk);
+    job.open_source = [open = job.open_source, reader_threads] {
+      OfflineSource source = open();
+      source.read = [read = source.read, reader_threads](std::span<float> buffer) {
+        reader_threads->push_back(std::this_thread::get_id());
+        return read(buffer);
+      };
+      return source;
+    };
+    jobs.push_back(std::move(job));
+  }
+  OfflineOptions options;
+  options.block_frames = block;
+  options.read_on_caller = read_on_caller;
+  const auto results = run_offline_jobs(engine, jobs, options);
+  JobsOutcome outcome;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    outcome.samples.push_back(sinks[i].samples);
+    outcome.finished.push_back(sinks[i].finished);
+    outcome.frames.push_back(results[i].output_frames);
+    std::string error;
+    if (results[i].error) {
+      try {
+        std::rethrow_exception(results[i].error);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    outcome.errors.push_back(error);
+  }
+  return outcome;
+}
+
+TEST(OfflinePipeline, ReadingOnTheCallersThreadGivesTheSameJobsOutputsAndErrors) {
+  const std::uint64_t seed = 7301;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  for (const std::size_t block : {1, 7, 64, 1001}) {
+    for (const std::size_t max_chunk : {0, 13}) {
+      SCOPED_TRACE("block " + std::to_string(block) + ", source chunk " +
+                   std::to_string(max_chunk));
+      std::vector<std::thread::id> threaded_readers, caller_readers;
+      const JobsOutcome threaded =
+          run_jobs_reading(false, block, max_chunk, seed, &threaded_readers);
+      const JobsOutcome on_caller = run_jobs_reading(true, block, max_chunk, seed, &caller_readers);
+      EXPECT_EQ(on_caller, threaded);
+      EXPECT_EQ(on_caller.errors[2], "in.wav: read failed: bad sector");
+      EXPECT_EQ(on_caller.errors[3], "out.wav: write failed: disk full");
+      EXPECT_EQ(on_caller.finished, (std::vector<bool>{true, true, false, false}));
+      // Every read on the caller's thread, and none there without the option.
+      ASSERT_FALSE(caller_readers.empty());
+      for (const auto& id : caller_readers) ASSERT_EQ(id, std::this_thread::get_id());
+      for (const auto& id : threaded_readers) ASSERT_NE(id, std::this_thread::get_id());
+    }
+  }
+}
+
+// Passes blocks through until its `fail_at`th call, which throws.
+class FailingEngine final : public MatrixEngine {
+ public:
+  explicit FailingEngine(std::size_t fail_at) : fail_at_(fail_at) {}
+  void process(std::span<const float> in, std::span<float> out, std::size_t frames,
+               Layout) override {
+    if (++calls_ == fail_at_) throw std::runtime_error("engine: out of device memory");
+    std::copy_n(in.begin(), frames, out.begin());
+  }
+  void set_matrix(const RoutingMatrix&, bool) override {}
+  void reset() override {}
+  std::size_t inputs() const override { return 1; }
+  std::size_t outputs() const override { return 1; }
+  std::size_t max_block_frames() const override { return 16; }
+  std::size_t max_taps() const override { return 1; }
+  std::string name() const override { return "failing"; }
+  std::string description() const override { return "test: fails on a given call"; }
+
+ private:
+  std::size_t fail_at_;
+  std::size_t calls_ = 0;
+};
+
+TEST(OfflinePipeline, AnEngineErrorEndsTheWholeRunWhenTheCallerReadsToo) {
+  // Unlike a source's error (that job's alone), the engine's is the run's.
+  const std::vector<float> input = random_signal(200, 33);
+  std::vector<MemorySink> sinks(2);
+  const std::vector<OfflineJob> jobs = {memory_job(&input, 1, &sinks[0]),
+                                        memory_job(&input, 1, &sinks[1])};
+  for (const bool read_on_caller : {false, true}) {
+    SCOPED_TRACE(read_on_caller ? "read on the caller's thread" : "reader thread");
+    FailingEngine engine(4);
+    OfflineOptions options;
+    options.block_frames = 16;
+    options.read_on_caller = read_on_caller;
+    try {
+      run_offline_jobs(engine, jobs, options);
+      ADD_FAILURE() << "the run went on after the engine failed";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "engine: out of device memory");
+    }
+    EXPECT_FALSE(sinks[0].finished);
+    EXPECT_FALSE(sinks[1].finished);
+  }
+}
+
+TEST(OfflinePipeline, ACancelStopsARunThatReadsOnTheCallersThreadAtTheNextBlock) {
+  const FilterBank bank = FilterBank::shared({1.0f}, 1);
+  const std::vector<float> input = random_signal(1000, 6);
+  HistoryEngine engine(bank, 10);
+  MemorySource source{&input, 1, 0};
+  std::atomic<bool> cancel{false};
+  std::size_t written = 0;
+  OfflineOptions options;
+  options.block_frames = 10;
+  options.cancel = &cancel;
+  options.read_on_caller = true;
+  options.on_progress = [&cancel](std::uint64_t done) {
+    if (done >= 30) cancel.store(true);
+  };
+  EXPECT_THROW(run_offline(
+                   engine, std::ref(source),
+                   [&written](std::span<const float> s) { written += s.size(); }, options),
+               std::runtime_error);
+  EXPECT_EQ(written, 30u);
 }
 
 TEST(ProgressBar, AppearsOnlyForJobsProjectedToTakeMoreThanTwoSeconds) {

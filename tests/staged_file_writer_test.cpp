@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -78,6 +79,51 @@ TEST_F(StagedFileWriterTest, AFileOfManyChunksHoldsExactlyWhatWasAppended) {
     ::close(fd);
     std::cout << total << " bytes, direct I/O " << (direct ? "on" : "refused here") << "\n";
     EXPECT_EQ(content(file), expected) << total << " bytes";
+  }
+}
+
+// Which pages of `file` are in the page cache (mincore over a mapping).
+std::vector<bool> cached_pages(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  const auto size = static_cast<std::size_t>(fs::file_size(file));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(mapping, MAP_FAILED);
+  std::vector<unsigned char> resident((size + page - 1) / page);
+  EXPECT_EQ(::mincore(mapping, size, resident.data()), 0);
+  ::munmap(mapping, size);
+  return {resident.begin(), resident.end()};
+}
+
+TEST_F(StagedFileWriterTest, TheLastChunksWholeSectorsGoDirectOnlyItsEndThroughTheCache) {
+  // A chunk, then three sectors and a bit: only the header's page and the
+  // last, partial sector's may be in the page cache afterwards (the fsync
+  // before a rename then has almost nothing to write).
+  const std::size_t sector = StagedFileWriter::kAlignment;
+  const std::size_t total = StagedFileWriter::kChunkBytes + 3 * sector + 100;
+  const fs::path file = directory_ / "out.bin";
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint8_t> expected(total);
+  std::mt19937_64 rng(kSeed);
+  for (auto& b : expected) b = static_cast<std::uint8_t>(rng());
+  bool direct = false;
+  {
+    StagedFileWriter writer(fd, true);
+    writer.append(expected);
+    direct = writer.direct();
+    writer.finish(std::span<const std::uint8_t>(expected).first(44));
+  }
+  ::close(fd);
+  const std::vector<bool> cached = cached_pages(file);  // before reading it fills the cache
+  EXPECT_EQ(content(file), expected);
+  if (!direct) GTEST_SKIP() << "this file system refuses direct I/O";
+  if (static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) != sector) GTEST_SKIP() << "page size";
+  ASSERT_EQ(cached.size(), total / sector + 1);
+  for (std::size_t p = 1; p + 1 < cached.size(); ++p) {
+    EXPECT_FALSE(cached[p]) << "page " << p << " of " << cached.size() << " went through the cache";
   }
 }
 

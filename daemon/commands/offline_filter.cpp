@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <utility>
@@ -40,6 +41,8 @@ OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, i
                   matrix.inputs(), matrix.outputs(), matrix.paths().size(), matrix.max_taps());
     engine_ = make_engine(choice.backend, matrix, engine_options);
     max_taps_ = matrix.max_taps();
+    gains_only_ =
+        max_taps_ == 1 && matrix.paths().size() <= std::max(matrix.inputs(), matrix.outputs());
     return;
   }
   RateFile chosen;
@@ -63,6 +66,7 @@ OfflineFilter::OfflineFilter(const FilterChoice& choice, std::size_t channels, i
                 bank.is_shared() ? "one filter for all channels" : "one filter per channel");
   engine_ = make_engine(choice.backend, RoutingMatrix::diagonal(bank), engine_options);
   max_taps_ = engine_->max_taps();
+  gains_only_ = max_taps_ == 1;
 }
 
 std::size_t OfflineFilter::output_channels() const {
@@ -81,6 +85,9 @@ OfflineOptions OfflineFilter::options() const {
   OfflineOptions options;
   options.block_frames = engine_->max_block_frames();
   options.allocate = block_allocator(*engine_);
+  // A gain per channel: filtering a block costs less than handing it from
+  // a reader thread to the engine's.
+  options.read_on_caller = gains_only_;
   return options;
 }
 

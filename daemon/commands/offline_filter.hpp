@@ -66,6 +66,8 @@ class OfflineFilter {
  private:
   std::unique_ptr<MatrixEngine> engine_;  // --taps: the diagonal matrix of its bank
   std::size_t max_taps_ = 0;
+  // Every path a gain (1 tap), at most one per channel: a multiply a sample.
+  bool gains_only_ = false;
 };
 
 }  // namespace tapstream

@@ -37,6 +37,7 @@
 #include "daemon/pipeline/offline_pipeline.hpp"
 #include "dsp/files/float_spool.hpp"
 #include "dsp/files/rate_file_name.hpp"
+#include "dsp/files/sample_peak.hpp"
 #include "dsp/files/sound_file.hpp"
 #include "dsp/model/engine_tuning.hpp"
 #include "dsp/realtime/non_finite.hpp"
@@ -216,9 +217,7 @@ OfflineResult run_normalized(OfflineFilter& filter,
   const OfflineResult result = filter.run(
       read,
       [&spool, &peak](std::span<const float> frames) {
-        for (const float x : frames) {
-          if (std::isfinite(x)) peak = std::max(peak, std::fabs(x));
-        }
+        peak = finite_peak(frames, peak);
         spool.write(frames);
       },
       options);

@@ -4,18 +4,24 @@
 // engine factory for the CUDA engine (whose copies then run straight from and
 // to it, asynchronously). dsp/ and daemon/pipeline/ stay free of CUDA headers.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+
+#include "dsp/model/large_memory.hpp"
 
 namespace tapstream {
 
 using BlockMemory = std::unique_ptr<float[], void (*)(float*)>;
 using BlockAllocator = std::function<BlockMemory(std::size_t floats)>;
 
-// Zero-filled ordinary memory.
+// Zero-filled ordinary memory (large blocks on huge pages: dsp/model/large_memory.hpp).
 inline BlockMemory ordinary_block_memory(std::size_t floats) {
-  return BlockMemory(new float[floats](), [](float* p) { delete[] p; });
+  auto* memory = static_cast<float*>(allocate_large(floats * sizeof(float), alignof(float)));
+  std::fill_n(memory, floats, 0.0f);
+  return BlockMemory(memory, [](float* p) { std::free(p); });
 }
 
 }  // namespace tapstream

@@ -2,7 +2,10 @@
 //
 // Threads and memory ordering: the reader thread fills input blocks, the
 // caller's thread (the engine stage) turns input blocks into output blocks,
-// the writer thread drains output blocks. A block belongs to exactly one
+// the writer thread drains output blocks. With read_on_caller there is no
+// reader thread: the caller's thread fills an input block and turns it into
+// an output block at once (pass_on), the input ring's queues then only
+// taking the block back. A block belongs to exactly one
 // stage at a time; it changes hands only through the four queues below (free
 // and full, input and output), which are guarded by one mutex. Unlocking the
 // mutex after a push and locking it before the pop orders everything the
@@ -75,10 +78,14 @@ class OfflineRun {
   }
 
   std::vector<OfflineJobResult> run() {
-    std::thread reader([this] { guarded([this] { read_all(); }); });
     std::thread writer([this] { guarded([this] { write_all(); }); });
-    guarded([this] { filter_all(); });
-    reader.join();
+    if (options_.read_on_caller) {
+      guarded([this] { read_all(); });
+    } else {
+      std::thread reader([this] { guarded([this] { read_all(); }); });
+      guarded([this] { filter_all(); });
+      reader.join();
+    }
     writer.join();
     if (fatal_) std::rethrow_exception(fatal_);
     return std::move(results_);
@@ -93,10 +100,15 @@ class OfflineRun {
     try {
       stage();
     } catch (...) {
-      // However a stage noticed the cancel, the run ends as interrupted.
-      stop(cancelled() ? std::make_exception_ptr(std::runtime_error("interrupted"))
-                       : std::current_exception());
+      stop_on_exception();
     }
+  }
+
+  // Ends the run with the exception being handled; however a stage noticed
+  // the cancel, the run ends as interrupted.
+  void stop_on_exception() {
+    stop(cancelled() ? std::make_exception_ptr(std::runtime_error("interrupted"))
+                     : std::current_exception());
   }
 
   void stop(std::exception_ptr error) {
@@ -154,7 +166,23 @@ class OfflineRun {
     block->mark = Mark::all_done;
     block->frames = 0;
     block->input_frames = 0;
-    give(full_in_, std::move(*block));
+    pass_on(std::move(*block));
+  }
+
+  // A block the reader has filled goes to the engine stage: to its thread,
+  // or (read_on_caller) through the engine here. False once the run stops.
+  // An engine's error ends the whole run (not the job, as a source's does).
+  bool pass_on(Block block) {
+    if (!options_.read_on_caller) {
+      give(full_in_, std::move(block));
+      return true;
+    }
+    try {
+      return filter_block(std::move(block));
+    } catch (...) {
+      stop_on_exception();
+      return false;
+    }
   }
 
   // False once the run stops.
@@ -192,8 +220,9 @@ class OfflineRun {
         block->frames = frames;
         block->job_end = at_end && tail == 0;
         const bool done = block->job_end;
-        give(full_in_, std::move(*block));
+        const bool going_on = pass_on(std::move(*block));
         block.reset();
+        if (!going_on) return false;
         if (done) return true;
       }
     } catch (...) {
@@ -208,36 +237,40 @@ class OfflineRun {
     block->frames = 0;
     block->input_frames = 0;
     block->job_end = true;
-    give(full_in_, std::move(*block));
-    return true;
+    return pass_on(std::move(*block));
   }
 
   // The caller's thread: input blocks through the engine into output blocks.
   void filter_all() {
-    std::optional<std::size_t> current_job;
     for (;;) {
       check_cancel();
       std::optional<Block> in = take(full_in_);
-      if (!in) return;
-      std::optional<Block> out = take(free_out_);
-      if (!out) return;
-      out->job = in->job;
-      out->frames = in->frames;
-      out->input_frames = in->input_frames;
-      out->mark = in->mark;
-      out->job_end = in->job_end;
-      if (in->mark == Mark::data && in->frames > 0) {
-        if (current_job && *current_job != in->job) engine_.reset();
-        current_job = in->job;
-        engine_.process(samples(*in, input_channels_, 0, in->frames),
-                        samples(*out, output_channels_, 0, in->frames), in->frames,
-                        Layout::interleaved);
-      }
-      const bool done = in->mark == Mark::all_done;
-      give(free_in_, std::move(*in));
-      give(full_out_, std::move(*out));
-      if (done) return;
+      if (!in || !filter_block(std::move(*in))) return;
     }
+  }
+
+  // One input block through the engine into an output block for the writer;
+  // the input block goes back to the reader. False when the run stops or
+  // `in` was the last (all_done). On the caller's thread only.
+  bool filter_block(Block in) {
+    std::optional<Block> out = take(free_out_);
+    if (!out) return false;
+    out->job = in.job;
+    out->frames = in.frames;
+    out->input_frames = in.input_frames;
+    out->mark = in.mark;
+    out->job_end = in.job_end;
+    if (in.mark == Mark::data && in.frames > 0) {
+      if (current_job_ && *current_job_ != in.job) engine_.reset();
+      current_job_ = in.job;
+      engine_.process(samples(in, input_channels_, 0, in.frames),
+                      samples(*out, output_channels_, 0, in.frames), in.frames,
+                      Layout::interleaved);
+    }
+    const bool done = in.mark == Mark::all_done;
+    give(free_in_, std::move(in));
+    give(full_out_, std::move(*out));
+    return !done;
   }
 
   // Writer thread: output blocks into each job's sink.
@@ -297,6 +330,8 @@ class OfflineRun {
   const std::size_t output_channels_;
   const std::size_t block_frames_;
   const std::size_t blocks_;
+
+  std::optional<std::size_t> current_job_;  // the engine stage's: whose blocks it filters
 
   std::mutex mutex_;
   std::condition_variable changed_;

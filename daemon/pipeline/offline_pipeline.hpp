@@ -2,10 +2,12 @@
 // The offline pipeline: Source -> MatrixEngine -> Sink for files, unpaced, as three
 // stages that run at once: a reader thread decodes block k+1 while the
 // caller's thread filters block k through the engine and a writer thread
-// encodes block k-1. Blocks travel along two bounded rings of buffers made
-// once (page-locked for the CUDA engine: see engine_factory.hpp), so memory
-// stays fixed whatever the input's length. With a tail, zeros follow the
-// input so that the filters' decay (M - 1 frames) is written too.
+// encodes block k-1. With OfflineOptions::read_on_caller the caller's
+// thread reads each block and filters it at once (two stages, one hand-off
+// a block). Blocks travel along two bounded rings of buffers made once
+// (page-locked for the CUDA engine: see engine_factory.hpp), so memory stays
+// fixed whatever the input's length. With a tail, zeros follow the input so
+// that the filters' decay (M - 1 frames) is written too.
 //
 // The engine stage runs a MatrixEngine (inputs() in, outputs() out; a filter
 // per channel is the diagonal matrix): the input ring's blocks hold the
@@ -15,7 +17,8 @@
 // jobs, so that a batch decodes the next file while the current one filters.
 // A job whose source or sink fails is reported and skipped; the others go on.
 //
-// Threads: each job's source is used only by the reader thread and its sink
+// Threads: each job's source is used only by the reader thread (the
+// caller's, with read_on_caller) and its sink
 // only by the writer thread; on_progress and on_job_done are called on the
 // writer thread. `cancel` may be set from a signal handler.
 
@@ -70,6 +73,12 @@ struct OfflineOptions {
   std::size_t block_frames = 8192;   // at most the engine's max_block_frames()
   std::size_t tail_frames = 0;       // single-file runs only; jobs say their own
   std::size_t blocks_in_flight = 3;  // buffers in each of the two rings (at least 2)
+  // The caller's thread reads a block and filters it at once, with no reader
+  // thread: for an engine whose work per block is small next to handing a
+  // block from one thread to another (a gain: OfflineFilter sets it), which
+  // on a loaded machine waits for a time slice at every block. The source is
+  // then used on the caller's thread; the engine stays there either way.
+  bool read_on_caller = false;
   BlockAllocator allocate;           // empty: ordinary_block_memory
   // Called on the writer thread after every block with the frames written so far.
   std::function<void(std::uint64_t frames_written)> on_progress;

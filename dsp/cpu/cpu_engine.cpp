@@ -31,6 +31,12 @@
 // thread claims it first; each thread has its own scratch and a channel's state
 // is touched by one thread per call. EngineOptions::cpu.threads caps the
 // thread count (1: single-threaded). Small calls (live audio) stay on the caller.
+//
+// A gain (an engine of 1 tap whose one filter serves every channel: an
+// identity or --gain run of `process`) is a scaled copy of the whole buffer,
+// whatever its layout: the same direct_fir over the samples as they lie, so
+// the output is bit for bit the general path's, without staging, history or
+// a pass per channel (docs/performance.md, the 2-core development VM).
 
 #include "dsp/cpu/cpu_engine.hpp"
 
@@ -136,6 +142,11 @@ class CpuEngine final : public CpuHeadEngine {
                    Scratch& scratch);
   // y = fade_from's output + w * (y - fade_from's output), old output in `old`.
   static void blend(const float* old, float* y, std::size_t frames);
+  // True when a call of process() can be the scaled copy: one 1-tap filter
+  // for every channel and no filters to install or fade from.
+  bool scaled_copy_call() const;
+  // y[i] = the shared tap * x[i] for the n samples, through direct_fir.
+  void scaled_copy(const float* x, float* y, std::size_t n);
 
   std::size_t channels_;
   std::size_t max_block_;
@@ -391,6 +402,27 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   if (fade_from) blend(scratch.old.data(), y, frames);
 }
 
+bool CpuEngine::scaled_copy_call() const {
+  return algorithm_ == Algorithm::direct && max_taps_ == 1 && !pending_ && active_->shared &&
+         active_->taps[0] == 1;
+}
+
+void CpuEngine::scaled_copy(const float* x, float* y, std::size_t n) {
+  const float* tap = active_->reversed[0].data();
+  // direct_fir works in runs of 64 outputs: the whole runs in place, the
+  // rest through a padded scratch run (scratch y holds at least 64 floats).
+  const std::size_t whole = n / kDirectPad * kDirectPad;
+  if (whole > 0) simd::direct_fir(x, tap, 1, y, whole);
+  const std::size_t rest = n - whole;
+  if (rest == 0) return;
+  float* padded = scratch_[0].y.data();
+  float* result = scratch_[0].old.data();
+  std::memcpy(padded, x + whole, rest * sizeof(float));
+  std::memset(padded + rest, 0, (kDirectPad - rest) * sizeof(float));
+  simd::direct_fir(padded, tap, 1, result, rest);
+  std::memcpy(y + whole, result, rest * sizeof(float));
+}
+
 void CpuEngine::begin_call(std::size_t frames) noexcept {
   call_frames_ = frames;
   installing_ = pending_ != nullptr;
@@ -439,6 +471,10 @@ void CpuEngine::process_channel(std::size_t ch, std::span<const float> in, Layou
 void CpuEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
                         Layout layout) {
   check_process_call("cpu engine", in, out, frames, channels_, max_block_);
+  if (scaled_copy_call()) {
+    scaled_copy(in.data(), out.data(), frames * channels_);
+    return;
+  }
   begin_call(frames);
   const bool parallel =
       pool_ &&
@@ -461,6 +497,9 @@ void CpuEngine::process(std::span<const float> in, std::span<float> out, std::si
 }
 
 std::string CpuEngine::description() const {
+  if (algorithm_ == Algorithm::direct && max_taps_ == 1) {
+    return "cpu: direct form, 1 tap (a scaled copy where one filter serves every channel)";
+  }
   if (algorithm_ == Algorithm::direct) {
     return "cpu: direct form, up to " + std::to_string(max_taps_) + " taps" +
            (pool_ ? ", " + std::to_string(pool_->threads()) + " threads for large blocks" : "");

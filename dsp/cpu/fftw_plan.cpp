@@ -15,6 +15,8 @@
 #include <string>
 #include <system_error>
 
+#include "dsp/model/large_memory.hpp"
+
 namespace tapstream::fftw {
 
 void Free::operator()(float* p) const {
@@ -25,9 +27,8 @@ AlignedFloats::AlignedFloats(std::size_t count) : size_(count) {
   if (count == 0) return;
   // 64-byte alignment (one cache line, one AVX-512 vector) rather than
   // fftwf_malloc's SIMD alignment, which may be only 16 or 32 bytes.
-  const std::size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
-  data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-  if (!data_) throw std::bad_alloc();
+  // Large buffers (staging, delay lines) on huge pages: see large_memory.hpp.
+  data_.reset(static_cast<float*>(allocate_large(count * sizeof(float), 64)));
   zero();
 }
 

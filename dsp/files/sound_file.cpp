@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "dsp/files/pcm_codec.hpp"
+#include "dsp/files/sample_peak.hpp"
 #include "dsp/files/staged_file_writer.hpp"
 
 namespace tapstream {
@@ -739,11 +740,7 @@ void SoundFileWriter::write(std::span<const float> interleaved) {
                                       " samples is not a whole number of " +
                                       std::to_string(channels) + "-channel frames");
   }
-  float peak = clip_.peak;
-  for (const float x : interleaved) {
-    if (std::isfinite(x)) peak = std::max(peak, std::fabs(x));
-  }
-  clip_.peak = peak;
+  clip_.peak = finite_peak(interleaved, clip_.peak);
   const auto frames = static_cast<sf_count_t>(interleaved.size() / channels);
   if (fast_) {
     write_fast_samples(interleaved);

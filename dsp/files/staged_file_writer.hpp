@@ -5,10 +5,10 @@
 // (O_DIRECT) where the file system takes it. The samples then go from the
 // buffer to the disk without a copy into the page cache, which on a small
 // machine costs more CPU than the rest of an identity run, and the fsync
-// before the rename finds almost nothing left to write. The last, partial
-// chunk and any later rewrite of the header (finish) go through the page
-// cache as usual. A file system that refuses direct I/O (tmpfs, some
-// network ones) is written through the page cache throughout.
+// before the rename finds almost nothing left to write. The whole sectors
+// of the last, partial chunk go direct as well; its last partial sector and
+// the rewrite of the header (finish) go through the page cache as usual. A file system that refuses
+// direct I/O (tmpfs, some network ones) is written through the page cache throughout.
 
 #include <cstddef>
 #include <cstdint>

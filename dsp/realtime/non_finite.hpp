@@ -33,6 +33,16 @@ inline std::size_t zero_non_finite(std::span<float> samples) noexcept {
   return copy_zeroing_non_finite(samples, samples);
 }
 
+// How many of `samples` are NaN or infinite, reading only: a file's blocks
+// almost never hold one, and a pass that writes every sample back costs a
+// file job as much again (docs/performance.md, the 2-core development VM).
+inline std::size_t count_non_finite(std::span<const float> samples) noexcept {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t count = 0;
+  for (const float x : samples) count += (std::bit_cast<std::uint32_t>(x) & kExponent) == kExponent;
+  return count;
+}
+
 // The non-finite samples of a stream of interleaved frames: how many were
 // replaced, and where the first was.
 struct NonFiniteTally {
@@ -43,6 +53,7 @@ struct NonFiniteTally {
   // Zeroes those of `interleaved` (whole frames of `channels`, the first of
   // them frame `first` of the stream) and counts them.
   void scan(std::span<float> interleaved, std::size_t channels, std::uint64_t first) noexcept {
+    if (count_non_finite(interleaved) == 0) return;
     if (count == 0) {
       for (std::size_t i = 0; i < interleaved.size(); ++i) {
         const auto bits = std::bit_cast<std::uint32_t>(interleaved[i]);
