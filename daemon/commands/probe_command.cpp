@@ -104,7 +104,12 @@ int run_probe(const ProbeArgs& args) {
   std::int64_t previous = start;
   std::int64_t longest = 0;
   std::uint64_t readings = 0;
-  while (!probe_stop.load(std::memory_order_relaxed)) {
+  // A reading after the stop is asked for too: a stall between the last
+  // reading and the stop (the process stopped, then told to end as it
+  // resumed, the signal handled before the loop's next reading) is a gap like
+  // any other.
+  for (bool last = false; !last;) {
+    last = probe_stop.load(std::memory_order_relaxed);
     const std::int64_t now = monotonic_ns();
     ++readings;
     const std::int64_t gap = now - previous;
