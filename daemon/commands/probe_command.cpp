@@ -96,10 +96,12 @@ int run_probe(const ProbeArgs& args) {
   gaps.reserve(1 << 20);
   const auto threshold_ns = static_cast<std::int64_t>(args.threshold_us * 1000);
   const long long steal_before = steal_ticks();
+  // The first reading before the message that says the probing runs: a
+  // stall right after the message (a stop sent on reading it) is a gap.
+  const std::int64_t start = monotonic_ns();
   fmt::print(stderr, "probe: probing for at most {} s, recording gaps over {} us\n", args.seconds,
              args.threshold_us);
   std::fflush(stderr);
-  const std::int64_t start = monotonic_ns();
   const std::int64_t end = start + static_cast<std::int64_t>(args.seconds * 1e9);
   std::int64_t previous = start;
   std::int64_t longest = 0;
