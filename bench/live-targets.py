@@ -36,7 +36,6 @@ import math
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -148,18 +147,13 @@ def read(path):
 
 
 def write_noise_wav(path, channels, frames):
-    """int16 PCM white noise, written in chunks so that memory stays small."""
-    data_bytes = frames * channels * 2
-    with open(path, "wb") as f:
-        f.write(b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVE")
-        f.write(b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, RATE, RATE * channels * 2,
-                                      channels * 2, 16))
-        f.write(b"data" + struct.pack("<I", data_bytes))
-        left = data_bytes
-        while left:
-            n = min(left, 1 << 22)
-            f.write(os.urandom(n))
-            left -= n
+    """int16 PCM white noise at RATE: the load test's writer."""
+    spec = importlib.util.spec_from_file_location(
+        "load_test_files", os.path.join(HERE, "load-test-files.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.RATE == RATE
+    module.write_noise_wav(path, channels, frames)
 
 
 def run_daemon(args, work, matrix, inputs, max_taps):
