@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +116,55 @@ TEST(RoutingMatrix, BadPathsAreRefusedNamingThePathAndTheReason) {
   refused(1, 1, {make_path(0, 0, {1}, 0, RoutingMatrix::kMaxDelayFrames + 1)},
           "a delay of 4194305 frames exceeds the maximum");
   refused(1, 1, {make_path(0, 0, {NAN})}, "not a finite number");
+}
+
+// Banks of thousands of long filters hold billions of taps: the check for
+// NaN and infinity runs over blocks at once, and still names the first culprit.
+TEST(RoutingMatrix, NonFiniteTapsAreFoundWhereverTheyAreAndNamedByPosition) {
+  std::vector<float> taps(10000, 0.25f);
+  taps[17] = std::numeric_limits<float>::max();
+  taps[18] = std::numeric_limits<float>::denorm_min();
+  taps[19] = -0.0f;
+  EXPECT_EQ(first_non_finite(taps), taps.size());
+  EXPECT_EQ(first_non_finite({}), 0u);
+  for (const std::size_t at :
+       {std::size_t(0), std::size_t(4095), std::size_t(4096), std::size_t(4097), std::size_t(9999)})
+    for (const float bad : {NAN, INFINITY, -INFINITY}) {
+      std::vector<float> t = taps;
+      t[at] = bad;
+      EXPECT_EQ(first_non_finite(t), at) << bad << " at " << at;
+      t[9999] = NAN;  // a later one is not the first
+      EXPECT_EQ(first_non_finite(t), at);
+      try {
+        FilterBank::per_channel({taps, t});
+        ADD_FAILURE() << "accepted a bank with " << bad << " at tap " << at;
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("filter 1: tap " + std::to_string(at) + " is not"),
+                  std::string::npos)
+            << e.what();
+      }
+      try {
+        RoutingMatrix::make(1, 1, {make_path(0, 0, t)});
+        ADD_FAILURE() << "accepted a path with " << bad << " at tap " << at;
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("tap " + std::to_string(at) + " of"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+}
+
+// A diagonal matrix made from a bank moved into it keeps that bank (gigabytes
+// at thousands of long filters), where it used to copy it.
+TEST(RoutingMatrix, ADiagonalMatrixKeepsABankMovedIntoItWithoutCopying) {
+  FilterBank bank = FilterBank::per_channel({{1.0f, 0.5f}, {0.25f, 0.0f, 2.0f}});
+  const float* first = bank.taps(0).data();
+  const float* second = bank.taps(1).data();
+  const RoutingMatrix matrix = RoutingMatrix::diagonal(std::move(bank));
+  EXPECT_EQ(matrix.diagonal_bank()->taps(0).data(), first);
+  EXPECT_EQ(matrix.diagonal_bank()->taps(1).data(), second);
+  ASSERT_EQ(matrix.paths().size(), 2u);
+  EXPECT_EQ(matrix.paths()[1].taps, (std::vector<float>{0.25f, 0.0f, 2.0f}));
 }
 
 TEST(RoutingMatrix, SwapsKeepTheRoutingAndRefuseARerouteKeepingTheRunningMatrix) {

@@ -1,9 +1,29 @@
 #include "dsp/model/filter_bank.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 namespace tapstream {
+
+std::size_t first_non_finite(std::span<const float> taps) {
+  // Blocks of taps tested for an exponent of all ones (NaN or infinity) with
+  // integer operations the compiler vectorises; the culprit's index is looked
+  // for only in a block that has one.
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  for (std::size_t start = 0; start < taps.size(); start += kBlock) {
+    const std::size_t end = std::min(taps.size(), start + kBlock);
+    std::uint32_t any = 0;
+    for (std::size_t i = start; i < end; ++i)
+      any |= std::uint32_t((std::bit_cast<std::uint32_t>(taps[i]) & kExponent) == kExponent);
+    if (any == 0) continue;
+    for (std::size_t i = start; i < end; ++i)
+      if (!std::isfinite(taps[i])) return i;
+  }
+  return taps.size();
+}
 
 FilterBank FilterBank::shared(std::vector<float> taps, std::size_t channels, std::string source) {
   FilterBank bank;
@@ -32,10 +52,8 @@ void FilterBank::validate() const {
   for (std::size_t f = 0; f < filters_.size(); ++f) {
     const std::string where = sources_[f].empty() ? "filter " + std::to_string(f) : sources_[f];
     if (filters_[f].empty()) throw std::invalid_argument(where + ": no taps");
-    for (std::size_t i = 0; i < filters_[f].size(); ++i) {
-      if (!std::isfinite(filters_[f][i])) {
-        throw std::invalid_argument(where + ": tap " + std::to_string(i) + " is not finite");
-      }
+    if (const std::size_t i = first_non_finite(filters_[f]); i != filters_[f].size()) {
+      throw std::invalid_argument(where + ": tap " + std::to_string(i) + " is not finite");
     }
   }
 }

@@ -11,6 +11,11 @@
 
 namespace tapstream {
 
+// The index of the first tap of `taps` that is NaN or infinite, or
+// taps.size() when all are finite. A vectorised pass (a bank of thousands of
+// long filters holds billions of taps, and each is checked where it is read).
+std::size_t first_non_finite(std::span<const float> taps);
+
 class FilterBank {
  public:
   // One filter applied to every one of `channels` channels.

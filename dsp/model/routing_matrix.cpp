@@ -49,11 +49,9 @@ RoutingMatrix RoutingMatrix::make(std::size_t inputs, std::size_t outputs,
     if (p.taps.empty()) throw std::invalid_argument(name + ": no taps");
     if (!std::isfinite(p.gain_db))
       throw std::invalid_argument(name + ": gain_db is not a finite number");
-    for (std::size_t t = 0; t < p.taps.size(); ++t) {
-      if (!std::isfinite(p.taps[t]))
-        throw std::invalid_argument(name + ": tap " + std::to_string(t) + " of " + p.source +
-                                    " is not a finite number");
-    }
+    if (const std::size_t t = first_non_finite(p.taps); t != p.taps.size())
+      throw std::invalid_argument(name + ": tap " + std::to_string(t) + " of " + p.source +
+                                  " is not a finite number");
     if (p.taps.size() > max_taps)
       throw std::invalid_argument(name + ": " + std::to_string(p.taps.size()) +
                                   " taps exceed the maximum of " + std::to_string(max_taps));
@@ -69,7 +67,7 @@ RoutingMatrix RoutingMatrix::make(std::size_t inputs, std::size_t outputs,
   return matrix;
 }
 
-RoutingMatrix RoutingMatrix::diagonal(const FilterBank& bank) {
+RoutingMatrix RoutingMatrix::diagonal(FilterBank bank) {
   std::vector<MatrixPath> paths(bank.channels());
   for (std::size_t c = 0; c < bank.channels(); ++c) {
     const auto taps = bank.taps(c);
@@ -79,7 +77,7 @@ RoutingMatrix RoutingMatrix::diagonal(const FilterBank& bank) {
     paths[c].source = bank.source(c);
   }
   RoutingMatrix matrix = make(bank.channels(), bank.channels(), std::move(paths), bank.max_taps());
-  matrix.diagonal_bank_ = std::make_shared<const FilterBank>(bank);
+  matrix.diagonal_bank_ = std::make_shared<const FilterBank>(std::move(bank));
   return matrix;
 }
 

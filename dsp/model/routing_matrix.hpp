@@ -46,8 +46,9 @@ class RoutingMatrix {
   static RoutingMatrix make(std::size_t inputs, std::size_t outputs, std::vector<MatrixPath> paths,
                             std::size_t max_taps = std::size_t(1) << 20);
   // One path per channel, channel c -> channel c through the bank's filter.
-  // The matrix keeps the bank too: diagonal_bank() returns it as it is.
-  static RoutingMatrix diagonal(const FilterBank& bank);
+  // The matrix keeps the bank too: diagonal_bank() returns it as it is (a
+  // bank moved in is kept, not copied: thousands of long filters are GBs).
+  static RoutingMatrix diagonal(FilterBank bank);
 
   std::size_t inputs() const { return inputs_; }
   std::size_t outputs() const { return outputs_; }
