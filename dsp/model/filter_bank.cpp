@@ -1,26 +1,21 @@
 #include "dsp/model/filter_bank.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
+
+#include "dsp/realtime/non_finite.hpp"
 
 namespace tapstream {
 
 std::size_t first_non_finite(std::span<const float> taps) {
-  // Blocks of taps tested for an exponent of all ones (NaN or infinity) with
-  // integer operations the compiler vectorises; the culprit's index is looked
-  // for only in a block that has one.
+  // Blocks counted with the vectorised exponent test; the culprit's index is
+  // looked for only in a block that has one.
   constexpr std::size_t kBlock = 4096;
-  constexpr std::uint32_t kExponent = 0x7f800000u;
   for (std::size_t start = 0; start < taps.size(); start += kBlock) {
-    const std::size_t end = std::min(taps.size(), start + kBlock);
-    std::uint32_t any = 0;
-    for (std::size_t i = start; i < end; ++i)
-      any |= std::uint32_t((std::bit_cast<std::uint32_t>(taps[i]) & kExponent) == kExponent);
-    if (any == 0) continue;
-    for (std::size_t i = start; i < end; ++i)
-      if (!std::isfinite(taps[i])) return i;
+    const std::span<const float> block = taps.subspan(start, std::min(kBlock, taps.size() - start));
+    if (count_non_finite(block) == 0) continue;
+    for (std::size_t i = 0; i < block.size(); ++i)
+      if (!std::isfinite(block[i])) return start + i;
   }
   return taps.size();
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dsp/model/filter_bank.hpp"
+
 namespace tapstream {
 
 void check_matrix_swap(const RoutingMatrix& running, const RoutingMatrix& next,
@@ -81,11 +83,9 @@ void check_path_taps(std::span<const MatrixPath> all, std::span<const PathTaps> 
           (max_delay_frames == 0 && path.delay_frames > 0 ? " (delay included)" : "") +
           "; the running engine holds at most " + std::to_string(max_taps));
     if (!finite) continue;
-    for (std::size_t t = 0; t < update.taps.size(); ++t) {
-      if (!std::isfinite(update.taps[t]))
-        throw std::invalid_argument(name() + ": tap " + std::to_string(t) +
-                                    " is not a finite number");
-    }
+    if (const std::size_t t = first_non_finite(update.taps); t != update.taps.size())
+      throw std::invalid_argument(name() + ": tap " + std::to_string(t) +
+                                  " is not a finite number");
   }
 }
 
