@@ -67,21 +67,23 @@ void check_path_taps(std::span<const MatrixPath> all, std::span<const PathTaps> 
                                   ": no such path (the running matrix has " +
                                   std::to_string(all.size()) + ")");
     const MatrixPath& path = all[update.path];
-    const std::string name = RoutingMatrix::describe_path(update.path, path);
-    if (named[update.path]) throw std::invalid_argument(name + ": named twice in one update");
+    // Named only on an error: an update of a thousand paths at every block
+    // would otherwise format and allocate a thousand names a block.
+    const auto name = [&] { return RoutingMatrix::describe_path(update.path, path); };
+    if (named[update.path]) throw std::invalid_argument(name() + ": named twice in one update");
     named[update.path] = true;
-    if (update.taps.empty()) throw std::invalid_argument(name + ": no taps");
+    if (update.taps.empty()) throw std::invalid_argument(name() + ": no taps");
     const std::size_t effective =
         update.taps.size() + (max_delay_frames == 0 ? path.delay_frames : 0);
     if (effective > max_taps)
       throw std::invalid_argument(
-          name + ": " + std::to_string(effective) + " taps" +
+          name() + ": " + std::to_string(effective) + " taps" +
           (max_delay_frames == 0 && path.delay_frames > 0 ? " (delay included)" : "") +
           "; the running engine holds at most " + std::to_string(max_taps));
     if (!finite) continue;
     for (std::size_t t = 0; t < update.taps.size(); ++t) {
       if (!std::isfinite(update.taps[t]))
-        throw std::invalid_argument(name + ": tap " + std::to_string(t) +
+        throw std::invalid_argument(name() + ": tap " + std::to_string(t) +
                                     " is not a finite number");
     }
   }
