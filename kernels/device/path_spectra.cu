@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kernels/cuda_check.hpp"
 #include "kernels/device/path_spectra.hpp"
 
@@ -118,10 +120,13 @@ __global__ void add_fade_delta_kernel(const FadePath* fade, const float2* delta,
 
 void launch_find_non_finite_taps(const PathUpdate* update, int updates, long long longest, int* bad,
                                  cudaStream_t stream) {
-  if (updates == 0 || longest == 0) return;
-  const dim3 grid(unsigned((longest + kThreads - 1) / kThreads), unsigned(updates));
-  find_non_finite_taps_kernel<<<grid, kThreads, 0, stream>>>(update, bad);
-  TAPSTREAM_CUDA_CHECK_LAUNCH("find_non_finite_taps_kernel");
+  if (longest == 0) return;
+  for (int first = 0; first < updates; first += 65535) {  // a grid's y dimension at most
+    const dim3 grid(unsigned((longest + kThreads - 1) / kThreads),
+                    unsigned(std::min(65535, updates - first)));
+    find_non_finite_taps_kernel<<<grid, kThreads, 0, stream>>>(update + first, bad);
+    TAPSTREAM_CUDA_CHECK_LAUNCH("find_non_finite_taps_kernel");
+  }
 }
 
 void launch_expand_path_taps(const PathUpdate* update, int updates, int partitions, int partition,
