@@ -8,7 +8,7 @@
 #
 #   bash bench/gpu/python.sh BINARIES RESULTS
 #
-# BINARIES (built on the development machine, -DCMAKE_CUDA_ARCHITECTURES=90,
+# BINARIES (bench/gpu/pack-python.sh BUILD PYBUILD BINARIES; built on the development machine, -DCMAKE_CUDA_ARCHITECTURES=90,
 # the module with -DTAPSTREAM_PYTHON_INCLUDE_DIR="/work/py312/Include;/work/py312"
 # -DTAPSTREAM_PYTHON_SOABI=cpython-312-x86_64-linux-gnu):
 #   tapstream, libtapstream_cuda.so, cuda_matrix_engine_test,
