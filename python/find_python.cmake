@@ -8,11 +8,15 @@
 # TAPSTREAM_PYTHON_SOABI, its extension suffix without ".so"
 # (cpython-312-x86_64-linux-gnu): the module is built against those headers
 # and named for that Python, and its tests (which need that interpreter) are
-# not registered. Sets TAPSTREAM_PYTHON_CROSS.
+# not registered. Sets TAPSTREAM_PYTHON_CROSS. TAPSTREAM_PYBIND11_INCLUDE_DIR:
+# another pybind11's include folder (header-only; Debian 12's 2.10 predates
+# NumPy 2's layout of dtypes and Python 3.12, which 2.12 and later handle).
 set(TAPSTREAM_PYTHON_INCLUDE_DIR "" CACHE STRING
     "Header folders of the Python to build the module for, instead of this machine's")
 set(TAPSTREAM_PYTHON_SOABI "" CACHE STRING
     "Extension suffix of that Python, without .so (e.g. cpython-312-x86_64-linux-gnu)")
+set(TAPSTREAM_PYBIND11_INCLUDE_DIR "" CACHE PATH
+    "pybind11's include folder for that module (default: the installed pybind11)")
 if(TAPSTREAM_PYTHON_INCLUDE_DIR)
   if(NOT TAPSTREAM_PYTHON_SOABI)
     message(FATAL_ERROR "TAPSTREAM_PYTHON_INCLUDE_DIR needs TAPSTREAM_PYTHON_SOABI "
@@ -32,8 +36,23 @@ if(TAPSTREAM_PYTHON_INCLUDE_DIR)
     message(FATAL_ERROR "TAPSTREAM_PYTHON_INCLUDE_DIR (${TAPSTREAM_PYTHON_INCLUDE_DIR}) must "
                         "hold Python.h and pyconfig.h (Include and the configured build folder)")
   endif()
-  set(PYBIND11_NOPYTHON ON)
-  find_package(pybind11 2.6 CONFIG REQUIRED)
+  add_library(tapstream_pybind11_headers INTERFACE)
+  if(TAPSTREAM_PYBIND11_INCLUDE_DIR)
+    if(NOT EXISTS "${TAPSTREAM_PYBIND11_INCLUDE_DIR}/pybind11/pybind11.h")
+      message(FATAL_ERROR "TAPSTREAM_PYBIND11_INCLUDE_DIR (${TAPSTREAM_PYBIND11_INCLUDE_DIR}) "
+                          "holds no pybind11/pybind11.h")
+    endif()
+    file(STRINGS "${TAPSTREAM_PYBIND11_INCLUDE_DIR}/pybind11/detail/common.h" pybind11_minor
+         REGEX "define PYBIND11_VERSION_MINOR")
+    string(REGEX REPLACE ".*MINOR +([0-9]+).*" "2.\\1" pybind11_minor "${pybind11_minor}")
+    set(pybind11_VERSION "${pybind11_minor} in ${TAPSTREAM_PYBIND11_INCLUDE_DIR}")
+    target_include_directories(tapstream_pybind11_headers SYSTEM INTERFACE
+                               ${TAPSTREAM_PYBIND11_INCLUDE_DIR})
+  else()
+    set(PYBIND11_NOPYTHON ON)
+    find_package(pybind11 2.6 CONFIG REQUIRED)
+    target_link_libraries(tapstream_pybind11_headers INTERFACE pybind11::headers)
+  endif()
   set(TAPSTREAM_PYTHON_FOUND ON)
   set(TAPSTREAM_PYTHON_CROSS ON)
   message(STATUS "Python module for the headers in ${TAPSTREAM_PYTHON_INCLUDE_DIR} "

@@ -6,7 +6,8 @@
 #   cmake -S . -B build-py312 -DTAPSTREAM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
 #     -DTAPSTREAM_TESTS=OFF -DTAPSTREAM_BENCH=OFF -DCMAKE_BUILD_TYPE=Release \
 #     "-DTAPSTREAM_PYTHON_INCLUDE_DIR=/work/py312/Include;/work/py312" \
-#     -DTAPSTREAM_PYTHON_SOABI=cpython-312-x86_64-linux-gnu
+#     -DTAPSTREAM_PYTHON_SOABI=cpython-312-x86_64-linux-gnu \
+#     -DTAPSTREAM_PYBIND11_INCLUDE_DIR=/work/pybind11-2.13.6/include
 #   cmake --build build-py312 -j2 --target tapstream_python
 # (/work/py312: CPython 3.12.5's source with its ./configure run, for pyconfig.h).
 # DEST then holds: tapstream, libtapstream_cuda.so, cuda_matrix_engine_test,
