@@ -111,6 +111,10 @@ def main():
             summary("numpy -> out= (no allocation)", engine_us, out_us)]
     if engine.backend == "cuda":
         rows += device_arrays(engine, x, args.calls, args.rounds)
+    # The target: the module adds at most 5 % to the engine's call (p50).
+    for row in rows:
+        verdict = "met" if row["added_p50_percent"] <= 5.0 else "missed"
+        print(f"target <= 5 % added: {row['case']}: {row['added_p50_percent']:+.2f} %: {verdict}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"engine": engine.description, "channels": args.channels,

@@ -45,8 +45,10 @@ struct LoadedModule {
   std::string reason;  // why not, when module is null
 };
 
-// Beside the executable, then where `cmake --install` puts it, then in the
-// build tree (for tests and benchmarks run from there).
+// Beside the executable, then where `cmake --install` puts it, then beside
+// the shared object this factory is linked into when that is not the
+// executable (the Python module, whose executable is the interpreter), then
+// in the build tree (for tests and benchmarks run from there).
 std::vector<fs::path> module_candidates() {
   constexpr const char* kName = "libtapstream_cuda.so";
   std::vector<fs::path> candidates;
@@ -55,6 +57,12 @@ std::vector<fs::path> module_candidates() {
   if (!error) {
     candidates.push_back(exe.parent_path() / kName);
     candidates.push_back(exe.parent_path().parent_path() / "lib" / "tapstream" / kName);
+  }
+  static const char anchor = 0;  // an address inside the shared object
+  Dl_info self{};
+  if (dladdr(&anchor, &self) != 0 && self.dli_fname != nullptr) {
+    const fs::path holder = fs::absolute(self.dli_fname, error);
+    if (!error && holder != exe) candidates.push_back(holder.parent_path() / kName);
   }
   candidates.push_back(TAPSTREAM_CUDA_MODULE);
   return candidates;

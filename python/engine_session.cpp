@@ -12,7 +12,29 @@ EngineSession::EngineSession(std::unique_ptr<MatrixEngine> engine, RoutingMatrix
     : engine_(std::move(engine)),
       matrix_(std::make_shared<const RoutingMatrix>(std::move(matrix))),
       staging_in_(engine_->inputs() * engine_->max_block_frames()),
-      staging_out_(engine_->outputs() * engine_->max_block_frames()) {}
+      staging_out_(engine_->outputs() * engine_->max_block_frames()) {
+  for (std::size_t p = 0; p < matrix_->paths().size(); ++p)
+    index_of_[{matrix_->paths()[p].input, matrix_->paths()[p].output}] = p;
+}
+
+template <class Taps>
+std::vector<std::size_t> EngineSession::indices(const Taps& taps) const {
+  std::vector<std::size_t> found;
+  found.reserve(taps.size());
+  for (const auto& entry : taps) {
+    const auto& pair = entry.first;
+    const auto at = index_of_.find(pair);
+    if (at == index_of_.end()) {
+      throw std::invalid_argument("set_paths: input " + std::to_string(pair.first) + " -> output " +
+                                  std::to_string(pair.second) + " is no path of this " +
+                                  std::to_string(matrix_->inputs()) + " x " +
+                                  std::to_string(matrix_->outputs()) + " matrix (" +
+                                  std::to_string(matrix_->paths().size()) + " paths)");
+    }
+    found.push_back(at->second);
+  }
+  return found;
+}
 
 void EngineSession::process(const StridedBlock& in, float* out, std::size_t frames) {
   const std::lock_guard lock(mutex_);
@@ -95,36 +117,42 @@ void EngineSession::set_matrix(const RoutingMatrix& next, bool crossfade) {
   engine_->set_matrix(next, crossfade);
   matrix_ = std::make_shared<const RoutingMatrix>(next);
   updated_taps_.clear();
+  device_taps_.clear();
 }
 
 void EngineSession::set_paths(
     std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> taps, bool crossfade) {
   const std::lock_guard lock(mutex_);
-  const auto& paths = matrix_->paths();
+  const std::vector<std::size_t> index = indices(taps);
   std::vector<PathTaps> updates;
   updates.reserve(taps.size());
-  for (const auto& [pair, values] : taps) {
-    const auto found = std::find_if(paths.begin(), paths.end(), [&](const MatrixPath& p) {
-      return p.input == pair.first && p.output == pair.second;
-    });
-    if (found == paths.end()) {
-      throw std::invalid_argument("set_paths: input " + std::to_string(pair.first) + " -> output " +
-                                  std::to_string(pair.second) + " is no path of this " +
-                                  std::to_string(matrix_->inputs()) + " x " +
-                                  std::to_string(matrix_->outputs()) + " matrix (" +
-                                  std::to_string(paths.size()) + " paths)");
-    }
-    updates.push_back({std::size_t(found - paths.begin()), values});
-  }
+  std::size_t u = 0;
+  for (const auto& entry : taps) updates.push_back({index[u++], entry.second});
   // The engine transforms the named paths only; what runs is remembered as
   // their taps, merged into the matrix when someone asks for it.
   engine_->set_paths(updates, crossfade);
-  for (auto& [pair, values] : taps) {
-    const auto found = std::find_if(paths.begin(), paths.end(), [&](const MatrixPath& p) {
-      return p.input == pair.first && p.output == pair.second;
-    });
-    updated_taps_[std::size_t(found - paths.begin())] = std::move(values);
+  u = 0;
+  for (auto& entry : taps) {
+    device_taps_.erase(index[u]);
+    updated_taps_[index[u++]] = std::move(entry.second);
   }
+}
+
+bool EngineSession::set_paths_device(
+    const std::map<std::pair<std::size_t, std::size_t>, std::span<const float>>& taps,
+    bool crossfade, void* stream) {
+  const std::lock_guard lock(mutex_);
+  const std::vector<std::size_t> index = indices(taps);
+  std::vector<PathTaps> updates;
+  updates.reserve(taps.size());
+  std::size_t u = 0;
+  for (const auto& entry : taps) updates.push_back({index[u++], entry.second});
+  if (!engine_->set_paths_device(updates, crossfade, stream)) return false;
+  for (const std::size_t p : index) {
+    updated_taps_.erase(p);
+    device_taps_.insert(p);
+  }
+  return true;
 }
 
 void EngineSession::reset() {
@@ -132,8 +160,20 @@ void EngineSession::reset() {
   engine_->reset();
 }
 
+std::shared_ptr<const RoutingMatrix> EngineSession::routing() const {
+  const std::lock_guard lock(mutex_);
+  return matrix_;
+}
+
 std::shared_ptr<const RoutingMatrix> EngineSession::matrix() const {
   const std::lock_guard lock(mutex_);
+  if (!device_taps_.empty()) {
+    const std::size_t p = *device_taps_.begin();
+    throw std::runtime_error(RoutingMatrix::describe_path(p, matrix_->paths()[p]) + " (and " +
+                             std::to_string(device_taps_.size() - 1) +
+                             " more) took its taps from device arrays, which the engine does "
+                             "not keep on the host: set them from host arrays to read them here");
+  }
   if (!updated_taps_.empty()) {
     std::vector<PathTaps> updates;
     for (const auto& [path, taps] : updated_taps_) updates.push_back({path, taps});

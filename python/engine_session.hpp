@@ -11,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -61,12 +63,25 @@ class EngineSession {
   // naming a pair that is no path of the matrix, or the engine's refusal.
   void set_paths(std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> taps,
                  bool crossfade);
+  // The same with the taps in device memory on the engine's GPU
+  // (MatrixEngine::set_paths_device: transformed there, no copy through the
+  // host), after what was enqueued on `stream`. Returns false, doing
+  // nothing, where the engine has no device path. Their taps are not kept on
+  // the host: matrix() refuses, naming them, until they are set again from
+  // host memory or the matrix is set whole.
+  bool set_paths_device(
+      const std::map<std::pair<std::size_t, std::size_t>, std::span<const float>>& taps,
+      bool crossfade, void* stream);
 
   // Forgets the input history.
   void reset();
 
-  // The matrix as last set (what runs from the next call on).
+  // The matrix as last set (what runs from the next call on). Throws
+  // std::runtime_error naming a path whose taps came last from device memory.
   std::shared_ptr<const RoutingMatrix> matrix() const;
+  // Its routing, gains, delays and polarities (which set_paths keeps); the
+  // taps of paths set since are not merged in.
+  std::shared_ptr<const RoutingMatrix> routing() const;
   const MatrixEngine& engine() const { return *engine_; }
   std::size_t inputs() const { return engine_->inputs(); }
   std::size_t outputs() const { return engine_->outputs(); }
@@ -78,6 +93,12 @@ class EngineSession {
   // path index), merged into it by matrix(); both guarded by mutex_.
   mutable std::shared_ptr<const RoutingMatrix> matrix_;
   mutable std::map<std::size_t, std::vector<float>> updated_taps_;
+  std::set<std::size_t> device_taps_;  // paths whose taps came last from device memory
+  // Each path's index by (input, output).
+  std::map<std::pair<std::size_t, std::size_t>, std::size_t> index_of_;
+  // The paths' indices for the keys of `taps` (guarded by mutex_ held).
+  template <class Taps>
+  std::vector<std::size_t> indices(const Taps& taps) const;
   std::vector<float> staging_in_, staging_out_;  // planar, one engine block each
 };
 

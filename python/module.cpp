@@ -201,7 +201,7 @@ class PyEngine {
 
   void set_filters(py::handle filters, bool crossfade) {
     const bool is_matrix = py::isinstance<PyMatrix>(filters);
-    if (!is_matrix && !session_->matrix()->is_diagonal()) {
+    if (!is_matrix && !session_->routing()->is_diagonal()) {
       throw py::value_error(
           "set_filters: this engine runs a routing matrix; give a Matrix with the same paths, "
           "or new taps for some paths with set_paths");
@@ -212,6 +212,9 @@ class PyEngine {
   }
 
   void set_paths(const py::dict& taps, bool crossfade) {
+    bool on_device = false;
+    for (const auto& entry : taps) on_device = on_device || is_device_array(entry.second);
+    if (on_device && set_paths_device(taps, crossfade)) return;
     std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> by_pair;
     for (const auto& [key, value] : taps) {
       if (!py::isinstance<py::tuple>(key) || py::len(key) != 2) {
@@ -235,6 +238,40 @@ class PyEngine {
   void reset() {
     const py::gil_scoped_release release;
     session_->reset();
+  }
+
+  // set_paths with CUDA arrays: their device memory goes to the engine
+  // (tapstream._device_arrays.device_paths gathers it, every array on the
+  // engine's GPU and complete on one stream). False where no taps are in GPU
+  // memory or the engine has no device path (the CPU engine): the caller
+  // copies them to the host.
+  bool set_paths_device(const py::dict& taps, bool crossfade) {
+    const py::object found =
+        py::module_::import("tapstream._device_arrays").attr("device_paths")(taps);
+    if (found.is_none()) return false;  // CPU tensors: through host memory
+    const py::tuple gathered = found.cast<py::tuple>();
+    // ([(input, output, pointer, count)], stream, device, arrays kept alive)
+    const auto entries = gathered[0].cast<py::list>();
+    const auto stream = gathered[1].cast<std::uintptr_t>();
+    const int device = gathered[2].cast<int>();
+    if (device != device_) {
+      throw py::value_error("set_paths: the taps are on GPU " + std::to_string(device) +
+                            "; the engine runs on GPU " + std::to_string(device_));
+    }
+    std::map<std::pair<std::size_t, std::size_t>, std::span<const float>> by_pair;
+    for (const py::handle entry : entries) {
+      const auto item = entry.cast<py::tuple>();
+      const long long input = item[0].cast<long long>(), output = item[1].cast<long long>();
+      if (input < 0 || output < 0) {
+        throw py::value_error("set_paths: (" + std::to_string(input) + ", " +
+                              std::to_string(output) + ") is no path: indices count from 0");
+      }
+      by_pair[{std::size_t(input), std::size_t(output)}] = {
+          reinterpret_cast<const float*>(item[2].cast<std::uintptr_t>()),
+          item[3].cast<std::size_t>()};
+    }
+    const py::gil_scoped_release release;
+    return session_->set_paths_device(by_pair, crossfade, reinterpret_cast<void*>(stream));
   }
 
   std::size_t inputs() const { return session_->inputs(); }
@@ -404,8 +441,11 @@ input history is kept, nothing is lost.)")
            R"(New taps for some paths: {(input, output): taps, ...}. Every other path,
 and every path's gain, delay and polarity, stays. Takes effect like
 set_filters; the engine transforms only the named paths, so many paths may
-change before every process() call. Raises ValueError for a pair that is no
-path of the matrix, or taps the engine refuses (too many, NaN or infinite).)")
+change before every process() call. Taps may be CUDA arrays (CuPy, PyTorch,
+all on the engine's GPU): the CUDA engine then reads and transforms them on
+the device, with no copy through the host (Engine.matrix cannot show such
+taps afterwards). Raises ValueError for a pair that is no path of the matrix,
+or taps the engine refuses (too many, NaN or infinite).)")
       .def("reset", &PyEngine::reset, "Forgets the input history, as if the stream started again.")
       .def("_process_device", &PyEngine::process_device)
       .def("_time_engine_calls", &PyEngine::time_engine_calls, "x"_a, "calls"_a,

@@ -363,6 +363,76 @@ TEST_P(CudaPathUpdates, BadTapsAreRefusedNamingThePathAndNothingChanges) {
     EXPECT_LE(relative_error(got[o], reference_output(matrix, inputs, o)), 1e-5) << o;
 }
 
+// A few paths of many changing at every call: the call after each update
+// fades only the changed paths (their spectra's differences, kept at
+// install), and the spare set, which lags the running one by the paths of
+// the update before, is brought up to it path by path. Mixed in: updates of
+// most paths (the whole old set fades), two updates before one call (the
+// later taps of a path named in both win), and whole-matrix swaps.
+TEST_P(CudaPathUpdates, FewPathsOfManyChangedEveryCallFadeOnlyThoseAndMatchTheFloat64Reference) {
+  const std::uint64_t seed = 2526;
+  std::cout << "seed " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  std::vector<MatrixPath> paths;
+  for (std::size_t i = 0; i < 8; ++i)
+    for (std::size_t o = 0; o < 3; ++o)
+      paths.push_back(make_path(i, o, random_signal(1 + rng() % 400, seed + 10 * i + o),
+                                double(rng() % 7) - 3.0, rng() % 50, rng() % 5 == 0));
+  const RoutingMatrix matrix = RoutingMatrix::make(8, 3, std::move(paths));
+  const std::size_t block = 96, calls = 60, all = matrix.paths().size();
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t c = 0; c < 8; ++c) inputs.push_back(random_signal(calls * block, seed + 50 + c));
+  testing::Schedule schedule;
+  for (std::size_t call = 1; call < calls; ++call) {
+    const std::size_t count = call % 10 == 0 ? 20 : rng() % 4;  // at most 3 of 24: the deltas
+    std::vector<std::size_t> order(all);
+    for (std::size_t p = 0; p < all; ++p) order[p] = p;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t p = order[k];
+      schedule[call][p] = random_signal(1 + rng() % (kUpdateMaxTaps - 50), seed + 1000 * call + p);
+    }
+  }
+  const auto want = testing::piecewise_reference(matrix, inputs,
+                                                 std::vector<std::size_t>(calls, block), schedule);
+  for (const CudaMatrixKernel kernel : {CudaMatrixKernel::tiled, CudaMatrixKernel::cublas}) {
+    SCOPED_TRACE(kernel == CudaMatrixKernel::tiled ? "tiled MAC" : "cuBLAS MAC");
+    EngineOptions options;
+    options.max_block_frames = 128;
+    options.max_taps = kUpdateMaxTaps;
+    options.cuda.matrix_kernel = kernel;
+    const auto engine = make_cuda_matrix_engine(matrix, options);
+    RoutingMatrix current = matrix;
+    std::size_t updates = 0;
+    const std::vector<float> garbage = random_signal(33, seed + 7);
+    const auto update = [&](MatrixEngine& e, const std::vector<PathTaps>& u) {
+      ++updates;
+      current = with_path_taps(current, u, kUpdateMaxTaps);
+      if (updates % 9 == 0) {
+        e.set_matrix(current, true);
+        return;
+      }
+      if (updates % 4 == 0 && !u.empty()) {
+        // First other taps for the first path, then the update itself.
+        const std::vector<PathTaps> first{{u[0].path, garbage}};
+        if (GetParam()) {
+          update_from_device(e, first);
+        } else {
+          e.set_paths(first, true);
+        }
+      }
+      if (GetParam()) {
+        update_from_device(e, u);
+      } else {
+        e.set_paths(u, true);
+      }
+    };
+    const auto got = testing::run_with_updates(
+        *engine, inputs, std::vector<std::size_t>(calls, block), schedule, update);
+    for (std::size_t o = 0; o < 3; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TapsFrom, CudaPathUpdates, ::testing::Values(false, true),
                          [](const auto& info) {
                            return std::string(info.param ? "Device" : "Host");
@@ -380,6 +450,36 @@ TEST(CudaPathUpdatesMemory, HostTapsGivenAsDeviceTapsAreRefusedNamingThePath) {
   try {
     engine->set_paths_device(updates, true, nullptr);
     ADD_FAILURE() << "host memory accepted as device taps";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("path 3 (input 2 -> output 1)'s taps"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tapstream
+
+namespace tapstream {
+namespace {
+
+TEST(CudaPathUpdatesMemory, DeviceTapsRunningPastTheirAllocationAreRefusedNamingThePath) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const RoutingMatrix matrix = update_matrix(2527);
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.max_taps = kUpdateMaxTaps;
+  const auto engine = make_cuda_matrix_engine(matrix, options);
+  // Many paths in one allocation pass (looked up once); one running past it does not.
+  const DeviceTaps taps(*engine, random_signal(40, 3));
+  const std::span<const float> all = taps.span();
+  const std::vector<PathTaps> fine{
+      {0, all.subspan(0, 10)}, {1, all.subspan(10, 10)}, {3, all.subspan(20, 20)}};
+  EXPECT_TRUE(engine->set_paths_device(fine, true, nullptr));
+  const std::vector<PathTaps> past{{0, all.subspan(0, 10)}, {3, {all.data() + 30, 900}}};
+  try {
+    engine->set_paths_device(past, true, nullptr);
+    ADD_FAILURE() << "taps past their allocation accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("path 3 (input 2 -> output 1)'s taps"), std::string::npos)
         << e.what();

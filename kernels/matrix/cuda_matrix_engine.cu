@@ -10,13 +10,18 @@
 // spectra, and the crossfade call runs the MAC for both and blends in the
 // emit kernel.
 //
-// A per-path update (set_paths, set_paths_device) starts the pending spectra
-// as a device copy of the running ones (unless some are pending already) and
-// rewrites only the named paths' entries: their taps (the caller's device
+// Two sets of path spectra: the running one and the spare one, which a swap
+// fills and the call after the swap reads as the fading-out set. A per-path
+// update (set_paths, set_paths_device) costs its paths only: the spare set
+// lags the running one by the paths of the update before (their entries are
+// copied across, no others), the named paths' taps (the caller's device
 // arrays, or host taps copied up in one transfer) are expanded into
-// partitions, transformed in one batched FFT and scattered into H
-// (kernels/device/path_spectra); the call after it swaps and crossfades as
-// for a whole matrix.
+// partitions, transformed in one batched FFT and written into the spare set
+// in place (kernels/device/path_spectra). The call after it swaps the sets
+// and crossfades: when at most half the paths changed, only the changed
+// paths' products are added to a copy of the new output (their differences
+// to the old spectra kept at install); beyond, the whole old set's MAC,
+// which then costs less.
 //
 // The chunks' positions travel to the device with the call's input, and every
 // kernel reads them there, so a call's launch sequence depends only on its
@@ -65,13 +70,18 @@ std::size_t choose_partition(std::size_t max_block) {
   return p;
 }
 
+// How the call after a swap fades out the old set: not at all, through the
+// whole old set's MAC, or through the changed paths' differences only.
+enum class Fade { none, whole, changed };
+
 // What a call's launch sequence depends on.
 struct CallShape {
   std::size_t frames = 0, chunks = 0;
   Layout layout = Layout::interleaved;
-  bool fade = false;
+  Fade fade = Fade::none;
   const void* spectra = nullptr;
   const void* old_spectra = nullptr;
+  std::size_t fade_paths = 0;  // Fade::changed
   bool operator==(const CallShape&) const = default;
 };
 
@@ -115,18 +125,19 @@ class CudaMatrixEngine final : public MatrixEngine {
   // H of `m` into `dst`.
   void upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst);
   void bind_cublas();
-  // Checks a call's size, takes a pending matrix (returns whether the call
-  // fades) and writes the call's chunks into host_call_ (returns their count).
-  std::pair<std::size_t, bool> begin_call(std::size_t frames);
+  // Checks a call's size, takes a pending matrix and writes the call's
+  // chunks into host_call_: the call's shape (chunks, fade) for `frames`.
+  CallShape begin_call(std::size_t frames, Layout layout);
   // The call's device work, after its chunks and input are in host_call_
   // (device_io: its input already in device_call_, its output left in d_out_).
-  void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
-               bool device_io = false);
+  void enqueue(const CallShape& shape, bool device_io = false);
   void run(const CallShape& shape);
   // set_paths' work once the taps are device memory (`device_taps[u]` for
-  // paths[u]); `check_finite`: look for NaN and infinity on the device.
+  // paths[u]), NaN and infinity looked for on the device.
   void update_paths(std::span<const PathTaps> paths, const std::vector<const float*>& device_taps,
-                    bool crossfade, bool check_finite);
+                    bool crossfade);
+  // The fade deltas and their paths' list, made at the first update that keeps them.
+  void allocate_fade_deltas();
   // The running (or pending) matrix: set_paths checks against it.
   const RoutingMatrix& latest() const { return pending_matrix_ ? *pending_matrix_ : *matrix_; }
 
@@ -143,7 +154,9 @@ class CudaMatrixEngine final : public MatrixEngine {
   cuda::Stream stream_;
   cuda::RealFftPlan forward_, inverse_, filter_forward_;
   DeviceBuffer<char> fft_work_;
-  DeviceBuffer<float2> spectra_, pending_spectra_, old_spectra_;
+  // The running set and the spare one (pending after an update; the
+  // fading-out set during the call after a swap).
+  DeviceBuffer<float2> spectra_, spare_;
   DeviceBuffer<float> stage_;           // [inputs][2P]
   DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * partitions][inputs][bins]
   DeviceBuffer<float2> partial_, y_, y_old_;
@@ -160,19 +173,38 @@ class CudaMatrixEngine final : public MatrixEngine {
   std::uint64_t calls_ = 0;
   std::size_t position_ = 0, slot_ = 0;
   bool pending_crossfade_ = false;
+  // What the spare set holds beyond the running one. While a matrix is
+  // pending: the whole set (pending_whole_: set_matrix) or the paths in
+  // changed_ (per-path updates; slot_of_[path]: its row among the fade
+  // deltas, -1 when unchanged). After a swap: the old set, which lags the
+  // new one by stale_ (or everywhere: spare_stale_all_).
+  bool pending_whole_ = false;
+  bool fade_deltas_kept_ = false;  // for every path in changed_
+  std::vector<std::size_t> changed_, stale_;
+  std::vector<int> slot_of_;
+  bool spare_stale_all_ = true;  // not yet filled
   // Per-path updates, made at the first one: the batch's descriptors, the
   // expanded partitions and their spectra (update_batch_ paths at a time),
-  // host taps' staging, and the flag of a non-finite device tap.
+  // host taps' staging, and the flag of a non-finite tap (device memory,
+  // read back with the update's end).
   std::size_t update_batch_ = 0;
   cuda::RealFftPlan update_forward_;
   DeviceBuffer<char> update_work_;
-  cuda::PinnedBuffer<cuda::PathUpdate> host_updates_;
+  cuda::PinnedBuffer<cuda::PathUpdate> host_updates_;  // the update's paths, then the stale copies
   DeviceBuffer<cuda::PathUpdate> device_updates_;
   DeviceBuffer<float> update_time_;
   DeviceBuffer<float2> update_spectra_;
   cuda::PinnedBuffer<float> host_taps_;
   DeviceBuffer<float> device_taps_;
-  cuda::PinnedBuffer<int> bad_;  // mapped: the kernels write it, the host reads it
+  DeviceBuffer<int> bad_;
+  cuda::PinnedBuffer<int> host_bad_;
+  // Marks of the paths named in an update (mark_[path] == marking_).
+  std::vector<std::uint32_t> mark_;
+  std::uint32_t marking_ = 0;
+  // Fade deltas ([slot][partition][bins], up to half the paths) and their paths.
+  DeviceBuffer<float2> fade_delta_;
+  DeviceBuffer<cuda::FadePath> fade_list_;
+  cuda::DeviceRanges device_ranges_;
 };
 
 CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
@@ -181,7 +213,8 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
       matrix_(std::make_shared<const RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
-      use_graphs_(options.cuda.matrix_graphs) {
+      use_graphs_(options.cuda.matrix_graphs),
+      device_ranges_(options.device) {
   if (max_block_ == 0) throw std::invalid_argument("cuda matrix engine: max_block_frames is 0");
   if (matrix.max_taps() > max_taps_)
     throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
@@ -211,8 +244,9 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
 
   const std::size_t spectra_count = std::size_t(shape_.spectra_count());
   spectra_ = DeviceBuffer<float2>(spectra_count);
-  pending_spectra_ = DeviceBuffer<float2>(spectra_count);
-  old_spectra_ = DeviceBuffer<float2>(spectra_count);
+  spare_ = DeviceBuffer<float2>(spectra_count);
+  slot_of_.assign(matrix.paths().size(), -1);
+  mark_.assign(matrix.paths().size(), 0);
   stage_ = DeviceBuffer<float>(n_in * 2 * partition_);
   current_ = DeviceBuffer<float2>(n_in * bins_);
   fdl_ = DeviceBuffer<float2>(2 * partitions_ * n_in * bins_);
@@ -267,11 +301,13 @@ void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float
 
 void CudaMatrixEngine::bind_cublas() {
   cublas_->bind(0, spectra_.get(), y_.get(), stream_.get());
-  cublas_->bind(1, old_spectra_.get(), y_old_.get(), stream_.get());
+  cublas_->bind(1, spare_.get(), y_old_.get(), stream_.get());
 }
 
-void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
-                               bool device_io) {
+void CudaMatrixEngine::enqueue(const CallShape& shape, bool device_io) {
+  const std::size_t chunks = shape.chunks, frames = shape.frames;
+  const Layout layout = shape.layout;
+  const bool fade = shape.fade != Fade::none;
   const cudaStream_t s = stream_.get();
   const std::size_t n_in = inputs(), n_out = outputs();
   const int P = int(partition_);
@@ -292,7 +328,7 @@ void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout la
     cuda::launch_store_current(fdl_.get(), current_.get(), chunk, int(n_in), int(bins_),
                                int(partitions_), stage_.get(), P,
                                cublas_ ? cublas_->window_pointers() : nullptr, s);
-    for (int set = 0; set < (fade ? 2 : 1); ++set) {
+    for (int set = 0; set < (shape.fade == Fade::whole ? 2 : 1); ++set) {
       if (cublas_) {
         cublas_->run(set, s);
       } else {
@@ -300,7 +336,7 @@ void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout la
         a.shape = shape_;
         a.fdl = fdl_.get();
         a.chunk = chunk;
-        a.spectra = set == 0 ? spectra_.get() : old_spectra_.get();
+        a.spectra = set == 0 ? spectra_.get() : spare_.get();
         a.partial = partial_.get();
         a.out = set == 0 ? y_.get() : y_old_.get();
         a.splits = splits_;
@@ -308,6 +344,14 @@ void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout la
       }
       inverse_.inverse(set == 0 ? y_.get() : y_old_.get(),
                        set == 0 ? filtered_.get() : filtered_old_.get(), s);
+    }
+    if (shape.fade == Fade::changed) {
+      // The old set's output: the new one plus the changed paths' differences.
+      TAPSTREAM_CUDA_CHECK(
+          cudaMemcpyAsync(y_old_.get(), y_.get(), y_.bytes(), cudaMemcpyDeviceToDevice, s));
+      cuda::launch_add_fade_delta(fade_list_.get(), int(shape.fade_paths), fade_delta_.get(),
+                                  fdl_.get(), chunk, shape_, y_old_.get(), s);
+      inverse_.inverse(y_old_.get(), filtered_old_.get(), s);
     }
     cuda::launch_emit_output(out, filtered_.get(), fade ? filtered_old_.get() : nullptr, chunk,
                              int(n_out), P, widest, int(frames), s);
@@ -331,7 +375,7 @@ void CudaMatrixEngine::run(const CallShape& shape) {
     if (std::find(seen_.begin(), seen_.end(), shape) != seen_.end()) {
       TAPSTREAM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       try {
-        enqueue(shape.chunks, shape.frames, shape.layout, shape.fade);
+        enqueue(shape);
       } catch (...) {
         cudaGraph_t broken = nullptr;
         cudaStreamEndCapture(s, &broken);
@@ -351,22 +395,33 @@ void CudaMatrixEngine::run(const CallShape& shape) {
     seen_[seen_next_] = shape;
     seen_next_ = (seen_next_ + 1) % kSeen;
   }
-  enqueue(shape.chunks, shape.frames, shape.layout, shape.fade);
+  enqueue(shape);
 }
 
-std::pair<std::size_t, bool> CudaMatrixEngine::begin_call(std::size_t frames) {
+CallShape CudaMatrixEngine::begin_call(std::size_t frames, Layout layout) {
   if (frames == 0 || frames > max_block_)
     throw std::invalid_argument("cuda matrix engine: block of " + std::to_string(frames) +
                                 " frames (1.." + std::to_string(max_block_) + ")");
-  bool fade = false;
+  CallShape shape;
+  shape.frames = frames;
+  shape.layout = layout;
   if (pending_matrix_) {
-    // The running spectra become the old ones; the pending ones run from now.
-    std::swap(old_spectra_, spectra_);
-    std::swap(spectra_, pending_spectra_);
+    // The pending spectra run from now; the running ones fade out.
+    std::swap(spectra_, spare_);
     matrix_ = std::move(pending_matrix_);
-    fade = pending_crossfade_;
+    if (pending_crossfade_) shape.fade = fade_deltas_kept_ ? Fade::changed : Fade::whole;
+    if (shape.fade == Fade::changed) shape.fade_paths = changed_.size();
+    // The spare set now lags by what changed.
+    for (const std::size_t p : changed_) slot_of_[p] = -1;
+    stale_ = std::move(changed_);
+    changed_.clear();
+    spare_stale_all_ = pending_whole_;
+    pending_whole_ = false;
+    fade_deltas_kept_ = false;
     if (cublas_) bind_cublas();
   }
+  shape.spectra = spectra_.get();
+  if (shape.fade == Fade::whole) shape.old_spectra = spare_.get();
 
   auto* chunks = reinterpret_cast<MatrixChunk*>(host_call_.get());
   std::size_t count = 0;
@@ -380,7 +435,8 @@ std::pair<std::size_t, bool> CudaMatrixEngine::begin_call(std::size_t frames) {
       position_ = 0;
     }
   }
-  return {count, fade};
+  shape.chunks = count;
+  return shape;
 }
 
 void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
@@ -388,9 +444,9 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
   const std::size_t n_in = inputs(), n_out = outputs();
   if (frames != 0 && (in.size() < n_in * frames || out.size() < n_out * frames))
     throw std::invalid_argument("cuda matrix engine: buffers smaller than the block");
-  const auto [count, fade] = begin_call(frames);
+  const CallShape shape = begin_call(frames, layout);
   std::memcpy(host_call_.get() + chunk_bytes_, in.data(), n_in * frames * sizeof(float));
-  run(CallShape{frames, count, layout, fade, spectra_.get(), fade ? old_spectra_.get() : nullptr});
+  run(shape);
   stream_.synchronize();
   std::memcpy(out.data(), host_out_.get(), n_out * frames * sizeof(float));
 }
@@ -405,14 +461,14 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
   cuda::check_device_memory(out, "the output");
   if (in_stride < frames || out_stride < frames)
     throw std::invalid_argument("cuda matrix engine: a channel stride below the block's frames");
-  const auto [count, fade] = begin_call(frames);
+  const CallShape shape = begin_call(frames, Layout::planar);
   const cudaStream_t s = stream_.get();
   // After what the caller enqueued: its input is then complete.
   TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(device_call_.get() + chunk_bytes_, frames * sizeof(float),
                                          in, in_stride * sizeof(float), frames * sizeof(float),
                                          n_in, cudaMemcpyDeviceToDevice, s));
-  enqueue(count, frames, Layout::planar, fade, true);
+  enqueue(shape, true);
   TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(out, out_stride * sizeof(float), d_out_.get(),
                                          frames * sizeof(float), frames * sizeof(float), n_out,
                                          cudaMemcpyDeviceToDevice, s));
@@ -422,26 +478,31 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
 
 void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
   check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_);
-  upload_spectra(matrix, pending_spectra_);
+  upload_spectra(matrix, spare_);
   pending_matrix_ = std::make_shared<const RoutingMatrix>(matrix);
   pending_crossfade_ = crossfade;
+  pending_whole_ = true;
+  fade_deltas_kept_ = false;
+  for (const std::size_t p : changed_) slot_of_[p] = -1;
+  changed_.clear();
 }
 
 void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
-  // This engine folds delays into taps (max_delay_frames() is 0).
-  check_path_taps(latest().paths(), paths, max_taps_, 0);
+  // This engine folds delays into taps (max_delay_frames() is 0). The taps'
+  // values are checked on the device, where they are read anyway.
+  check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
   std::size_t total = 0;
   for (const PathTaps& update : paths) total += update.taps.size();
-  // Every tap goes up in one transfer, packed.
+  // Every tap goes up in one transfer, packed into a staging kept from one
+  // update to the next (the stream is idle between calls: the last copy
+  // from it is done).
   if (host_taps_.size() < total) {
-    stream_.synchronize();  // the last update's copy may still read the old staging
     host_taps_ = cuda::PinnedBuffer<float>(total);
     device_taps_ = DeviceBuffer<float>(total);
   }
   std::vector<const float*> device_taps;
   device_taps.reserve(paths.size());
   std::size_t at = 0;
-  stream_.synchronize();  // the staging is free once the last copy from it is done
   for (const PathTaps& update : paths) {
     std::memcpy(host_taps_.get() + at, update.taps.data(), update.taps.size() * sizeof(float));
     device_taps.push_back(device_taps_.get() + at);
@@ -451,7 +512,7 @@ void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade
     TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_taps_.get(), host_taps_.get(),
                                          total * sizeof(float), cudaMemcpyHostToDevice,
                                          stream_.get()));
-  update_paths(paths, device_taps, crossfade, false);
+  update_paths(paths, device_taps, crossfade);
 }
 
 bool CudaMatrixEngine::set_paths_device(std::span<const PathTaps> paths, bool crossfade,
@@ -459,88 +520,161 @@ bool CudaMatrixEngine::set_paths_device(std::span<const PathTaps> paths, bool cr
   check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
   std::vector<const float*> device_taps;
   device_taps.reserve(paths.size());
+  // One look-up per allocation the taps lie in, not per path.
+  device_ranges_.forget();
   for (const PathTaps& update : paths) {
-    const std::string name =
-        RoutingMatrix::describe_path(update.path, latest().paths()[update.path]);
-    cuda::check_device_memory(update.taps.data(), (name + "'s taps").c_str());
+    device_ranges_.check(update.taps.data(), update.taps.size_bytes(), [&] {
+      return RoutingMatrix::describe_path(update.path, latest().paths()[update.path]) + "'s taps";
+    });
     device_taps.push_back(update.taps.data());
   }
   // After what the caller enqueued: its taps are then complete.
   TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  update_paths(paths, device_taps, crossfade, true);
+  update_paths(paths, device_taps, crossfade);
   return true;
 }
 
+void CudaMatrixEngine::allocate_fade_deltas() {
+  if (fade_delta_.size() != 0) return;
+  const std::size_t rows = std::max<std::size_t>(1, matrix_->paths().size() / 2);
+  fade_delta_ = DeviceBuffer<float2>(rows * partitions_ * bins_);
+  fade_list_ = DeviceBuffer<cuda::FadePath>(rows);
+}
+
 void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
-                                    const std::vector<const float*>& device_taps, bool crossfade,
-                                    bool check_finite) {
+                                    const std::vector<const float*>& device_taps, bool crossfade) {
   const cudaStream_t s = stream_.get();
-  const std::size_t window = 2 * partition_;
+  const std::size_t window = 2 * partition_, all_paths = matrix_->paths().size();
   if (update_batch_ == 0) {
     // Up to 64 MiB of expanded partitions per batch (1024 paths of 8192 taps
     // at 128-frame partitions), at least one path, no more than the matrix
     // has (an update names each path once) nor a grid's z dimension holds.
     update_batch_ = std::max<std::size_t>(
         1, std::min<std::size_t>({(std::size_t(64) << 20) / (partitions_ * window * sizeof(float)),
-                                  matrix_->paths().size(), 65535}));
+                                  all_paths, 65535}));
     update_forward_ = cuda::RealFftPlan(window, update_batch_ * partitions_, CUFFT_R2C);
     update_work_ = DeviceBuffer<char>(std::max<std::size_t>(update_forward_.work_bytes(), 1));
     update_forward_.attach_work_area(update_work_.get());
     update_time_ = DeviceBuffer<float>(update_batch_ * partitions_ * window);
     update_spectra_ = DeviceBuffer<float2>(update_batch_ * partitions_ * bins_);
-    bad_ = cuda::PinnedBuffer<int>(1, /*mapped=*/true);
+    bad_ = DeviceBuffer<int>(1);
+    host_bad_ = cuda::PinnedBuffer<int>(1);
   }
-  if (host_updates_.size() < paths.size()) {
-    stream_.synchronize();
-    host_updates_ = cuda::PinnedBuffer<cuda::PathUpdate>(paths.size());
-    device_updates_ = DeviceBuffer<cuda::PathUpdate>(paths.size());
+  const bool fresh = !pending_matrix_;
+  // A fresh update first brings the spare set up to the running one where
+  // it lags (the paths of the update before), except where this one writes.
+  if (++marking_ == 0) {  // wrapped: no old mark may match
+    std::fill(mark_.begin(), mark_.end(), 0);
+    marking_ = 1;
   }
-  stream_.synchronize();  // the descriptors' staging is free
+  for (const PathTaps& update : paths) mark_[update.path] = marking_;
+  std::size_t stale_copies = 0;
+  if (fresh && !spare_stale_all_)
+    for (const std::size_t p : stale_)
+      if (mark_[p] != marking_) ++stale_copies;
+  if (host_updates_.size() < paths.size() + stale_copies) {
+    host_updates_ = cuda::PinnedBuffer<cuda::PathUpdate>(all_paths);
+    device_updates_ = DeviceBuffer<cuda::PathUpdate>(all_paths);
+  }
+  // The paths that will differ from the running set once this is in, and
+  // whether the fade keeps their differences (while at most half the
+  // paths changed; beyond, the whole old set's MAC costs less).
+  // (changed_ is empty while nothing is pending.)
+  std::size_t changed = changed_.size();
+  for (const PathTaps& update : paths)
+    if (slot_of_[update.path] < 0) ++changed;
+  const bool keep_deltas =
+      (fresh || fade_deltas_kept_) && !pending_whole_ && 2 * changed <= all_paths;
+  if (keep_deltas) allocate_fade_deltas();
+
   const RoutingMatrix& running = latest();
+  cuda::PathUpdate* host = host_updates_.get();
+  std::size_t next_slot = changed_.size();
+  long long longest = 0;
   for (std::size_t u = 0; u < paths.size(); ++u) {
     const MatrixPath& path = running.paths()[paths[u].path];
-    cuda::PathUpdate& d = host_updates_.get()[u];
+    cuda::PathUpdate& d = host[u];
     d.taps = device_taps[u];
     d.count = (long long)paths[u].taps.size();
     d.delay = (long long)path.delay_frames;
     d.gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
     d.input = int(path.input);
     d.output = int(path.output);
+    d.index = int(u);
+    const int known = slot_of_[paths[u].path];
+    d.slot = known >= 0 ? known : int(next_slot++);
+    longest = std::max(longest, d.count);
   }
-  if (!paths.empty())
-    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_updates_.get(), host_updates_.get(),
-                                         paths.size() * sizeof(cuda::PathUpdate),
-                                         cudaMemcpyHostToDevice, s));
-  if (check_finite) {
-    // Before anything changes, so that a bad tap leaves what runs and what
-    // is pending as they were.
-    long long longest = 0;
-    for (const PathTaps& update : paths) longest = std::max(longest, (long long)update.taps.size());
-    *bad_.get() = INT_MAX;
-    cuda::launch_find_non_finite_taps(device_updates_.get(), int(paths.size()), longest,
-                                      bad_.device_pointer(), s);
-    stream_.synchronize();
-    if (const int u = *bad_.get(); u != INT_MAX) {
-      throw std::invalid_argument(
-          RoutingMatrix::describe_path(paths[u].path, running.paths()[paths[u].path]) +
-          ": a tap is not a finite number");
+  // In H's order, so that the install writes consecutive paths together.
+  const auto h_order = [](const cuda::PathUpdate& a, const cuda::PathUpdate& b) {
+    return a.input != b.input ? a.input < b.input : a.output < b.output;
+  };
+  if (!std::is_sorted(host, host + paths.size(), h_order))
+    std::sort(host, host + paths.size(), h_order);
+  std::size_t copies = 0;
+  std::vector<std::size_t> overwritten;  // stale paths this update writes
+  if (fresh && !spare_stale_all_) {
+    for (const std::size_t p : stale_) {
+      if (mark_[p] == marking_) {
+        overwritten.push_back(p);
+        continue;
+      }
+      cuda::PathUpdate& d = host[paths.size() + copies++];
+      d.input = int(running.paths()[p].input);
+      d.output = int(running.paths()[p].output);
     }
   }
-  const bool fresh = !pending_matrix_;
-  if (fresh)
-    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(pending_spectra_.get(), spectra_.get(), spectra_.bytes(),
+  if (paths.size() + copies > 0)
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(device_updates_.get(), host,
+                                         (paths.size() + copies) * sizeof(cuda::PathUpdate),
+                                         cudaMemcpyHostToDevice, s));
+  TAPSTREAM_CUDA_CHECK(cudaMemsetAsync(bad_.get(), 0x7f, sizeof(int), s));
+  // One batch: the expansion finds bad taps as it reads them; several: all
+  // are looked at before the first batch is installed.
+  const bool one_batch = paths.size() <= update_batch_;
+  if (!one_batch)
+    cuda::launch_find_non_finite_taps(device_updates_.get(), int(paths.size()), longest, bad_.get(),
+                                      s);
+  if (fresh && spare_stale_all_) {
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(spare_.get(), spectra_.get(), spectra_.bytes(),
                                          cudaMemcpyDeviceToDevice, s));
+  } else if (copies > 0) {
+    cuda::launch_copy_path_spectra(device_updates_.get() + paths.size(), int(copies),
+                                   spectra_.get(), spare_.get(), shape_, s);
+  }
   for (std::size_t first = 0; first < paths.size(); first += update_batch_) {
     const int count = int(std::min(update_batch_, paths.size() - first));
     const cuda::PathUpdate* batch = device_updates_.get() + first;
     cuda::launch_expand_path_taps(batch, count, int(partitions_), int(partition_),
-                                  update_time_.get(), s);
+                                  update_time_.get(), one_batch ? bad_.get() : nullptr, s);
     update_forward_.forward(update_time_.get(), update_spectra_.get(), s);
-    cuda::launch_scatter_path_spectra(batch, count, update_spectra_.get(), pending_spectra_.get(),
-                                      shape_, s);
+    cuda::launch_install_path_spectra(batch, count, update_spectra_.get(), spectra_.get(),
+                                      spare_.get(), keep_deltas ? fade_delta_.get() : nullptr,
+                                      fade_list_.get(), bad_.get(), shape_, s);
   }
+  TAPSTREAM_CUDA_CHECK(
+      cudaMemcpyAsync(host_bad_.get(), bad_.get(), sizeof(int), cudaMemcpyDeviceToHost, s));
   // The caller's taps are read by the time this returns.
   stream_.synchronize();
+  if (fresh) {
+    // Copied across, whatever the taps held; those this update was to
+    // write still lag until it succeeds.
+    stale_ = std::move(overwritten);
+    spare_stale_all_ = false;
+  }
+  if (const int u = *host_bad_.get(); u != cuda::kNoBadTap) {
+    // Nothing was installed: what runs and what is pending stay.
+    throw std::invalid_argument(
+        RoutingMatrix::describe_path(paths[u].path, running.paths()[paths[u].path]) +
+        ": a tap is not a finite number");
+  }
+  if (fresh) stale_.clear();
+  for (const PathTaps& update : paths) {
+    if (slot_of_[update.path] >= 0) continue;
+    slot_of_[update.path] = int(changed_.size());
+    changed_.push_back(update.path);
+  }
+  fade_deltas_kept_ = keep_deltas;
   if (fresh) {
     pending_matrix_ = matrix_;
     pending_crossfade_ = crossfade;

@@ -126,6 +126,64 @@ class DeviceArrayTest(unittest.TestCase):
             expected = causal_convolution(x[c], new[c])[1000:]
             self.assertLessEqual(relative_error(y[c, 256:], expected[256:]), 1e-5)
 
+    def check_paths_from_device_arrays(self, name):
+        """Every path of a 6 x 2 matrix replaced from device arrays before every
+        block: each block fades from the old taps' output to the new ones'
+        (weight (n + 1) / frames), so from one block after an update on, the
+        output is the new filters' (float64 piecewise reference); no sample lost."""
+        arrays = Arrays(name)
+        rng = np.random.default_rng(74)
+        say(f"seed 74, {name}")
+        inputs, outputs, taps, block, blocks = 6, 2, 700, 128, 16
+        h = {(i, o): rng.standard_normal(taps).astype(np.float32)
+             for i in range(inputs) for o in range(outputs)}
+        engine = cuda_engine(tapstream.Matrix(inputs, outputs,
+                                              [(i, o, t) for (i, o), t in h.items()]),
+                             max_block=block)
+        x = rng.standard_normal((inputs, block * blocks)).astype(np.float32)
+        expected = np.zeros((outputs, x.shape[1]))
+        got = []
+        for b in range(blocks):
+            start, end = b * block, (b + 1) * block
+            new = {key: rng.standard_normal(int(rng.integers(1, taps + 1))).astype(np.float32)
+                   for key in h if b == 0 or rng.random() < 0.75}
+            engine.set_paths({key: arrays.device(t) for key, t in new.items()}, crossfade=True)
+            w = (np.arange(block) + 1) / block
+            for (i, o), old in h.items():
+                y_old = causal_convolution(x[i, :end], old)[start:end]
+                if (i, o) in new:
+                    y_new = causal_convolution(x[i, :end], new[(i, o)])[start:end]
+                    expected[o, start:end] += (1 - w) * y_old + w * y_new
+                else:
+                    expected[o, start:end] += y_old
+            h.update(new)
+            y = engine.process(arrays.device(x[:, start:end]))
+            self.assertTrue(arrays.is_device_array(y))
+            got.append(arrays.host(y))
+        y = np.concatenate(got, axis=1)
+        for o in range(outputs):
+            error = relative_error(y[o], expected[o])
+            self.assertLessEqual(error, 1e-5, f"{name}, output {o}: relative error {error:.3g}")
+        # The engine does not keep device taps on the host: saying so beats stale taps.
+        with self.assertRaises(RuntimeError) as caught:
+            engine.matrix
+        self.assertIn("device arrays", str(caught.exception))
+
+    def test_paths_from_cupy_arrays_replace_many_paths_every_block_exactly(self):
+        self.check_paths_from_device_arrays("cupy")
+
+    def test_paths_from_torch_tensors_replace_many_paths_every_block_exactly(self):
+        self.check_paths_from_device_arrays("torch")
+
+    def test_device_and_host_taps_in_one_update_are_refused_naming_the_path(self):
+        arrays = Arrays("cupy")
+        engine = cuda_engine(tapstream.Matrix(1, 2, [(0, 0, np.ones(4, np.float32)),
+                                                     (0, 1, np.ones(4, np.float32))]))
+        with self.assertRaises(TypeError) as caught:
+            engine.set_paths({(0, 0): arrays.device(np.ones(3, np.float32)),
+                              (0, 1): np.ones(3, np.float32)})
+        self.assertIn("input 0 -> output 1", str(caught.exception))
+
     def test_a_device_block_of_another_channel_count_names_both_counts(self):
         arrays = Arrays("cupy")
         engine = cuda_engine([np.ones(4, np.float32)] * 2)
