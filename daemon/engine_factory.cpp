@@ -309,6 +309,7 @@ std::vector<int> engine_devices(Backend backend, const DeviceList& list) {
   const std::string reason = start.reason;
   if (start.available) return resolve_device_list(list, start.loaded.module->device_count());
 #else
+  (void)list;
   const std::string reason = "this build has no CUDA engine (configured with TAPSTREAM_CUDA=OFF)";
 #endif
   if (backend == Backend::cuda) throw std::runtime_error("backend cuda: " + reason);
