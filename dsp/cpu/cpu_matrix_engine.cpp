@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "dsp/cpu/fftw_plan.hpp"
+#include "dsp/model/segment_delay.hpp"
 
 namespace tapstream {
 namespace {
@@ -54,7 +55,7 @@ double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) 
   const double bins = double(p + 1);
   double tail_macs = 0.0, head_macs = 0.0;
   for (const MatrixPath& path : m.paths()) {
-    const std::size_t k = div_up(path.delay_frames % p + path.taps.size(), p);
+    const std::size_t k = partitions_reached(path.delay_frames, path.taps.size(), p);
     const bool head = path.delay_frames < p;
     tail_macs += double(head ? k - 1 : k) * bins;
     head_macs += head ? bins : 0.0;
@@ -179,7 +180,7 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   // segments of delay, k <= (P - 1 + max_taps_) / P partitions with the
   // remainder's zeros); slot slot_ itself still holds the segment
   // fdl_slots_ back until the current one completes.
-  fdl_slots_ = max_delay_ / partition_ + div_up(partition_ - 1 + max_taps_, partition_);
+  fdl_slots_ = delay_line_segments(max_taps_, max_delay_, partition_);
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
   windows_ = AlignedFloats(n_in * 2 * partition_);
   fdl_ = AlignedFloats(n_in * fdl_slots_ * stride_);
@@ -200,7 +201,7 @@ std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixP
                                                                    AlignedFloats& time) const {
   const float scale = 1.0f / float(2 * partition_);
   const double gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
-  const std::size_t leading = path.delay_frames % partition_;
+  const std::size_t leading = split_delay(path.delay_frames, partition_).remainder;
   const std::size_t length = leading + taps.size();
   const std::size_t k = div_up(length, partition_);
   auto spectra = std::make_shared<AlignedFloats>(k * stride_);
@@ -221,9 +222,8 @@ std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingM
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
     bank->spectra.push_back(path_spectra(path, path.taps, time));
-    bank->partitions.push_back(
-        div_up(path.delay_frames % partition_ + path.taps.size(), partition_));
-    bank->skipped.push_back(path.delay_frames / partition_);
+    bank->partitions.push_back(partitions_reached(path.delay_frames, path.taps.size(), partition_));
+    bank->skipped.push_back(split_delay(path.delay_frames, partition_).segments);
   }
   bank->tails = AlignedFloats(m.outputs() * stride_);
   return bank;
@@ -361,7 +361,7 @@ void CpuMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade)
     const std::size_t p = paths[u].path;
     const MatrixPath& path = running.paths()[p];
     pending_->partitions[p] =
-        div_up(path.delay_frames % partition_ + paths[u].taps.size(), partition_);
+        partitions_reached(path.delay_frames, paths[u].taps.size(), partition_);
     pending_->spectra[p] = std::move(spectra[u]);
   }
 }
