@@ -22,6 +22,16 @@
 // kernel reads them there, so a call's launch sequence depends only on its
 // shape. A shape seen twice is captured as a CUDA graph and replayed from then
 // on (a live stream of fixed-size calls is one graph launch a call).
+//
+// A path's delay d = q P + r is a delay, not taps (dsp/model/segment_delay):
+// the delay line keeps q_max more segments than the partitions, the MAC
+// reads path i -> o's window q segments further back (a table of q per
+// (input, output) that travels with the spectra), and only r < P becomes
+// leading zeros of its taps, so H holds one partition more than max_taps
+// needs, which a matrix whose paths do not reach it never runs. A swap that
+// moves delays crossfades as any swap: both matrices read the same delay
+// line. The cuBLAS variant shares one window across outputs and cannot read
+// per path: it folds delays into taps (max_delay_frames() 0), as before.
 
 #include <algorithm>
 #include <array>
@@ -36,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsp/model/segment_delay.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
@@ -72,7 +83,18 @@ struct CallShape {
   bool fade = false;
   const void* spectra = nullptr;
   const void* old_spectra = nullptr;
+  const void* delays = nullptr;
+  const void* old_delays = nullptr;
+  long long k_first = 0, old_k_first = 0;
   bool operator==(const CallShape&) const = default;
+};
+
+// What the MAC needs to know of one set of spectra besides H: whether any
+// path has a whole segment of delay (its table of q then on the device) and
+// the first k any path reaches.
+struct SpectraReach {
+  bool delayed = false;
+  std::size_t partitions = 0;  // the most any path of the set reaches
 };
 
 class CudaMatrixEngine final : public MatrixEngine {
@@ -93,6 +115,7 @@ class CudaMatrixEngine final : public MatrixEngine {
   std::size_t outputs() const override { return matrix_->outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
+  std::size_t max_delay_frames() const override { return max_delay_; }
   std::string name() const override { return "cuda"; }
   std::string description() const override {
     return "cuda: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
@@ -101,7 +124,9 @@ class CudaMatrixEngine final : public MatrixEngine {
            " partitions, " +
            (cublas_ ? std::string("cuBLAS batched CGEMM")
                     : "tiled MAC, " + std::to_string(splits_) + " k-splits") +
-           (use_graphs_ ? ", CUDA graphs" : ", no graphs");
+           (use_graphs_ ? ", CUDA graphs" : ", no graphs") +
+           (max_delay_ == 0 ? std::string(", delays folded into taps")
+                            : ", delays up to " + std::to_string(max_delay_) + " frames");
   }
 
  private:
@@ -112,12 +137,36 @@ class CudaMatrixEngine final : public MatrixEngine {
     std::uint64_t used = 0;
   };
 
-  // H of `m` into `dst`.
-  void upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst);
+  // H of `m` into `dst`, its table of whole-segment delays into `delays`;
+  // returns what the MAC needs to know of it.
+  SpectraReach upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst,
+                              DeviceBuffer<int>& delays);
+  // The leading zeros of `path`'s taps on this engine (all of its delay when
+  // delays are folded, else its remainder).
+  std::size_t leading_zeros(const MatrixPath& path) const {
+    return max_delay_ == 0 ? path.delay_frames
+                           : split_delay(path.delay_frames, partition_).remainder;
+  }
+  long long k_first(const SpectraReach& reach) const {
+    return (long long)(partitions_ - std::min(partitions_, reach.partitions)) * (long long)inputs();
+  }
   void bind_cublas();
   // Checks a call's size, takes a pending matrix (returns whether the call
   // fades) and writes the call's chunks into host_call_ (returns their count).
   std::pair<std::size_t, bool> begin_call(std::size_t frames);
+  // The shape of a call, with the sets of spectra it runs as they are now.
+  CallShape shape_of(std::size_t frames, std::size_t chunks, Layout layout, bool fade) const {
+    CallShape shape{frames, chunks, layout, fade};
+    shape.spectra = spectra_.get();
+    shape.delays = reach_.delayed ? delays_.get() : nullptr;
+    shape.k_first = k_first(reach_);
+    if (fade) {
+      shape.old_spectra = old_spectra_.get();
+      shape.old_delays = old_reach_.delayed ? old_delays_.get() : nullptr;
+      shape.old_k_first = k_first(old_reach_);
+    }
+    return shape;
+  }
   // The call's device work, after its chunks and input are in host_call_
   // (device_io: its input already in device_call_, its output left in d_out_).
   void enqueue(std::size_t chunks, std::size_t frames, Layout layout, bool fade,
@@ -136,7 +185,8 @@ class CudaMatrixEngine final : public MatrixEngine {
   // set_paths replaced since are in the spectra only (shared, never copied,
   // so that an update costs the named paths alone).
   std::shared_ptr<const RoutingMatrix> matrix_, pending_matrix_;
-  std::size_t max_block_, max_taps_, partition_, bins_, partitions_, chunk_capacity_, chunk_bytes_;
+  std::size_t max_block_, max_taps_, max_delay_ = 0, partition_, bins_, partitions_, slots_,
+                                     chunk_capacity_, chunk_bytes_;
   cuda::MatrixMacShape shape_;
   int splits_ = 1;
   bool use_graphs_;
@@ -144,8 +194,11 @@ class CudaMatrixEngine final : public MatrixEngine {
   cuda::RealFftPlan forward_, inverse_, filter_forward_;
   DeviceBuffer<char> fft_work_;
   DeviceBuffer<float2> spectra_, pending_spectra_, old_spectra_;
+  // Each set's whole-segment delays ([inputs][outputs_padded]) and reach.
+  DeviceBuffer<int> delays_, pending_delays_, old_delays_;
+  SpectraReach reach_, pending_reach_, old_reach_;
   DeviceBuffer<float> stage_;           // [inputs][2P]
-  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * partitions][inputs][bins]
+  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * slots][inputs][bins]
   DeviceBuffer<float2> partial_, y_, y_old_;
   DeviceBuffer<float> filtered_, filtered_old_;  // [outputs][2P]
   // A call's chunks, then its input samples: pinned host memory and its device copy.
@@ -180,19 +233,37 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
       device_(options.device),
       matrix_(std::make_shared<const RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
-      max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
       use_graphs_(options.cuda.matrix_graphs) {
   if (max_block_ == 0) throw std::invalid_argument("cuda matrix engine: max_block_frames is 0");
-  if (matrix.max_taps() > max_taps_)
-    throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
-                                std::to_string(matrix.max_taps()) + " taps, more than max_taps " +
-                                std::to_string(max_taps_));
   const CudaMatrixKernel kind = options.cuda.matrix_kernel == CudaMatrixKernel::automatic
                                     ? CudaMatrixKernel::tiled
                                     : options.cuda.matrix_kernel;
   partition_ = choose_partition(max_block_);
   bins_ = partition_ + 1;
-  partitions_ = div_up(max_taps_, partition_);
+  if (kind == CudaMatrixKernel::cublas) {
+    // Delays folded: max_taps bounds delay + taps, with room for the
+    // matrix's own delays on top of a given filter length.
+    max_taps_ =
+        options.max_taps == 0 ? matrix.max_taps() : options.max_taps + matrix.max_delay_frames();
+    if (matrix.max_taps() > max_taps_)
+      throw std::invalid_argument(
+          "cuda matrix engine: the matrix's longest path has " + std::to_string(matrix.max_taps()) +
+          " taps (delay included), more than max_taps " + std::to_string(max_taps_));
+    partitions_ = div_up(max_taps_, partition_);
+    slots_ = partitions_;
+  } else {
+    // As the CPU matrix engine: the delay line reaches back at least 65536
+    // frames, and as far as the matrix or the options ask.
+    max_taps_ = options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps;
+    max_delay_ =
+        std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)});
+    if (matrix.max_filter_taps() > max_taps_)
+      throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
+                                  std::to_string(matrix.max_filter_taps()) +
+                                  " taps, more than max_taps " + std::to_string(max_taps_));
+    partitions_ = partitions_for_any_delay(max_taps_, partition_);
+    slots_ = delay_line_segments(max_taps_, max_delay_, partition_);
+  }
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
   shape_.inputs = int(n_in);
   shape_.outputs = int(n_out);
@@ -213,9 +284,13 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
   spectra_ = DeviceBuffer<float2>(spectra_count);
   pending_spectra_ = DeviceBuffer<float2>(spectra_count);
   old_spectra_ = DeviceBuffer<float2>(spectra_count);
+  const std::size_t delay_count = n_in * std::size_t(shape_.outputs_padded());
+  delays_ = DeviceBuffer<int>(delay_count);
+  pending_delays_ = DeviceBuffer<int>(delay_count);
+  old_delays_ = DeviceBuffer<int>(delay_count);
   stage_ = DeviceBuffer<float>(n_in * 2 * partition_);
   current_ = DeviceBuffer<float2>(n_in * bins_);
-  fdl_ = DeviceBuffer<float2>(2 * partitions_ * n_in * bins_);
+  fdl_ = DeviceBuffer<float2>(2 * slots_ * n_in * bins_);
   if (splits_ > 1) partial_ = DeviceBuffer<float2>(std::size_t(splits_) * n_out * bins_);
   y_ = DeviceBuffer<float2>(n_out * bins_);
   y_old_ = DeviceBuffer<float2>(n_out * bins_);
@@ -232,22 +307,35 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
     cublas_.emplace(shape_);
     bind_cublas();
   }
-  upload_spectra(matrix, spectra_);
+  reach_ = upload_spectra(matrix, spectra_, delays_);
   reset();
 }
 
-void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst) {
+SpectraReach CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst,
+                                              DeviceBuffer<int>& delays) {
   const std::size_t n_in = m.inputs(), n_out = m.outputs(), window = 2 * partition_;
   const float scale = 1.0f / float(window);
+  SpectraReach reach;
   std::vector<std::vector<float>> taps;
-  for (const MatrixPath& p : m.paths()) taps.push_back(p.effective_taps());
+  for (const MatrixPath& p : m.paths()) {
+    taps.push_back(p.effective_taps(leading_zeros(p)));
+    reach.partitions = std::max(reach.partitions, div_up(taps.back().size(), partition_));
+  }
+  const std::size_t stride = std::size_t(shape_.outputs_padded());
+  const std::vector<int> table = max_delay_ == 0 ? std::vector<int>(n_in * stride, 0)  // folded
+                                                 : segment_delay_table(m, partition_, stride);
+  reach.delayed = std::any_of(table.begin(), table.end(), [](int q) { return q != 0; });
+  // Synchronous from pageable memory; the stream is synchronized below anyway.
+  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(delays.get(), table.data(), table.size() * sizeof(int),
+                                       cudaMemcpyHostToDevice, stream_.get()));
   // One partition at a time: [inputs][outputs][2P] zero-padded, transformed
   // on the device into [inputs][outputs][bins], packed into H.
   cuda::PinnedBuffer<float> host(n_in * n_out * window);
   DeviceBuffer<float> time(n_in * n_out * window);
   DeviceBuffer<float2> partition_spectra(n_in * n_out * bins_);
   dst.zero(stream_.get());  // H's padding outputs and absent paths
-  for (std::size_t j = 0; j < partitions_; ++j) {
+  // Partitions no path reaches stay zero.
+  for (std::size_t j = 0; j < std::min(partitions_, reach.partitions); ++j) {
     std::fill_n(host.get(), host.size(), 0.0f);
     for (std::size_t p = 0; p < taps.size(); ++p) {
       const std::size_t first = j * partition_;
@@ -263,6 +351,7 @@ void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float
     // The pinned staging is reused by the next partition.
     stream_.synchronize();
   }
+  return reach;
 }
 
 void CudaMatrixEngine::bind_cublas() {
@@ -290,15 +379,19 @@ void CudaMatrixEngine::enqueue(std::size_t chunks, std::size_t frames, Layout la
     cuda::launch_stage_input(stage_.get(), in, chunk, int(n_in), P, widest, s);
     forward_.forward(stage_.get(), current_.get(), s);
     cuda::launch_store_current(fdl_.get(), current_.get(), chunk, int(n_in), int(bins_),
-                               int(partitions_), stage_.get(), P,
+                               int(slots_), stage_.get(), P,
                                cublas_ ? cublas_->window_pointers() : nullptr, s);
     for (int set = 0; set < (fade ? 2 : 1); ++set) {
       if (cublas_) {
         cublas_->run(set, s);
       } else {
+        const SpectraReach& reach = set == 0 ? reach_ : old_reach_;
         cuda::MatrixMacArgs a;
         a.shape = shape_;
         a.fdl = fdl_.get();
+        a.slots = int(slots_);
+        a.delays = !reach.delayed ? nullptr : set == 0 ? delays_.get() : old_delays_.get();
+        a.k_first = k_first(reach);
         a.chunk = chunk;
         a.spectra = set == 0 ? spectra_.get() : old_spectra_.get();
         a.partial = partial_.get();
@@ -363,6 +456,10 @@ std::pair<std::size_t, bool> CudaMatrixEngine::begin_call(std::size_t frames) {
     // The running spectra become the old ones; the pending ones run from now.
     std::swap(old_spectra_, spectra_);
     std::swap(spectra_, pending_spectra_);
+    std::swap(old_delays_, delays_);
+    std::swap(delays_, pending_delays_);
+    old_reach_ = reach_;
+    reach_ = pending_reach_;
     matrix_ = std::move(pending_matrix_);
     fade = pending_crossfade_;
     if (cublas_) bind_cublas();
@@ -376,7 +473,7 @@ std::pair<std::size_t, bool> CudaMatrixEngine::begin_call(std::size_t frames) {
     position_ += n;
     done += n;
     if (position_ == partition_) {
-      slot_ = (slot_ + 1) % partitions_;
+      slot_ = (slot_ + 1) % slots_;
       position_ = 0;
     }
   }
@@ -390,7 +487,7 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
     throw std::invalid_argument("cuda matrix engine: buffers smaller than the block");
   const auto [count, fade] = begin_call(frames);
   std::memcpy(host_call_.get() + chunk_bytes_, in.data(), n_in * frames * sizeof(float));
-  run(CallShape{frames, count, layout, fade, spectra_.get(), fade ? old_spectra_.get() : nullptr});
+  run(shape_of(frames, count, layout, fade));
   stream_.synchronize();
   std::memcpy(out.data(), host_out_.get(), n_out * frames * sizeof(float));
 }
@@ -421,15 +518,14 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
 }
 
 void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
-  check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_);
-  upload_spectra(matrix, pending_spectra_);
+  check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_, max_delay_);
+  pending_reach_ = upload_spectra(matrix, pending_spectra_, pending_delays_);
   pending_matrix_ = std::make_shared<const RoutingMatrix>(matrix);
   pending_crossfade_ = crossfade;
 }
 
 void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
-  // This engine folds delays into taps (max_delay_frames() is 0).
-  check_path_taps(latest().paths(), paths, max_taps_, 0);
+  check_path_taps(latest().paths(), paths, max_taps_, max_delay_);
   std::size_t total = 0;
   for (const PathTaps& update : paths) total += update.taps.size();
   // Every tap goes up in one transfer, packed.
@@ -456,7 +552,7 @@ void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade
 
 bool CudaMatrixEngine::set_paths_device(std::span<const PathTaps> paths, bool crossfade,
                                         void* stream) {
-  check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
+  check_path_taps(latest().paths(), paths, max_taps_, max_delay_, /*finite=*/false);
   std::vector<const float*> device_taps;
   device_taps.reserve(paths.size());
   for (const PathTaps& update : paths) {
@@ -502,7 +598,7 @@ void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
     cuda::PathUpdate& d = host_updates_.get()[u];
     d.taps = device_taps[u];
     d.count = (long long)paths[u].taps.size();
-    d.delay = (long long)path.delay_frames;
+    d.delay = (long long)leading_zeros(path);
     d.gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
     d.input = int(path.input);
     d.output = int(path.output);
@@ -527,9 +623,20 @@ void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
     }
   }
   const bool fresh = !pending_matrix_;
-  if (fresh)
+  if (fresh) {
     TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(pending_spectra_.get(), spectra_.get(), spectra_.bytes(),
                                          cudaMemcpyDeviceToDevice, s));
+    // The paths' delays stay: the running table goes with the spectra.
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(pending_delays_.get(), delays_.get(), delays_.bytes(),
+                                         cudaMemcpyDeviceToDevice, s));
+    pending_reach_ = reach_;
+  }
+  // A longer filter may reach partitions the set did not.
+  for (std::size_t u = 0; u < paths.size(); ++u) {
+    const cuda::PathUpdate& d = host_updates_.get()[u];
+    pending_reach_.partitions =
+        std::max(pending_reach_.partitions, div_up(std::size_t(d.delay + d.count), partition_));
+  }
   for (std::size_t first = 0; first < paths.size(); first += update_batch_) {
     const int count = int(std::min(update_batch_, paths.size() - first));
     const cuda::PathUpdate* batch = device_updates_.get() + first;
