@@ -9,6 +9,7 @@ build=$1 dest=$2 commit=${3:-$(git rev-parse --short HEAD)}
 rm -rf "$dest" && mkdir -p "$dest"
 cp "$build/daemon/tapstream" "$build/daemon/libtapstream_cuda.so" "$dest/"
 cp "$build"/bench/cuda_engine_bench "$build"/bench/cuda_matrix_bench "$dest/"
+cp "$build"/bench/matrix_delay_bench "$dest/" 2>/dev/null || true
 cp "$build"/tests/cuda_*_test "$dest/" 2>/dev/null || true
 echo "$commit" >"$dest/COMMIT"
 bundle=/work/shared/device/bundle-libs.sh
