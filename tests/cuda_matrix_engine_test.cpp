@@ -351,6 +351,36 @@ TEST(CudaMatrixEngineDelays, SwapBeyondTheDelayLineIsRefusedNamingThePathAndKeep
   EXPECT_EQ(peak, reach);
 }
 
+TEST(CudaMatrixEngineDelays, ManyInputsKeepLessSpareDelayLineButEveryDelayTheyHave) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  // 4096 sources -> 2 ears: 65536 frames of spare room would be 4 GiB.
+  std::vector<MatrixPath> paths;
+  for (std::size_t i = 0; i < 4096; ++i) paths.push_back(make_path(i, i % 2, {1.0f}));
+  paths.back().delay_frames = 3000;
+  const RoutingMatrix matrix = RoutingMatrix::make(4096, 2, std::move(paths));
+  EngineOptions options;
+  options.max_block_frames = 64;
+  const auto engine = make_cuda_matrix_engine(matrix, options);
+  std::cout << engine->description() << "\n";
+  EXPECT_EQ(engine->max_delay_frames(), 4096u) << "256 MiB / (16 B x 4096 inputs)";
+  // The delays it has run: an impulse on the last input comes out 3000 frames later.
+  std::vector<float> in(4096 * 64, 0.0f), out(2 * 64);
+  in[4095] = 1.0f;  // interleaved: frame 0, input 4095
+  std::size_t peak = 0, peaks = 0;
+  for (std::size_t start = 0; start < 3200; start += 64) {
+    engine->process(in, out, 64, Layout::interleaved);
+    std::fill(in.begin(), in.end(), 0.0f);
+    for (std::size_t f = 0; f < 64; ++f)
+      if (std::abs(out[f * 2 + 1]) > 0.5f) {
+        peak = start + f;
+        ++peaks;
+      }
+  }
+  EXPECT_EQ(peaks, 1u);
+  EXPECT_EQ(peak, 3000u);
+}
+
 TEST(CudaMatrixEngineDelays, TheFactoryGivesTheMatrixEngineItsTapsAloneAndTheDelaysOnTop) {
   std::string reason;
   if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;

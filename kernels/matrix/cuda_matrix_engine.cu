@@ -252,11 +252,15 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
     partitions_ = div_up(max_taps_, partition_);
     slots_ = partitions_;
   } else {
-    // As the CPU matrix engine: the delay line reaches back at least 65536
-    // frames, and as far as the matrix or the options ask.
+    // As the CPU matrix engine: the delay line reaches as far as the matrix
+    // or the options ask, and at least 65536 frames (room for a swap that
+    // brings delays) as long as that room costs at most 256 MiB of device
+    // memory (a frame of one input is about 16 bytes, mirrored): a matrix of
+    // thousands of inputs (binaural sources) keeps less spare room.
     max_taps_ = options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps;
-    max_delay_ =
-        std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)});
+    const std::size_t spare_frames = (std::size_t(256) << 20) / (16 * matrix.inputs());
+    max_delay_ = std::max({options.max_delay_frames, matrix.max_delay_frames(),
+                           std::min(std::size_t(65536), spare_frames)});
     if (matrix.max_filter_taps() > max_taps_)
       throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
                                   std::to_string(matrix.max_filter_taps()) +
