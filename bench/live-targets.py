@@ -80,7 +80,30 @@ def sofa_set(out_dir, taps):
     return os.path.join(out_dir, "tiny-hrtf-48k.sofa")
 
 
+def hrir_pair(out_dir, taps):
+    """Where ncgen is missing (no SOFA file can be written): one left and right
+    HRIR as a two-channel WAV, every source's paths reading it (the same N -> 2
+    matrix of `taps`-tap paths as the SOFA form makes, so the same work)."""
+    tools = layout_tools()
+    tools.write_wav(os.path.join(out_dir, "hrir-pair.wav"),
+                    [tools.decaying_noise(300 + ear, taps, 0, 0.3, taps / 6.0) for ear in (0, 1)])
+    return None
+
+
+def sparse_matrix(out_dir, sources):
+    path = os.path.join(out_dir, "sources-%d.toml" % sources)
+    with open(path, "w") as f:
+        f.write("inputs = %d\noutputs = 2\n" % sources)
+        for s in range(sources):
+            for ear in (0, 1):
+                f.write('\n[[path]]\ninput = %d\noutput = %d\nfile = "hrir-pair.wav"\n'
+                        "channel = %d\ngain_db = -6.0\n" % (s, ear, ear))
+    return path
+
+
 def sofa_matrix(out_dir, sofa_file, sources):
+    if sofa_file is None:
+        return sparse_matrix(out_dir, sources)
     path = os.path.join(out_dir, "sofa-%d.toml" % sources)
     with open(path, "w") as f:
         f.write("inputs = %d\noutputs = 2\n\n[sofa]\nfile = \"%s\"\ngain_db = -6.0\n"
@@ -275,7 +298,12 @@ def main():
                      r["late_periods"]))
         else:
             taps = args.taps or 512
-            sofa_file = sofa_set(work, taps)
+            if shutil.which("ncgen") is None:
+                print("ncgen is missing (Debian: netcdf-bin): the sources read one HRIR pair "
+                      "from a WAV instead of a SOFA set (the same matrix, the same work)")
+                sofa_file = hrir_pair(work, taps)
+            else:
+                sofa_file = sofa_set(work, taps)
 
             def attempt(sources):
                 try:
