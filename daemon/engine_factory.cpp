@@ -197,8 +197,9 @@ bool first_time_told(const std::string& reason) {
 }
 
 // The options for an engine that folds a path's delay into its taps (the
-// per-channel engines, the CUDA matrix engine): max_taps bounds filters
-// alone, so such an engine holds the matrix's delays on top.
+// per-channel engines a diagonal matrix runs on): max_taps bounds filters
+// alone, so such an engine holds the matrix's delays on top. The matrix
+// engines (CPU, CUDA) delay natively, or fold and size themselves for it.
 EngineOptions folding_delays(const RoutingMatrix& matrix, EngineOptions options) {
   if (options.max_taps != 0) options.max_taps += matrix.max_delay_frames();
   return options;
@@ -254,14 +255,15 @@ namespace {
 
 // A CUDA engine for `matrix` on options.device, through the module: a
 // diagonal matrix on the per-channel engine under DiagonalEngine (with the
-// transport's extras), any other on the matrix engine. `options` already
-// hold the block and the delays' room (for_engine, folding_delays). A
-// template, so that a build without the module compiles without its type.
+// transport's extras; it folds delays), any other on the matrix engine.
+// `options` already hold the block (for_engine). A template, so that a build
+// without the module compiles without its type.
 template <typename Module>
 std::unique_ptr<MatrixEngine> make_cuda_matrix(const Module& module, const RoutingMatrix& matrix,
                                                const EngineOptions& options) {
   if (!matrix.is_diagonal()) return module.make_matrix_engine(matrix, options);
-  std::unique_ptr<Engine> engine = module.make_engine(*matrix.diagonal_bank(), options);
+  std::unique_ptr<Engine> engine =
+      module.make_engine(*matrix.diagonal_bank(), folding_delays(matrix, options));
   EngineTransport transport;
   transport.staging_input = module.staging(*engine, true);
   transport.staging_output = module.staging(*engine, false);
@@ -297,8 +299,7 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
     return make_any<std::unique_ptr<MatrixEngine>>(
         backend,
         [&](const auto& module) {
-          return make_cuda_matrix(module, matrix,
-                                  for_engine("cuda", channels, folding_delays(matrix, options)));
+          return make_cuda_matrix(module, matrix, for_engine("cuda", channels, options));
         },
         [&] { return make_cpu_matrix(matrix, options); });
   }
@@ -310,7 +311,8 @@ std::unique_ptr<MatrixEngine> make_engine(Backend backend, const RoutingMatrix& 
       [&](const auto& module) -> std::unique_ptr<MatrixEngine> {
         EngineOptions each = for_engine("cuda", channels, options);
         if (each.max_taps == 0) each.max_taps = matrix.max_filter_taps();
-        each = folding_delays(matrix, each);
+        // Every part's delay line as long as the whole matrix's longest delay.
+        each.max_delay_frames = std::max(each.max_delay_frames, matrix.max_delay_frames());
         return std::make_unique<ShardedEngine>(matrix, devices.size(),
                                                [&](std::size_t shard, const RoutingMatrix& part) {
                                                  EngineOptions on_device = each;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/engine_factory.hpp"
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "matrix_support.hpp"
@@ -155,12 +156,253 @@ TEST_P(CudaMatrixEngineTest, ARerouteIsRefusedAndTheRunningMatrixKeepsFiltering)
   EXPECT_NEAR(out[0], 3.0f, 1e-6);
 }
 
+// Delays from none to a second, on segment boundaries and off them, on paths
+// of 1 to 3000 taps; two paths share an input and a delay; two outputs of
+// one thread's pair (0 and 1) read one input at different delays.
+RoutingMatrix delayed_matrix(std::uint64_t seed) {
+  return RoutingMatrix::make(2, 5,
+                             {make_path(0, 0, random_signal(3000, seed + 1), 0.0, 0),
+                              make_path(1, 0, random_signal(1, seed + 2), -6.0, 24000, true),
+                              make_path(0, 1, random_signal(700, seed + 3), 0.0, 4096),
+                              make_path(1, 1, random_signal(65, seed + 4), 3.0, 48007),
+                              make_path(0, 2, random_signal(512, seed + 5), 0.0, 511),
+                              make_path(1, 2, random_signal(512, seed + 6), 0.0, 511),
+                              make_path(0, 3, random_signal(2048, seed + 7), 0.0, 24000),
+                              make_path(1, 3, random_signal(33, seed + 8), 0.0, 1),
+                              make_path(1, 4, random_signal(100, seed + 9), 0.0, 64)});
+}
+
+TEST_P(CudaMatrixEngineTest, LongDelaysMatchTheFloat64ReferenceOfTheDelayedSignalAtAnyCallSize) {
+  const std::uint64_t seed = 20261126;
+  std::cout << "seed " << seed << "\n";
+  std::mt19937_64 rng(seed);
+  const RoutingMatrix matrix = delayed_matrix(seed);
+  const std::vector<std::vector<float>> inputs = {random_signal(60000, seed + 20),
+                                                  random_signal(60000, seed + 21)};
+  std::vector<std::vector<double>> want;
+  for (std::size_t o = 0; o < 5; ++o) want.push_back(reference_output(matrix, inputs, o));
+  // 8192: one-partition segments of 8192 frames (delays under a segment and
+  // over); 97: 128-frame segments, calls across their boundaries; 1: a frame
+  // a call (graphs) in 64-frame segments, over a shorter stream.
+  for (const std::size_t max_block : {std::size_t(8192), std::size_t(97), std::size_t(1)}) {
+    SCOPED_TRACE("blocks <= " + std::to_string(max_block));
+    const auto engine = make(matrix, max_block);
+    std::cout << engine->description() << "\n";
+    std::vector<std::vector<float>> in = inputs;
+    std::vector<std::vector<double>> expected = want;
+    if (max_block == 1) {
+      for (auto& x : in) x.resize(52000);
+      for (auto& y : expected) y.resize(52000);
+    }
+    const auto got = run_stream(*engine, in, rng, Layout::planar);
+    for (std::size_t o = 0; o < 5; ++o)
+      EXPECT_LE(relative_error(got[o], expected[o]), 1e-5) << "output " << o;
+  }
+}
+
+TEST_P(CudaMatrixEngineTest, DelaysCostNoTapsNoMaxTapsAndNoPartitions) {
+  // 2 -> 4, 4096 taps a path, with delays up to 24,000 frames and without.
+  std::vector<MatrixPath> plain, delayed;
+  for (std::size_t p = 0; p < 8; ++p) {
+    plain.push_back(make_path(p % 2, p / 2, random_signal(4096, 300 + p)));
+    delayed.push_back(make_path(p % 2, p / 2, random_signal(4096, 300 + p), 0.0, 3000 * p + 7));
+  }
+  const RoutingMatrix without = RoutingMatrix::make(2, 4, plain);
+  const RoutingMatrix with = RoutingMatrix::make(2, 4, delayed, /*max_taps=*/4096);
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.max_taps = 4096;
+  options.cuda.matrix_kernel = GetParam();
+  const auto a = make_cuda_matrix_engine(without, options);
+  const auto b = make_cuda_matrix_engine(with, options);
+  std::cout << a->description() << "\n" << b->description() << "\n";
+  if (GetParam() == CudaMatrixKernel::cublas) {
+    // One window for every output: the delays are folded into the taps.
+    EXPECT_EQ(b->max_delay_frames(), 0u);
+    EXPECT_EQ(b->max_taps(), 4096u + 21007u);
+    EXPECT_NE(b->description().find("delays folded into taps"), std::string::npos);
+    return;
+  }
+  EXPECT_EQ(b->max_taps(), 4096u) << "a delay is not taps";
+  EXPECT_GE(b->max_delay_frames(), 21007u);
+  EXPECT_NE(b->description().find("delays up to 65536 frames"), std::string::npos);
+  // 64-frame partitions: 64 for the taps and one for a delay's remainder,
+  // whatever the delays.
+  EXPECT_NE(a->description().find(", 65 partitions"), std::string::npos) << a->description();
+  EXPECT_NE(b->description().find(", 65 partitions"), std::string::npos) << b->description();
+  // Any swap within the taps and the delay line is taken.
+  std::vector<MatrixPath> farther = delayed;
+  for (MatrixPath& path : farther) path.delay_frames = 65536 - path.delay_frames;
+  EXPECT_NO_THROW(b->set_matrix(RoutingMatrix::make(2, 4, farther), true));
+}
+
+TEST_P(CudaMatrixEngineTest, SwapsThatMoveDelaysCrossfadeOneBlockAndAreExactAfter) {
+  const std::uint64_t seed = 91;
+  std::cout << "seed " << seed << "\n";
+  const RoutingMatrix first =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(300, seed), 0.0, 0),
+                           make_path(1, 0, random_signal(50, seed + 1), 0.0, 30000),
+                           make_path(1, 1, random_signal(700, seed + 2), -3.0, 5)});
+  const RoutingMatrix second =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(300, seed + 3), 0.0, 20000),
+                           make_path(1, 0, random_signal(50, seed + 4), 0.0, 3),
+                           make_path(1, 1, random_signal(1200, seed + 5), 2.0, 60001)});
+  // first -> second -> first: fixed call sizes between the swaps (replayed
+  // as graphs) and a fade call of another size at each.
+  const std::size_t frames = 150000, fade = 700;
+  const std::size_t swaps[] = {70001, 110003};
+  const std::vector<std::vector<float>> inputs = {random_signal(frames, seed + 6),
+                                                  random_signal(frames, seed + 7)};
+  EngineOptions options;
+  options.max_block_frames = 1024;
+  options.max_taps = 1200;
+  options.cuda.matrix_kernel = GetParam();
+  // Folded delays need the room for them (the native engine does not).
+  if (GetParam() == CudaMatrixKernel::cublas) options.max_taps = 1200 + 60001;
+  const auto engine = make_cuda_matrix_engine(first, options);
+  std::vector<float> in(2 * frames), out(2 * frames);
+  for (std::size_t f = 0; f < frames; ++f)
+    for (std::size_t c = 0; c < 2; ++c) in[f * 2 + c] = inputs[c][f];
+  std::size_t start = 0;
+  const auto run = [&](std::size_t n) {
+    engine->process(std::span<const float>(in).subspan(start * 2, n * 2),
+                    std::span<float>(out).subspan(start * 2, n * 2), n, Layout::interleaved);
+    start += n;
+  };
+  while (start < swaps[0]) run(std::min<std::size_t>(333, swaps[0] - start));
+  engine->set_matrix(second, /*crossfade=*/true);
+  run(fade);
+  while (start < swaps[1]) run(std::min<std::size_t>(1000, swaps[1] - start));
+  engine->set_matrix(first, /*crossfade=*/true);
+  run(fade);
+  while (start < frames) run(std::min<std::size_t>(333, frames - start));
+  for (std::size_t o = 0; o < 2; ++o) {
+    const auto a = reference_output(first, inputs, o);
+    const auto b = reference_output(second, inputs, o);
+    std::vector<double> want(frames);
+    for (std::size_t f = 0; f < frames; ++f) {
+      // The weight of `second`.
+      double w = 0.0;
+      if (f >= swaps[0] + fade && f < swaps[1]) {
+        w = 1.0;
+      } else if (f >= swaps[0] && f < swaps[0] + fade) {
+        w = double(f - swaps[0] + 1) / fade;
+      } else if (f >= swaps[1] && f < swaps[1] + fade) {
+        w = 1.0 - double(f - swaps[1] + 1) / fade;
+      }
+      want[f] = a[f] + w * (b[f] - a[f]);
+    }
+    std::vector<float> got(frames);
+    for (std::size_t f = 0; f < frames; ++f) got[f] = out[f * 2 + o];
+    EXPECT_LE(relative_error(got, want), 1e-5) << "output " << o;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(MacKernels, CudaMatrixEngineTest,
                          ::testing::Values(CudaMatrixKernel::tiled, CudaMatrixKernel::cublas),
                          [](const ::testing::TestParamInfo<CudaMatrixKernel>& info) {
                            return std::string(info.param == CudaMatrixKernel::tiled ? "Tiled"
                                                                                     : "Cublas");
                          });
+
+TEST(CudaMatrixEngineDelays, SwapBeyondTheDelayLineIsRefusedNamingThePathAndKeepsTheRunningMatrix) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const RoutingMatrix running = RoutingMatrix::make(1, 1, {make_path(0, 0, {1}, 0, 100)});
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.max_delay_frames = 70000;
+  const auto engine = make_cuda_matrix_engine(running, options);
+  const std::size_t reach = engine->max_delay_frames();
+  EXPECT_GE(reach, 70000u);
+  try {
+    engine->set_matrix(RoutingMatrix::make(1, 1, {make_path(0, 0, {1}, 0, reach + 1)}), false);
+    ADD_FAILURE() << "a delay beyond the delay line was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("path 0 (input 0 -> output 0): a delay of " +
+                                         std::to_string(reach + 1)),
+              std::string::npos)
+        << e.what();
+  }
+  const std::vector<float> in(64, 1.0f);
+  std::vector<float> out(64);
+  for (int i = 0; i < 2; ++i) engine->process(in, out, 64, Layout::planar);
+  EXPECT_NEAR(out[100 - 64 - 1], 0.0f, 1e-6);
+  EXPECT_NEAR(out[100 - 64], 1.0f, 1e-6) << "the running matrix (delay 100) still runs";
+  // The longest delay the line holds is taken, and exact: an impulse comes
+  // out `reach` frames later.
+  engine->reset();
+  engine->set_matrix(RoutingMatrix::make(1, 1, {make_path(0, 0, {1}, 0, reach)}), false);
+  std::vector<float> impulse(64, 0.0f);
+  impulse[0] = 1.0f;
+  const std::vector<float> silence(64, 0.0f);
+  std::size_t peak = 0, peaks = 0;
+  for (std::size_t start = 0; start < reach + 128; start += 64) {
+    engine->process(start == 0 ? impulse : silence, out, 64, Layout::planar);
+    for (std::size_t f = 0; f < 64; ++f)
+      if (std::abs(out[f]) > 0.5f) {
+        peak = start + f;
+        ++peaks;
+      }
+  }
+  EXPECT_EQ(peaks, 1u);
+  EXPECT_EQ(peak, reach);
+}
+
+TEST(CudaMatrixEngineDelays, ManyInputsKeepLessSpareDelayLineButEveryDelayTheyHave) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  // 4096 sources -> 2 ears: 65536 frames of spare room would be 4 GiB.
+  std::vector<MatrixPath> paths;
+  for (std::size_t i = 0; i < 4096; ++i) paths.push_back(make_path(i, i % 2, {1.0f}));
+  paths.back().delay_frames = 3000;
+  const RoutingMatrix matrix = RoutingMatrix::make(4096, 2, std::move(paths));
+  EngineOptions options;
+  options.max_block_frames = 64;
+  const auto engine = make_cuda_matrix_engine(matrix, options);
+  std::cout << engine->description() << "\n";
+  EXPECT_EQ(engine->max_delay_frames(), 4096u) << "256 MiB / (16 B x 4096 inputs)";
+  // The delays it has run: an impulse on the last input comes out 3000 frames later.
+  std::vector<float> in(4096 * 64, 0.0f), out(2 * 64);
+  in[4095] = 1.0f;  // interleaved: frame 0, input 4095
+  std::size_t peak = 0, peaks = 0;
+  for (std::size_t start = 0; start < 3200; start += 64) {
+    engine->process(in, out, 64, Layout::interleaved);
+    std::fill(in.begin(), in.end(), 0.0f);
+    for (std::size_t f = 0; f < 64; ++f)
+      if (std::abs(out[f * 2 + 1]) > 0.5f) {
+        peak = start + f;
+        ++peaks;
+      }
+  }
+  EXPECT_EQ(peaks, 1u);
+  EXPECT_EQ(peak, 3000u);
+}
+
+TEST(CudaMatrixEngineDelays, TheFactoryGivesTheMatrixEngineItsTapsAloneAndTheDelaysOnTop) {
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const RoutingMatrix matrix =
+      RoutingMatrix::make(2, 2,
+                          {make_path(0, 0, random_signal(512, 1), 0.0, 24000),
+                           make_path(1, 0, {1}, 0.0, 3), make_path(0, 1, random_signal(100, 2))});
+  EngineOptions options;
+  options.max_block_frames = 128;
+  options.max_taps = 1024;
+  const auto engine = make_engine(Backend::cuda, matrix, options);
+  std::cout << engine->description() << "\n";
+  EXPECT_EQ(engine->max_taps(), 1024u);
+  EXPECT_GE(engine->max_delay_frames(), 65536u);
+  // Two GPUs where there are two, one engine each: the same room.
+  if (cuda_device_count() >= 2) {
+    options.devices = {0, 1};
+    const auto sharded = make_engine(Backend::cuda, matrix, options);
+    EXPECT_EQ(sharded->max_taps(), 1024u);
+    EXPECT_GE(sharded->max_delay_frames(), 65536u);
+  }
+}
 
 TEST(CudaMatrixEngineOptions, BlocksWithoutGraphsGiveTheSameOutputAsGraphs) {
   std::string reason;
@@ -230,18 +472,18 @@ RoutingMatrix update_matrix(std::uint64_t seed) {
   return RoutingMatrix::make(3, 2, std::move(paths));
 }
 
-constexpr std::size_t kUpdateMaxTaps = 1000;  // effective: this engine folds delays
+constexpr std::size_t kUpdateMaxTaps = 1000;  // taps alone: this engine delays natively
 
-// Every call a random set of paths among the first `updated` takes random taps.
-testing::Schedule random_updates(const RoutingMatrix& m, std::size_t calls, std::size_t updated,
-                                 std::uint64_t seed) {
+// Every call a random set of paths among the first `updated` takes random
+// taps, up to kUpdateMaxTaps whatever the path's delay (path 2's 300 frames
+// would not have left room for them when delays were taps).
+testing::Schedule random_updates(std::size_t calls, std::size_t updated, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   testing::Schedule schedule;
   for (std::size_t call = 1; call < calls; ++call)
     for (std::size_t p = 0; p < updated; ++p) {
       if (rng() % 3 == 0) continue;
-      const std::size_t reach = kUpdateMaxTaps - m.paths()[p].delay_frames;
-      schedule[call][p] = random_signal(1 + rng() % reach, seed + 100 * call + p);
+      schedule[call][p] = random_signal(1 + rng() % kUpdateMaxTaps, seed + 100 * call + p);
     }
   return schedule;
 }
@@ -275,7 +517,7 @@ TEST_P(CudaPathUpdates, UpdatesAtEveryCallMatchTheFloat64PiecewiseCrossfadedRefe
     std::vector<std::vector<float>> inputs;
     for (std::size_t c = 0; c < 3; ++c)
       inputs.push_back(random_signal(calls * block, seed + 7 + c));
-    const testing::Schedule schedule = random_updates(matrix, calls, 3, seed + block);
+    const testing::Schedule schedule = random_updates(calls, 3, seed + block);
     const auto engine = make(matrix, block);
     const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule, updater());
     const auto want = testing::piecewise_reference(matrix, inputs, sizes, schedule);
@@ -292,7 +534,7 @@ TEST_P(CudaPathUpdates, CallsOfAnySizeFadeOverTheCallAfterTheUpdate) {
   const std::vector<std::size_t> sizes = testing::random_block_sizes(8000, 300, seed);
   std::vector<std::vector<float>> inputs;
   for (std::size_t c = 0; c < 3; ++c) inputs.push_back(random_signal(8000, seed + 7 + c));
-  const testing::Schedule schedule = random_updates(matrix, sizes.size(), 4, seed + 1);
+  const testing::Schedule schedule = random_updates(sizes.size(), 4, seed + 1);
   const auto engine = make(matrix, 300);
   const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule, updater());
   const auto want = testing::piecewise_reference(matrix, inputs, sizes, schedule);
@@ -337,7 +579,8 @@ TEST_P(CudaPathUpdates, BadTapsAreRefusedNamingThePathAndNothingChanges) {
   std::vector<float> bad = random_signal(40, seed + 9);
   bad[17] = std::numeric_limits<float>::infinity();
   const std::vector<float> good = random_signal(40, seed + 10);
-  const std::vector<float> too_long(kUpdateMaxTaps - 300 + 1, 0.1f);  // path 2: delay 300
+  // Path 2 is delayed by 300 frames: its delay does not count, its taps do.
+  const std::vector<float> too_long(kUpdateMaxTaps + 1, 0.1f);
   const auto refuse = [&](const std::vector<std::pair<std::size_t, const std::vector<float>*>>& u,
                           const std::string& says) {
     std::vector<PathTaps> host;
@@ -354,7 +597,8 @@ TEST_P(CudaPathUpdates, BadTapsAreRefusedNamingThePathAndNothingChanges) {
     }
   };
   refuse({{0, &good}, {1, &bad}}, "path 1 (input 1 -> output 0)");
-  refuse({{2, &too_long}}, "path 2 (input 2 -> output 0): 1001 taps (delay included)");
+  refuse({{2, &too_long}},
+         "path 2 (input 2 -> output 0): 1001 taps; the running engine holds at most 1000");
   refuse({{4, &good}}, "path 4: no such path");
   refuse({{3, &good}, {3, &good}}, "named twice");
   const auto got =

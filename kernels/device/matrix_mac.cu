@@ -23,6 +23,9 @@ __device__ inline void cmac(float2& acc, float2 x, float hr, float hi) {
   acc.y = fmaf(x.x, hi, fmaf(x.y, hr, acc.y));
 }
 
+// Delayed: each output of a thread's pair reads the window its path's
+// whole-segment delay back (two loads of X a step instead of one shared one).
+template <bool Delayed>
 __global__ void __launch_bounds__(kThreads)
     matrix_mac_kernel(MatrixMacArgs a, int lanes, int log2_lanes) {
   __shared__ float4 rows_sum[kThreads];
@@ -34,23 +37,44 @@ __global__ void __launch_bounds__(kThreads)
   const int pair = tile * (kOutputsPerTile / 2) + lane;
   const bool active = 2 * pair < padded;
   const long long depth = s.depth();
-  const long long per_split = (depth + a.splits - 1) / a.splits;
-  const long long k_begin = split * per_split;
+  const long long per_split = (depth - a.k_first + a.splits - 1) / a.splits;
+  const long long k_begin = a.k_first + split * per_split;
   const long long k_end = min(depth, k_begin + per_split);
   const long long per_slot = (long long)s.inputs * s.bins;
-  const float2* x = a.fdl + (a.chunk->slot + 1) * per_slot + b;  // [k][bins], this bin
+  // [k][bins], this bin: x[k * bins] is X_{s-j} for k = (partitions-1-j) * inputs + i.
+  const float2* x = a.fdl + (a.chunk->slot + 1 + a.slots - s.partitions) * per_slot + b;
   const float4* h = reinterpret_cast<const float4*>(a.spectra + (long long)b * depth * padded) +
                     (active ? pair : 0);
   const long long h_step = padded / 2;  // float4s per k
 
   float2 acc0 = make_float2(0.0f, 0.0f), acc1 = make_float2(0.0f, 0.0f);
   if (active) {
+    if constexpr (Delayed) {
+      // The pair's two delays per input, as one 8-byte load; i = k mod inputs,
+      // stepped without a division.
+      const int2* q = reinterpret_cast<const int2*>(a.delays) + pair;
+      const int q_step = padded / 2;
+      int i = int((k_begin + row) % s.inputs);
+      const int i_step = rows % s.inputs;
 #pragma unroll 4
-    for (long long k = k_begin + row; k < k_end; k += rows) {
-      const float2 xv = x[k * s.bins];
-      const float4 hv = __ldcs(h + k * h_step);  // streamed once: do not keep in L2
-      cmac(acc0, xv, hv.x, hv.y);
-      cmac(acc1, xv, hv.z, hv.w);
+      for (long long k = k_begin + row; k < k_end; k += rows) {
+        const int2 d = __ldg(q + i * q_step);
+        const float2 x0 = x[k * s.bins - d.x * per_slot];
+        const float2 x1 = x[k * s.bins - d.y * per_slot];
+        const float4 hv = __ldcs(h + k * h_step);  // streamed once: do not keep in L2
+        cmac(acc0, x0, hv.x, hv.y);
+        cmac(acc1, x1, hv.z, hv.w);
+        i += i_step;
+        if (i >= s.inputs) i -= s.inputs;
+      }
+    } else {
+#pragma unroll 4
+      for (long long k = k_begin + row; k < k_end; k += rows) {
+        const float2 xv = x[k * s.bins];
+        const float4 hv = __ldcs(h + k * h_step);  // streamed once: do not keep in L2
+        cmac(acc0, xv, hv.x, hv.y);
+        cmac(acc1, xv, hv.z, hv.w);
+      }
     }
   }
   rows_sum[threadIdx.x] = make_float4(acc0.x, acc0.y, acc1.x, acc1.y);
@@ -119,7 +143,10 @@ void launch_matrix_mac(const MatrixMacArgs& a, cudaStream_t stream) {
   while ((1 << log2_lanes) < lanes) ++log2_lanes;
   const unsigned tiles = unsigned((s.outputs_padded() + kOutputsPerTile - 1) / kOutputsPerTile);
   const dim3 grid(unsigned(s.bins), tiles, unsigned(a.splits));
-  matrix_mac_kernel<<<grid, kThreads, 0, stream>>>(a, lanes, log2_lanes);
+  if (a.delays != nullptr)
+    matrix_mac_kernel<true><<<grid, kThreads, 0, stream>>>(a, lanes, log2_lanes);
+  else
+    matrix_mac_kernel<false><<<grid, kThreads, 0, stream>>>(a, lanes, log2_lanes);
   TAPSTREAM_CUDA_CHECK_LAUNCH("matrix_mac_kernel");
   if (a.splits > 1) {
     const long long count = (long long)s.outputs * s.bins;

@@ -9,8 +9,16 @@
 // - H is [bins][k][outputs_padded] with k = (partitions - 1 - j) * inputs + i,
 //   outputs padded to an even count (zeros) so that a 16-byte load holds two
 //   outputs' values: per bin one contiguous matrix, streamed once per block.
-// - X is the mirrored delay line (kernels/device/matrix_chunks.hpp): the
-//   window at positions slot+1 .. slot+partitions is [k][bins].
+// - X is the mirrored delay line (kernels/device/matrix_chunks.hpp) of
+//   `slots` segments (slots >= partitions): the window at positions
+//   slot+1+slots-partitions .. slot+slots is [k][bins].
+// - Delays (dsp/model/segment_delay.hpp): path i -> o's partition j meets
+//   X_{s-q-j}, q its whole segments from `delays` ([inputs][outputs_padded]),
+//   read q slots further back in the delay line (slots >= partitions + the
+//   largest q). Null: no path has a whole segment of delay (the window is
+//   shared by every output).
+// - Only k >= k_first runs: the oldest partitions no path of the set reaches
+//   (H zero there) cost nothing.
 //
 // The tiled kernel: a block of 256 threads per (bin, tile of 64 outputs,
 // split of k); each thread holds two outputs (one float4 of H a step), the
@@ -41,7 +49,10 @@ int matrix_mac_splits(const MatrixMacShape& shape);
 
 struct MatrixMacArgs {
   MatrixMacShape shape;
-  const float2* fdl = nullptr;         // mirrored delay line [2 * partitions][inputs][bins]
+  const float2* fdl = nullptr;         // mirrored delay line [2 * slots][inputs][bins]
+  int slots = 0;                       // the delay line's segments (>= shape.partitions)
+  const int* delays = nullptr;         // per path q, [inputs][outputs_padded]; null: all 0
+  long long k_first = 0;               // first k a path of the set reaches
   const MatrixChunk* chunk = nullptr;  // device: the chunk's slot picks the window
   const float2* spectra = nullptr;     // H, scaled 1/(2P)
   float2* partial = nullptr;           // [splits][outputs][bins] (splits > 1)

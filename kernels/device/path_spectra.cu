@@ -70,7 +70,7 @@ __global__ void install_path_spectra_kernel(const PathUpdate* update, int update
       spare[at] = value;
     }
     if (delta != nullptr && j == 0 && blockIdx.y == 0 && threadIdx.y == 0)
-      fade[update[u].slot] = FadePath{input, output};
+      fade[update[u].slot] = FadePath{input, output, update[u].segments};
   }
   if (delta == nullptr) return;  // the same for every thread of the block
   __syncthreads();
@@ -94,15 +94,17 @@ __global__ void copy_path_spectra_kernel(const PathUpdate* path, int paths, cons
 
 // grid: x over fade paths, y over bins in blocks of kFadeThreads.
 __global__ void add_fade_delta_kernel(const FadePath* fade, const float2* delta, const float2* fdl,
-                                      const MatrixChunk* chunk, MatrixMacShape s, float2* y_old) {
+                                      int slots, const MatrixChunk* chunk, MatrixMacShape s,
+                                      float2* y_old) {
   const int u = blockIdx.x;
   const int b = blockIdx.y * kFadeThreads + threadIdx.x;
   if (b >= s.bins) return;
   const FadePath path = fade[u];
   const long long per_slot = (long long)s.inputs * s.bins;
-  // Partition j's input spectrum is at window position slot + partitions - j.
-  const float2* x =
-      fdl + (chunk->slot + s.partitions) * per_slot + (long long)path.input * s.bins + b;
+  // Partition j's input spectrum for a path q segments late is at position
+  // slot + slots - q - j of the mirrored line.
+  const float2* x = fdl + (long long)(chunk->slot + slots - path.segments) * per_slot +
+                    (long long)path.input * s.bins + b;
   const float2* d = delta + (long long)u * s.partitions * s.bins + b;
   float2 acc = make_float2(0.0f, 0.0f);
   for (int j = 0; j < s.partitions; ++j) {
@@ -160,11 +162,12 @@ void launch_copy_path_spectra(const PathUpdate* path, int paths, const float2* f
 }
 
 void launch_add_fade_delta(const FadePath* fade, int count, const float2* delta, const float2* fdl,
-                           const MatrixChunk* chunk, const MatrixMacShape& shape, float2* y_old,
-                           cudaStream_t stream) {
+                           int slots, const MatrixChunk* chunk, const MatrixMacShape& shape,
+                           float2* y_old, cudaStream_t stream) {
   if (count == 0) return;
   const dim3 grid(unsigned(count), unsigned((shape.bins + kFadeThreads - 1) / kFadeThreads));
-  add_fade_delta_kernel<<<grid, kFadeThreads, 0, stream>>>(fade, delta, fdl, chunk, shape, y_old);
+  add_fade_delta_kernel<<<grid, kFadeThreads, 0, stream>>>(fade, delta, fdl, slots, chunk, shape,
+                                                           y_old);
   TAPSTREAM_CUDA_CHECK_LAUNCH("add_fade_delta_kernel");
 }
 

@@ -37,7 +37,8 @@ constexpr int kNoBadTap = 0x7f7f7f7f;
 struct PathUpdate {
   const float* taps = nullptr;
   long long count = 0;
-  long long delay = 0;
+  long long delay = 0;  // leading zeros (the remainder of a delay read segments back)
+  int segments = 0;     // whole segments of delay: the fade reads X that far back
   double gain = 1.0;
   int input = 0, output = 0;
   int index = 0, slot = 0;
@@ -47,6 +48,7 @@ struct PathUpdate {
 // the row of its position in the list).
 struct FadePath {
   int input = 0, output = 0;
+  int segments = 0;  // the path's whole segments of delay
 };
 
 // Sets *bad (device memory, kNoBadTap before) to the smallest index among
@@ -78,11 +80,12 @@ void launch_copy_path_spectra(const PathUpdate* path, int paths, const float2* f
                               const MatrixMacShape& shape, cudaStream_t stream);
 
 // For the chunk: y_old[o][b] += sum over the `count` fade paths (input i,
-// output o) and partitions j of delta[u][j][b] * X_{s-j}[i][b] (X: the
-// window of the mirrored delay line `fdl`, as the MAC reads it). y_old must
-// hold the new set's output for the chunk before.
+// output o, q whole segments of delay) and partitions j of delta[u][j][b] *
+// X_{s-q-j}[i][b] (X: the mirrored delay line `fdl` of `slots` segments, read
+// as the MAC reads it). y_old must hold the new set's output for the chunk
+// before.
 void launch_add_fade_delta(const FadePath* fade, int count, const float2* delta, const float2* fdl,
-                           const MatrixChunk* chunk, const MatrixMacShape& shape, float2* y_old,
-                           cudaStream_t stream);
+                           int slots, const MatrixChunk* chunk, const MatrixMacShape& shape,
+                           float2* y_old, cudaStream_t stream);
 
 }  // namespace tapstream::cuda

@@ -27,6 +27,16 @@
 // kernel reads them there, so a call's launch sequence depends only on its
 // shape. A shape seen twice is captured as a CUDA graph and replayed from then
 // on (a live stream of fixed-size calls is one graph launch a call).
+//
+// A path's delay d = q P + r is a delay, not taps (dsp/model/segment_delay):
+// the delay line keeps q_max more segments than the partitions, the MAC
+// reads path i -> o's window q segments further back (a table of q per
+// (input, output) that travels with the spectra), and only r < P becomes
+// leading zeros of its taps, so H holds one partition more than max_taps
+// needs, which a matrix whose paths do not reach it never runs. A swap that
+// moves delays crossfades as any swap: both matrices read the same delay
+// line. The cuBLAS variant shares one window across outputs and cannot read
+// per path: it folds delays into taps (max_delay_frames() 0), as before.
 
 #include <algorithm>
 #include <array>
@@ -41,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsp/model/segment_delay.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
@@ -82,7 +93,18 @@ struct CallShape {
   const void* spectra = nullptr;
   const void* old_spectra = nullptr;
   std::size_t fade_paths = 0;  // Fade::changed
+  const void* delays = nullptr;
+  const void* old_delays = nullptr;
+  long long k_first = 0, old_k_first = 0;
   bool operator==(const CallShape&) const = default;
+};
+
+// What the MAC needs to know of one set of spectra besides H: whether any
+// path has a whole segment of delay (its table of q then on the device) and
+// the first k any path reaches.
+struct SpectraReach {
+  bool delayed = false;
+  std::size_t partitions = 0;  // the most any path of the set reaches
 };
 
 class CudaMatrixEngine final : public MatrixEngine {
@@ -103,6 +125,7 @@ class CudaMatrixEngine final : public MatrixEngine {
   std::size_t outputs() const override { return matrix_->outputs(); }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
+  std::size_t max_delay_frames() const override { return max_delay_; }
   std::string name() const override { return "cuda"; }
   std::string description() const override {
     return "cuda: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
@@ -111,7 +134,9 @@ class CudaMatrixEngine final : public MatrixEngine {
            " partitions, " +
            (cublas_ ? std::string("cuBLAS batched CGEMM")
                     : "tiled MAC, " + std::to_string(splits_) + " k-splits") +
-           (use_graphs_ ? ", CUDA graphs" : ", no graphs");
+           (use_graphs_ ? ", CUDA graphs" : ", no graphs") +
+           (max_delay_ == 0 ? std::string(", delays folded into taps")
+                            : ", delays up to " + std::to_string(max_delay_) + " frames");
   }
 
  private:
@@ -122,11 +147,23 @@ class CudaMatrixEngine final : public MatrixEngine {
     std::uint64_t used = 0;
   };
 
-  // H of `m` into `dst`.
-  void upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst);
+  // H of `m` into `dst`, its table of whole-segment delays into `delays`;
+  // returns what the MAC needs to know of it.
+  SpectraReach upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst,
+                              DeviceBuffer<int>& delays);
+  // The leading zeros of `path`'s taps on this engine (all of its delay when
+  // delays are folded, else its remainder).
+  std::size_t leading_zeros(const MatrixPath& path) const {
+    return max_delay_ == 0 ? path.delay_frames
+                           : split_delay(path.delay_frames, partition_).remainder;
+  }
+  long long k_first(const SpectraReach& reach) const {
+    return (long long)(partitions_ - std::min(partitions_, reach.partitions)) * (long long)inputs();
+  }
   void bind_cublas();
   // Checks a call's size, takes a pending matrix and writes the call's
-  // chunks into host_call_: the call's shape (chunks, fade) for `frames`.
+  // chunks into host_call_: the call's shape (chunks, fade, the sets of
+  // spectra and delays it runs) for `frames`.
   CallShape begin_call(std::size_t frames, Layout layout);
   // The call's device work, after its chunks and input are in host_call_
   // (device_io: its input already in device_call_, its output left in d_out_).
@@ -147,7 +184,8 @@ class CudaMatrixEngine final : public MatrixEngine {
   // set_paths replaced since are in the spectra only (shared, never copied,
   // so that an update costs the named paths alone).
   std::shared_ptr<const RoutingMatrix> matrix_, pending_matrix_;
-  std::size_t max_block_, max_taps_, partition_, bins_, partitions_, chunk_capacity_, chunk_bytes_;
+  std::size_t max_block_, max_taps_, max_delay_ = 0, partition_, bins_, partitions_, slots_,
+                                     chunk_capacity_, chunk_bytes_;
   cuda::MatrixMacShape shape_;
   int splits_ = 1;
   bool use_graphs_;
@@ -155,10 +193,13 @@ class CudaMatrixEngine final : public MatrixEngine {
   cuda::RealFftPlan forward_, inverse_, filter_forward_;
   DeviceBuffer<char> fft_work_;
   // The running set and the spare one (pending after an update; the
-  // fading-out set during the call after a swap).
+  // fading-out set during the call after a swap), each with its table of
+  // whole-segment delays ([inputs][outputs_padded]) and its reach.
   DeviceBuffer<float2> spectra_, spare_;
+  DeviceBuffer<int> delays_, spare_delays_;
+  SpectraReach reach_, spare_reach_;
   DeviceBuffer<float> stage_;           // [inputs][2P]
-  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * partitions][inputs][bins]
+  DeviceBuffer<float2> current_, fdl_;  // [inputs][bins], [2 * slots][inputs][bins]
   DeviceBuffer<float2> partial_, y_, y_old_;
   DeviceBuffer<float> filtered_, filtered_old_;  // [outputs][2P]
   // A call's chunks, then its input samples: pinned host memory and its device copy.
@@ -212,20 +253,42 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
       device_(options.device),
       matrix_(std::make_shared<const RoutingMatrix>(matrix)),
       max_block_(options.max_block_frames),
-      max_taps_(options.max_taps == 0 ? matrix.max_taps() : options.max_taps),
       use_graphs_(options.cuda.matrix_graphs),
       device_ranges_(options.device) {
   if (max_block_ == 0) throw std::invalid_argument("cuda matrix engine: max_block_frames is 0");
-  if (matrix.max_taps() > max_taps_)
-    throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
-                                std::to_string(matrix.max_taps()) + " taps, more than max_taps " +
-                                std::to_string(max_taps_));
   const CudaMatrixKernel kind = options.cuda.matrix_kernel == CudaMatrixKernel::automatic
                                     ? CudaMatrixKernel::tiled
                                     : options.cuda.matrix_kernel;
   partition_ = choose_partition(max_block_);
   bins_ = partition_ + 1;
-  partitions_ = div_up(max_taps_, partition_);
+  if (kind == CudaMatrixKernel::cublas) {
+    // Delays folded: max_taps bounds delay + taps, with room for the
+    // matrix's own delays on top of a given filter length.
+    max_taps_ =
+        options.max_taps == 0 ? matrix.max_taps() : options.max_taps + matrix.max_delay_frames();
+    if (matrix.max_taps() > max_taps_)
+      throw std::invalid_argument(
+          "cuda matrix engine: the matrix's longest path has " + std::to_string(matrix.max_taps()) +
+          " taps (delay included), more than max_taps " + std::to_string(max_taps_));
+    partitions_ = div_up(max_taps_, partition_);
+    slots_ = partitions_;
+  } else {
+    // As the CPU matrix engine: the delay line reaches as far as the matrix
+    // or the options ask, and at least 65536 frames (room for a swap that
+    // brings delays) as long as that room costs at most 256 MiB of device
+    // memory (a frame of one input is about 16 bytes, mirrored): a matrix of
+    // thousands of inputs (binaural sources) keeps less spare room.
+    max_taps_ = options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps;
+    const std::size_t spare_frames = (std::size_t(256) << 20) / (16 * matrix.inputs());
+    max_delay_ = std::max({options.max_delay_frames, matrix.max_delay_frames(),
+                           std::min(std::size_t(65536), spare_frames)});
+    if (matrix.max_filter_taps() > max_taps_)
+      throw std::invalid_argument("cuda matrix engine: the matrix's longest path has " +
+                                  std::to_string(matrix.max_filter_taps()) +
+                                  " taps, more than max_taps " + std::to_string(max_taps_));
+    partitions_ = partitions_for_any_delay(max_taps_, partition_);
+    slots_ = delay_line_segments(max_taps_, max_delay_, partition_);
+  }
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
   shape_.inputs = int(n_in);
   shape_.outputs = int(n_out);
@@ -247,9 +310,12 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
   spare_ = DeviceBuffer<float2>(spectra_count);
   slot_of_.assign(matrix.paths().size(), -1);
   mark_.assign(matrix.paths().size(), 0);
+  const std::size_t delay_count = n_in * std::size_t(shape_.outputs_padded());
+  delays_ = DeviceBuffer<int>(delay_count);
+  spare_delays_ = DeviceBuffer<int>(delay_count);
   stage_ = DeviceBuffer<float>(n_in * 2 * partition_);
   current_ = DeviceBuffer<float2>(n_in * bins_);
-  fdl_ = DeviceBuffer<float2>(2 * partitions_ * n_in * bins_);
+  fdl_ = DeviceBuffer<float2>(2 * slots_ * n_in * bins_);
   if (splits_ > 1) partial_ = DeviceBuffer<float2>(std::size_t(splits_) * n_out * bins_);
   y_ = DeviceBuffer<float2>(n_out * bins_);
   y_old_ = DeviceBuffer<float2>(n_out * bins_);
@@ -266,22 +332,35 @@ CudaMatrixEngine::CudaMatrixEngine(const RoutingMatrix& matrix, const EngineOpti
     cublas_.emplace(shape_);
     bind_cublas();
   }
-  upload_spectra(matrix, spectra_);
+  reach_ = upload_spectra(matrix, spectra_, delays_);
   reset();
 }
 
-void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst) {
+SpectraReach CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float2>& dst,
+                                              DeviceBuffer<int>& delays) {
   const std::size_t n_in = m.inputs(), n_out = m.outputs(), window = 2 * partition_;
   const float scale = 1.0f / float(window);
+  SpectraReach reach;
   std::vector<std::vector<float>> taps;
-  for (const MatrixPath& p : m.paths()) taps.push_back(p.effective_taps());
+  for (const MatrixPath& p : m.paths()) {
+    taps.push_back(p.effective_taps(leading_zeros(p)));
+    reach.partitions = std::max(reach.partitions, div_up(taps.back().size(), partition_));
+  }
+  const std::size_t stride = std::size_t(shape_.outputs_padded());
+  const std::vector<int> table = max_delay_ == 0 ? std::vector<int>(n_in * stride, 0)  // folded
+                                                 : segment_delay_table(m, partition_, stride);
+  reach.delayed = std::any_of(table.begin(), table.end(), [](int q) { return q != 0; });
+  // Synchronous from pageable memory; the stream is synchronized below anyway.
+  TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(delays.get(), table.data(), table.size() * sizeof(int),
+                                       cudaMemcpyHostToDevice, stream_.get()));
   // One partition at a time: [inputs][outputs][2P] zero-padded, transformed
   // on the device into [inputs][outputs][bins], packed into H.
   cuda::PinnedBuffer<float> host(n_in * n_out * window);
   DeviceBuffer<float> time(n_in * n_out * window);
   DeviceBuffer<float2> partition_spectra(n_in * n_out * bins_);
   dst.zero(stream_.get());  // H's padding outputs and absent paths
-  for (std::size_t j = 0; j < partitions_; ++j) {
+  // Partitions no path reaches stay zero.
+  for (std::size_t j = 0; j < std::min(partitions_, reach.partitions); ++j) {
     std::fill_n(host.get(), host.size(), 0.0f);
     for (std::size_t p = 0; p < taps.size(); ++p) {
       const std::size_t first = j * partition_;
@@ -297,6 +376,7 @@ void CudaMatrixEngine::upload_spectra(const RoutingMatrix& m, DeviceBuffer<float
     // The pinned staging is reused by the next partition.
     stream_.synchronize();
   }
+  return reach;
 }
 
 void CudaMatrixEngine::bind_cublas() {
@@ -326,7 +406,7 @@ void CudaMatrixEngine::enqueue(const CallShape& shape, bool device_io) {
     cuda::launch_stage_input(stage_.get(), in, chunk, int(n_in), P, widest, s);
     forward_.forward(stage_.get(), current_.get(), s);
     cuda::launch_store_current(fdl_.get(), current_.get(), chunk, int(n_in), int(bins_),
-                               int(partitions_), stage_.get(), P,
+                               int(slots_), stage_.get(), P,
                                cublas_ ? cublas_->window_pointers() : nullptr, s);
     for (int set = 0; set < (shape.fade == Fade::whole ? 2 : 1); ++set) {
       if (cublas_) {
@@ -335,8 +415,11 @@ void CudaMatrixEngine::enqueue(const CallShape& shape, bool device_io) {
         cuda::MatrixMacArgs a;
         a.shape = shape_;
         a.fdl = fdl_.get();
+        a.slots = int(slots_);
+        a.delays = static_cast<const int*>(set == 0 ? shape.delays : shape.old_delays);
+        a.k_first = set == 0 ? shape.k_first : shape.old_k_first;
         a.chunk = chunk;
-        a.spectra = set == 0 ? spectra_.get() : spare_.get();
+        a.spectra = static_cast<const float2*>(set == 0 ? shape.spectra : shape.old_spectra);
         a.partial = partial_.get();
         a.out = set == 0 ? y_.get() : y_old_.get();
         a.splits = splits_;
@@ -350,7 +433,7 @@ void CudaMatrixEngine::enqueue(const CallShape& shape, bool device_io) {
       TAPSTREAM_CUDA_CHECK(
           cudaMemcpyAsync(y_old_.get(), y_.get(), y_.bytes(), cudaMemcpyDeviceToDevice, s));
       cuda::launch_add_fade_delta(fade_list_.get(), int(shape.fade_paths), fade_delta_.get(),
-                                  fdl_.get(), chunk, shape_, y_old_.get(), s);
+                                  fdl_.get(), int(slots_), chunk, shape_, y_old_.get(), s);
       inverse_.inverse(y_old_.get(), filtered_old_.get(), s);
     }
     cuda::launch_emit_output(out, filtered_.get(), fade ? filtered_old_.get() : nullptr, chunk,
@@ -408,6 +491,8 @@ CallShape CudaMatrixEngine::begin_call(std::size_t frames, Layout layout) {
   if (pending_matrix_) {
     // The pending spectra run from now; the running ones fade out.
     std::swap(spectra_, spare_);
+    std::swap(delays_, spare_delays_);
+    std::swap(reach_, spare_reach_);
     matrix_ = std::move(pending_matrix_);
     if (pending_crossfade_) shape.fade = fade_deltas_kept_ ? Fade::changed : Fade::whole;
     if (shape.fade == Fade::changed) shape.fade_paths = changed_.size();
@@ -421,7 +506,13 @@ CallShape CudaMatrixEngine::begin_call(std::size_t frames, Layout layout) {
     if (cublas_) bind_cublas();
   }
   shape.spectra = spectra_.get();
-  if (shape.fade == Fade::whole) shape.old_spectra = spare_.get();
+  shape.delays = reach_.delayed ? delays_.get() : nullptr;
+  shape.k_first = k_first(reach_);
+  if (shape.fade == Fade::whole) {
+    shape.old_spectra = spare_.get();
+    shape.old_delays = spare_reach_.delayed ? spare_delays_.get() : nullptr;
+    shape.old_k_first = k_first(spare_reach_);
+  }
 
   auto* chunks = reinterpret_cast<MatrixChunk*>(host_call_.get());
   std::size_t count = 0;
@@ -431,7 +522,7 @@ CallShape CudaMatrixEngine::begin_call(std::size_t frames, Layout layout) {
     position_ += n;
     done += n;
     if (position_ == partition_) {
-      slot_ = (slot_ + 1) % partitions_;
+      slot_ = (slot_ + 1) % slots_;
       position_ = 0;
     }
   }
@@ -477,8 +568,8 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
 }
 
 void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
-  check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_);
-  upload_spectra(matrix, spare_);
+  check_matrix_swap(pending_matrix_ ? *pending_matrix_ : *matrix_, matrix, max_taps_, max_delay_);
+  spare_reach_ = upload_spectra(matrix, spare_, spare_delays_);
   pending_matrix_ = std::make_shared<const RoutingMatrix>(matrix);
   pending_crossfade_ = crossfade;
   pending_whole_ = true;
@@ -488,9 +579,8 @@ void CudaMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
 }
 
 void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
-  // This engine folds delays into taps (max_delay_frames() is 0). The taps'
-  // values are checked on the device, where they are read anyway.
-  check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
+  // The taps' values are checked on the device, where they are read anyway.
+  check_path_taps(latest().paths(), paths, max_taps_, max_delay_, /*finite=*/false);
   std::size_t total = 0;
   for (const PathTaps& update : paths) total += update.taps.size();
   // Every tap goes up in one transfer, packed into a staging kept from one
@@ -517,7 +607,7 @@ void CudaMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade
 
 bool CudaMatrixEngine::set_paths_device(std::span<const PathTaps> paths, bool crossfade,
                                         void* stream) {
-  check_path_taps(latest().paths(), paths, max_taps_, 0, /*finite=*/false);
+  check_path_taps(latest().paths(), paths, max_taps_, max_delay_, /*finite=*/false);
   std::vector<const float*> device_taps;
   device_taps.reserve(paths.size());
   // One look-up per allocation the taps lie in, not per path.
@@ -596,7 +686,8 @@ void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
     cuda::PathUpdate& d = host[u];
     d.taps = device_taps[u];
     d.count = (long long)paths[u].taps.size();
-    d.delay = (long long)path.delay_frames;
+    d.delay = (long long)leading_zeros(path);
+    d.segments = max_delay_ == 0 ? 0 : int(split_delay(path.delay_frames, partition_).segments);
     d.gain = std::pow(10.0, path.gain_db / 20.0) * (path.invert ? -1.0 : 1.0);
     d.input = int(path.input);
     d.output = int(path.output);
@@ -638,6 +729,10 @@ void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
   if (fresh && spare_stale_all_) {
     TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(spare_.get(), spectra_.get(), spectra_.bytes(),
                                          cudaMemcpyDeviceToDevice, s));
+    // The paths' delays stay: the running table goes with the spectra (the
+    // spare set lagging by paths only already has it: updates keep delays).
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(spare_delays_.get(), delays_.get(), delays_.bytes(),
+                                         cudaMemcpyDeviceToDevice, s));
   } else if (copies > 0) {
     cuda::launch_copy_path_spectra(device_updates_.get() + paths.size(), int(copies),
                                    spectra_.get(), spare_.get(), shape_, s);
@@ -669,6 +764,12 @@ void CudaMatrixEngine::update_paths(std::span<const PathTaps> paths,
         ": a tap is not a finite number");
   }
   if (fresh) stale_.clear();
+  // A longer filter may reach partitions the set did not (a fresh update's
+  // spare set is the running one's copy).
+  if (fresh) spare_reach_ = reach_;
+  for (std::size_t u = 0; u < paths.size(); ++u)
+    spare_reach_.partitions = std::max(
+        spare_reach_.partitions, div_up(std::size_t(host[u].delay + host[u].count), partition_));
   for (const PathTaps& update : paths) {
     if (slot_of_[update.path] >= 0) continue;
     slot_of_[update.path] = int(changed_.size());
