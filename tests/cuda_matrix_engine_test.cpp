@@ -613,15 +613,18 @@ TEST_P(CudaPathUpdates, BadTapsAreRefusedNamingThePathAndNothingChanges) {
 // the update before, is brought up to it path by path. Mixed in: updates of
 // most paths (the whole old set fades), two updates before one call (the
 // later taps of a path named in both win), and whole-matrix swaps.
-TEST_P(CudaPathUpdates, FewPathsOfManyChangedEveryCallFadeOnlyThoseAndMatchTheFloat64Reference) {
-  const std::uint64_t seed = 2526;
+void few_paths_of_many_changed_every_call(std::uint64_t seed, bool from_device,
+                                          std::size_t (*delay_of)(std::mt19937_64&)) {
   std::cout << "seed " << seed << "\n";
   std::mt19937_64 rng(seed);
   std::vector<MatrixPath> paths;
   for (std::size_t i = 0; i < 8; ++i)
-    for (std::size_t o = 0; o < 3; ++o)
-      paths.push_back(make_path(i, o, random_signal(1 + rng() % 400, seed + 10 * i + o),
-                                double(rng() % 7) - 3.0, rng() % 50, rng() % 5 == 0));
+    for (std::size_t o = 0; o < 3; ++o) {
+      std::vector<float> taps = random_signal(1 + rng() % 400, seed + 10 * i + o);
+      const double gain_db = double(rng() % 7) - 3.0;
+      const std::size_t delay = delay_of(rng);
+      paths.push_back(make_path(i, o, std::move(taps), gain_db, delay, rng() % 5 == 0));
+    }
   const RoutingMatrix matrix = RoutingMatrix::make(8, 3, std::move(paths));
   const std::size_t block = 96, calls = 60, all = matrix.paths().size();
   std::vector<std::vector<float>> inputs;
@@ -659,13 +662,13 @@ TEST_P(CudaPathUpdates, FewPathsOfManyChangedEveryCallFadeOnlyThoseAndMatchTheFl
       if (updates % 4 == 0 && !u.empty()) {
         // First other taps for the first path, then the update itself.
         const std::vector<PathTaps> first{{u[0].path, garbage}};
-        if (GetParam()) {
+        if (from_device) {
           update_from_device(e, first);
         } else {
           e.set_paths(first, true);
         }
       }
-      if (GetParam()) {
+      if (from_device) {
         update_from_device(e, u);
       } else {
         e.set_paths(u, true);
@@ -675,6 +678,20 @@ TEST_P(CudaPathUpdates, FewPathsOfManyChangedEveryCallFadeOnlyThoseAndMatchTheFl
         *engine, inputs, std::vector<std::size_t>(calls, block), schedule, update);
     for (std::size_t o = 0; o < 3; ++o) EXPECT_LE(relative_error(got[o], want[o]), 1e-5) << o;
   }
+}
+
+TEST_P(CudaPathUpdates, FewPathsOfManyChangedEveryCallFadeOnlyThoseAndMatchTheFloat64Reference) {
+  few_paths_of_many_changed_every_call(
+      2526, GetParam(), [](std::mt19937_64& rng) { return std::size_t(rng() % 50); });
+}
+
+// The same with delays of whole segments (128-frame partitions here): the
+// fade of the changed paths reads each one's window its segments back, as
+// the MAC does.
+TEST_P(CudaPathUpdates, ChangedPathsWithLongDelaysFadeFromTheirDelayedWindows) {
+  few_paths_of_many_changed_every_call(2527, GetParam(), [](std::mt19937_64& rng) {
+    return std::size_t(rng() % 2 == 0 ? rng() % 50 : 128 + rng() % 5000);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(TapsFrom, CudaPathUpdates, ::testing::Values(false, true),
