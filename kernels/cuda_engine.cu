@@ -137,6 +137,7 @@ class CudaEngineImpl final : public CudaEngine {
       return std::make_unique<cuda::DirectConvolver>(bank, direct_setup());
     });
     convolver_ = std::move(choice.convolver);
+    resident_possible_ = !convolver_->resident_description().empty();
     choice_note_ = std::move(choice.note);
 
     if (!convolver_->takes_any_view()) {
@@ -191,6 +192,8 @@ class CudaEngineImpl final : public CudaEngine {
 
     if (n <= tuning_.zero_copy_samples) {
       if (!in_staged) std::memcpy(pinned_in_.get(), in.data(), n * sizeof(float));
+      // A resident kernel starts after the chain: record it first.
+      if (small_calls_ == SmallCalls::persistent && resident_possible_) flush_chain();
       if (small_calls_ == SmallCalls::persistent && convolver_->resident_ready(chain_)) {
         note_enqueued(call_start);
         if (convolver_->resident_call(frames, layout == Layout::planar)) {
@@ -202,9 +205,11 @@ class CudaEngineImpl final : public CudaEngine {
       convolver_->quiesce();
       const SampleView x = view(pinned_in_.device_pointer(), layout, frames, 0);
       const SampleView y = view(pinned_out_.device_pointer(), layout, frames, 0);
-      filter(0, x, const_cast<float*>(y.data), y.channel_stride, y.frame_stride, frames, 0, frames,
-             /*mapped=*/true);
-      done_[0].record(streams_[0].get());
+      // The convolver may record done_[0] inside its own work (a call as one
+      // graph); else it is recorded here, after the call's work.
+      if (!filter(0, x, const_cast<float*>(y.data), y.channel_stride, y.frame_stride, frames, 0,
+                  frames, /*mapped=*/true, done_[0].get()))
+        done_[0].record(streams_[0].get());
       convolver_->end_call();
       note_enqueued(call_start);
       pending_.kind = PendingCall::Kind::small;
@@ -308,6 +313,7 @@ class CudaEngineImpl final : public CudaEngine {
     convolver_->set_filters(bank, crossfade);
     chain_.record(streams_[0].get());
     chain_stream_ = 0;
+    chain_pending_ = false;
   }
 
   void reset() override {
@@ -319,6 +325,7 @@ class CudaEngineImpl final : public CudaEngine {
     convolver_->reset(stream);
     chain_.record(stream);
     chain_stream_ = 0;
+    chain_pending_ = false;
   }
 
   void synchronize() override {
@@ -432,7 +439,16 @@ class CudaEngineImpl final : public CudaEngine {
   }
 
   void wait_chain(std::size_t s) {
-    if (chain_stream_ != s) chain_.wait_on(streams_[s].get());
+    if (chain_stream_ == s) return;
+    flush_chain();
+    chain_.wait_on(streams_[s].get());
+  }
+
+  // Records the chain a small call left pending, on the stream it ran on.
+  void flush_chain() {
+    if (!chain_pending_) return;
+    chain_.record(streams_[chain_stream_].get());
+    chain_pending_ = false;
   }
 
   // True for memory from cudaHostAlloc/cudaMallocHost or cudaHostRegister.
@@ -483,10 +499,11 @@ class CudaEngineImpl final : public CudaEngine {
 
   // Filters one chunk (frames [offset, offset + frames) of a call of call_frames)
   // on stream s, after the previous chunk's filtering; records the chain.
-  // `mapped`: x and y are the mapped host staging.
-  void filter(std::size_t s, const SampleView& x, float* y, long long y_channel_stride,
+  // `mapped`: x and y are the mapped host staging. `output_done` (optional):
+  // the event the caller polls; true when the convolver recorded it.
+  bool filter(std::size_t s, const SampleView& x, float* y, long long y_channel_stride,
               long long y_frame_stride, std::size_t frames, std::size_t offset,
-              std::size_t call_frames, bool mapped) {
+              std::size_t call_frames, bool mapped, cudaEvent_t output_done = nullptr) {
     cudaStream_t stream = streams_[s].get();
     wait_chain(s);
     DeviceBlock block;
@@ -497,12 +514,24 @@ class CudaEngineImpl final : public CudaEngine {
     block.frames = frames;
     block.call_offset = offset;
     block.call_frames = call_frames;
-    if (convolver_->takes_any_view())
+    block.output_done = output_done;
+    bool recorded = false;
+    if (convolver_->takes_any_view()) {
       convolver_->process(block, stream);
-    else
+      recorded = output_done != nullptr && convolver_->recorded_output_done();
+    } else {
       process_planar(s, block, mapped, stream);
-    chain_.record(stream);
+    }
+    // A small call stays on stream 0: the chain is recorded only when a later
+    // call moves to another stream (wait_chain), not on every call.
+    if (mapped) {
+      chain_pending_ = true;
+    } else {
+      chain_.record(stream);
+      chain_pending_ = false;
+    }
     chain_stream_ = s;
+    return recorded;
   }
 
   // For a convolver that takes planar device memory only: (de)interleaves (or
@@ -547,6 +576,8 @@ class CudaEngineImpl final : public CudaEngine {
   std::vector<Stream> streams_;
   Event chain_;
   std::size_t chain_stream_ = 0;
+  bool chain_pending_ = false;      // chain_ not yet recorded after a small call
+  bool resident_possible_ = false;  // the convolver has a resident kernel for small calls
   std::vector<Event> done_;
   std::vector<Event> chunk_done_;
   std::size_t slot_frames_ = 0;

@@ -307,6 +307,69 @@ TEST_F(CudaPartitioned, TheDefaultEngineTakesThePartitionedPathWhereTheCostModel
   }
 }
 
+// A device's calls (the largest size, through the engine's mapped staging)
+// are each one graph with the steps due; any other call, a swap's crossfade
+// and a reset go the launched way, and the stream moves between the two
+// without a wrong frame: each stretch is checked against float64.
+TEST_F(CudaPartitioned, ACallAndItsDueStepsAreOneGraphAndTheStreamStaysExactAroundOtherCalls) {
+  const std::uint64_t seed = announce("calls as one graph", 8108);
+  const std::size_t channels = 8, taps = 65536, max_block = 64, frames = 90000;
+  const FilterBank first = bank(channels, taps, 1500, seed);
+  const FilterBank second = bank(channels, taps, 1500, seed + 600);
+  auto engine = partitioned_engine(first, max_block);
+  ASSERT_NE(engine->description().find("one graph"), std::string::npos) << engine->description();
+  const Signals in = random_signals(channels, frames, seed + 1);
+  // Device-sized calls, with odd ones (a launch each) now and then, a swap.
+  std::vector<std::size_t> sizes;
+  std::mt19937_64 rng(seed + 2);
+  for (std::size_t done = 0; done < frames;) {
+    std::size_t n = rng() % 9 == 0 ? 1 + rng() % (max_block - 1) : max_block;
+    n = std::min(n, frames - done);
+    sizes.push_back(n);
+    done += n;
+  }
+  const std::size_t swap_call = sizes.size() / 2;
+  const Signals out = stream(*engine, in, sizes, Layout::interleaved, {{swap_call, &second, true}});
+  std::size_t swap_start = 0;
+  for (std::size_t i = 0; i < swap_call; ++i) swap_start += sizes[i];
+  const std::size_t swap_end = swap_start + sizes[swap_call];
+  for (std::size_t c = 0; c < channels; ++c) {
+    const std::vector<double> y1 = sparse_reference_convolution(in[c], first.taps(c));
+    const std::vector<double> y2 = sparse_reference_convolution(in[c], second.taps(c));
+    std::vector<double> want(frames);
+    for (std::size_t n = 0; n < frames; ++n) {
+      if (n < swap_start) {
+        want[n] = y1[n];
+      } else if (n < swap_end) {
+        const double w = double(n - swap_start + 1) / double(swap_end - swap_start);
+        want[n] = y1[n] * (1.0 - w) + y2[n] * w;
+      } else {
+        want[n] = y2[n];
+      }
+    }
+    for (std::size_t from = 0; from < frames; from += 8192) {
+      const std::size_t to = std::min(frames, from + 8192);
+      EXPECT_LE(relative_error(std::span<const float>(out[c]).subspan(from, to - from),
+                               std::span<const double>(want).subspan(from, to - from)),
+                kTolerance)
+          << "channel " << c << ", frames " << from << ".." << to;
+    }
+  }
+  // After a reset the graphs' position starts again with the host's.
+  engine->reset();
+  const Signals again = random_signals(channels, 20000, seed + 3);
+  const Signals out2 = stream(
+      *engine, again, std::vector<std::size_t>(20000 / max_block, max_block), Layout::interleaved);
+  const std::size_t checked = 20000 / max_block * max_block;
+  for (std::size_t c = 0; c < channels; ++c) {
+    const std::vector<double> want = sparse_reference_convolution(again[c], second.taps(c));
+    EXPECT_LE(relative_error(std::span<const float>(out2[c]).first(checked),
+                             std::span<const double>(want).first(checked)),
+              kTolerance)
+        << "after reset, channel " << c;
+  }
+}
+
 TEST_F(CudaPartitioned, KernelOptionForcesItAndOfflineBlocksKeepTheUniformPath) {
   const FilterBank b = bank(8, 65536, 64, 8105);
   EngineOptions options;

@@ -42,6 +42,10 @@ struct DeviceBlock {
   std::size_t frames = 0;
   std::size_t call_offset = 0;
   std::size_t call_frames = 0;
+  // Non-null: an event the caller will poll for the block's output. A
+  // convolver that can record it inside its own work (recorded_output_done())
+  // lets the caller skip its own record.
+  cudaEvent_t output_done = nullptr;
 };
 
 // A planar block of device memory, a whole call: channel c's input at
@@ -70,6 +74,10 @@ class DeviceConvolver {
 
   // Filters `block` on `stream` (1..max_block_frames frames).
   virtual void process(const DeviceBlock& block, cudaStream_t stream) = 0;
+
+  // True when the last process() recorded its block's output_done (else the
+  // caller records it after process()).
+  virtual bool recorded_output_done() const { return false; }
 
   // After the last piece of a call: a swap that call has taken is complete.
   virtual void end_call() {}

@@ -23,6 +23,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -57,6 +58,16 @@ constexpr double kHeadMacsPerNs = 5000.0;
 constexpr double kHeadBlocksForFullRate = 264.0;
 // Tail partitions no longer than this (cuFFT 2P-point transforms).
 constexpr std::size_t kMaxTailPartition = 65536;
+// Calls as one graph: a call whose steps are due replays one captured graph
+// (head, output event, the due steps as parallel branches) instead of a
+// launch, events and a graph launch per step. The next call's graph starts
+// only once this one's steps are done, so the mode is for banks whose longest
+// step (the cost model) is far shorter than any period: 50 us is 4 % of a
+// 64-frame period at 48 kHz and 60 % of one at 768 kHz.
+constexpr double kGraphCallStepNs = 50000.0;
+// Graphs kept (by view, frames, steps due, filters): a device's calls repeat
+// one shape, so one per step pattern (segments + 1) in practice.
+constexpr std::size_t kMaxCallGraphs = 64;
 
 }  // namespace
 
@@ -207,6 +218,28 @@ struct PartitionedConvolver::State {
   Event input_ready, main_mark, tail_mark;
   cudaStream_t last_main = nullptr;
 
+  // Calls as one graph (see kGraphCallStepNs).
+  struct CallGraph {
+    const float* in = nullptr;
+    long long in_cs = 0, in_fs = 0;
+    float* out = nullptr;
+    long long out_cs = 0, out_fs = 0;
+    std::size_t frames = 0;
+    std::uint64_t due = 0;  // bit i: segment i steps in the call
+    int bank = 0, ring = 0;
+    cudaEvent_t done = nullptr;
+    GraphExec exec;
+  };
+  bool graph_calls = false;
+  std::vector<CallGraph> call_graphs;
+  DeviceBuffer<std::int64_t> frame_counter;  // the stream position the graphs' head reads
+  bool frame_counter_current = false;        // equals `position` on the device
+  bool recorded_done = false;                // by the last process()
+  Stream capture_stream;
+  std::vector<Stream> branch_streams;  // one per segment, for captures only
+  Event capture_fork;
+  std::vector<Event> capture_join;
+
   State(const FilterBank& bank_in, std::size_t max_taps_in, std::size_t max_block_in,
         PartitionPlan plan_in)
       : channels(bank_in.channels()),
@@ -274,6 +307,15 @@ struct PartitionedConvolver::State {
     prepare_filter_transforms();
 
     for (std::size_t i = 0; i < segments.size(); ++i) capture_steps(i);
+    const GpuPartitionCosts costs(channels);
+    graph_calls = segments.size() < 64;
+    for (const auto& sp : segments)
+      graph_calls = graph_calls && costs.tail_step_ns(sp->P, sp->count) <= kGraphCallStepNs;
+    frame_counter = DeviceBuffer<std::int64_t>(1);
+    for (std::size_t i = 0; graph_calls && i < segments.size(); ++i) {
+      branch_streams.emplace_back(0);
+      capture_join.emplace_back();
+    }
     clear(tail.get());
     upload(bank_in, 0);
     bank = 0;
@@ -486,11 +528,135 @@ struct PartitionedConvolver::State {
     swap_pending = false;
   }
 
+  // The steps a call ending at stream frame `end` takes, as bits by segment;
+  // false when a segment would take more than one (a call longer than a
+  // partition) or there are too many segments for the bits.
+  bool steps_due(std::int64_t end, std::uint64_t& due) const {
+    due = 0;
+    if (segments.size() >= 64) return false;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      const Segment& s = *segments[i];
+      const std::int64_t n = end / std::int64_t(s.P) - s.next_step;
+      if (n > 1) return false;
+      if (n == 1) due |= std::uint64_t(1) << i;
+    }
+    return true;
+  }
+
+  // The call's graph: the head (its position read from frame_counter), the
+  // output event, the position's advance, and each due step on a branch of
+  // its own after the head, as take_step() would launch it.
+  GraphExec capture_call(const HeadArgs& head, std::uint64_t due, cudaEvent_t done) {
+    cudaStream_t cs = capture_stream.get();
+    TAPSTREAM_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    try {
+      launch_partitioned_head(head, cs);
+      TAPSTREAM_CUDA_CHECK(cudaEventRecordWithFlags(done, cs, cudaEventRecordExternal));
+      launch_add_to_counter(frame_counter.get(), head.frames, cs);
+      if (due != 0) capture_fork.record(cs);
+      for (std::size_t i = 0; i < segments.size(); ++i) {
+        if ((due >> i & 1) == 0) continue;
+        Segment& s = *segments[i];
+        cudaStream_t b = branch_streams[i].get();
+        capture_fork.wait_on(b);
+        std::int64_t* counter = step_counters.get() + i;
+        const StepIndex j{0, counter};
+        enqueue_transform(buffers(s), j, b);
+        enqueue_finish(buffers(s), j, true, spectra[bank].get() + s.spectra_offset,
+                       out_ring[ring].get(), 0, b);
+        launch_advance_step(counter, b);
+        capture_join[i].record(b);
+        capture_join[i].wait_on(cs);
+      }
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      cudaStreamEndCapture(cs, &partial);
+      if (partial != nullptr) cudaGraphDestroy(partial);
+      throw;
+    }
+    return GraphExec::end_capture(cs);
+  }
+
+  // A whole call as one graph launch, when the mode allows it and the call's
+  // steps are one per segment at most; false: process() launches it.
+  bool graph_call(const HeadArgs& head, cudaEvent_t done, cudaStream_t stream) {
+    const std::int64_t end = position + std::int64_t(head.frames);
+    std::uint64_t due = 0;
+    if (!steps_due(end, due)) return false;
+    CallGraph* graph = nullptr;
+    for (auto& g : call_graphs) {
+      if (g.in == head.in.data && g.in_cs == head.in.channel_stride &&
+          g.in_fs == head.in.frame_stride && g.out == head.out &&
+          g.out_cs == head.out_channel_stride && g.out_fs == head.out_frame_stride &&
+          g.frames == std::size_t(head.frames) && g.due == due && g.bank == bank &&
+          g.ring == ring && g.done == done) {
+        graph = &g;
+        break;
+      }
+    }
+    if (graph == nullptr) {
+      if (call_graphs.size() >= kMaxCallGraphs) call_graphs.clear();
+      CallGraph g;
+      g.in = head.in.data;
+      g.in_cs = head.in.channel_stride;
+      g.in_fs = head.in.frame_stride;
+      g.out = head.out;
+      g.out_cs = head.out_channel_stride;
+      g.out_fs = head.out_frame_stride;
+      g.frames = std::size_t(head.frames);
+      g.due = due;
+      g.bank = bank;
+      g.ring = ring;
+      g.done = done;
+      g.exec = capture_call(head, due, done);
+      call_graphs.push_back(std::move(g));
+      graph = &call_graphs.back();
+    }
+    if (!frame_counter_current) {
+      // Steps launched on the segments' streams finish before the graph's
+      // (they share the segments' scratch), and the graph's head reads the
+      // position from the device.
+      wait_for_tail(std::numeric_limits<std::int64_t>::max(), stream);
+      launch_set_counter(frame_counter.get(), position, stream);
+      frame_counter_current = true;
+    }
+    graph->exec.launch(stream);
+    for (std::size_t i = 0; i < segments.size(); ++i)
+      if ((due >> i & 1) != 0) ++segments[i]->next_step;
+    position = end;
+    return true;
+  }
+
   void process(const SampleView& in, float* out, long long out_cs, long long out_fs,
                std::size_t frames, std::size_t call_offset, std::size_t call_frames,
-               cudaStream_t stream) {
+               cudaEvent_t output_done, cudaStream_t stream) {
+    recorded_done = false;
     if (call_offset == 0 && swap_pending) take_swap(stream);
     last_main = stream;
+    // Calls of the largest size only: a device's calls (one graph per step
+    // pattern), not a stream cut at random (a capture per call).
+    if (graph_calls && output_done != nullptr && !fading && call_offset == 0 &&
+        frames == call_frames && frames == max_block) {
+      HeadArgs h;
+      h.in = in;
+      h.channels = int(channels);
+      h.frames = int(frames);
+      h.first_frame_counter = frame_counter.get();
+      h.in_ring = in_ring.get();
+      h.tail_ring = out_ring[ring].get();
+      h.ring_len = ring_len;
+      h.taps = raw_taps[bank].get();
+      h.taps_channel_stride = std::int64_t(taps_stride);
+      h.head_taps = int(head_taps);
+      h.out = out;
+      h.out_channel_stride = out_cs;
+      h.out_frame_stride = out_fs;
+      if (graph_call(h, output_done, stream)) {
+        recorded_done = true;
+        return;
+      }
+    }
+    frame_counter_current = false;
     const std::int64_t end = position + std::int64_t(frames);
     wait_for_tail(end, stream);
     HeadArgs h;
@@ -541,6 +707,7 @@ struct PartitionedConvolver::State {
     tail_mark.wait_on(stream);
     fork_from(t);
     position = 0;
+    frame_counter_current = false;
     for (auto& s : segments) {
       s->next_step = 0;
       s->pending_first = s->pending_count = 0;
@@ -558,7 +725,11 @@ PartitionedConvolver::~PartitionedConvolver() = default;
 
 void PartitionedConvolver::process(const DeviceBlock& block, cudaStream_t stream) {
   state_->process(block.in, block.out, block.out_channel_stride, block.out_frame_stride,
-                  block.frames, block.call_offset, block.call_frames, stream);
+                  block.frames, block.call_offset, block.call_frames, block.output_done, stream);
+}
+
+bool PartitionedConvolver::recorded_output_done() const {
+  return state_->recorded_done;
 }
 
 void PartitionedConvolver::set_filters(const FilterBank& bank, bool crossfade) {
@@ -589,7 +760,8 @@ std::string PartitionedConvolver::description() const {
   std::ostringstream d;
   d << "non-uniformly partitioned FFT (" << state_->plan.describe() << "; head of "
     << state_->head_taps
-    << " taps in direct form per call, each tail segment a graph on a stream of its own)";
+    << " taps in direct form per call, each tail segment a graph on a stream of its own"
+    << (state_->graph_calls ? "; a small call and its due steps one graph" : "") << ")";
   return d.str();
 }
 

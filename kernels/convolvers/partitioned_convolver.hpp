@@ -93,6 +93,11 @@ class PartitionedConvolver final : public DeviceConvolver {
   // Filters block.frames (1..max_block_frames) new frames of every channel on
   // `stream`; a crossfade after a swap spans the block's call.
   void process(const DeviceBlock& block, cudaStream_t stream) override;
+  // A whole call with an output_done event, where every tail step is short
+  // (the cost model), is one captured graph: the head, the event, and the
+  // steps due as parallel branches (partitioned_convolver.cu, "Calls as one
+  // graph").
+  bool recorded_output_done() const override;
 
   // Transforms the new filters on the tail stream (no host synchronisation
   // with tail work in flight); they take effect at the next call.

@@ -28,6 +28,7 @@ __device__ __forceinline__ float head_input(const HeadArgs& a, int c, std::int64
 // the input ring only before the call's first frame and write it only from it
 // on, so blocks of one launch never race on it.
 __global__ void head_kernel(HeadArgs a) {
+  if (a.first_frame_counter != nullptr) a.first_frame = *a.first_frame_counter;
   __shared__ float window[kHeadTile + kHeadChunk];
   __shared__ float h[kHeadChunk];
   const int c = blockIdx.y;
@@ -142,6 +143,14 @@ __global__ void advance_step_kernel(std::int64_t* counter) {
   *counter += 1;
 }
 
+__global__ void add_to_counter_kernel(std::int64_t* counter, std::int64_t amount) {
+  *counter += amount;
+}
+
+__global__ void set_counter_kernel(std::int64_t* counter, std::int64_t value) {
+  *counter = value;
+}
+
 __global__ void scatter_partitions_kernel(const float* taps, std::size_t taps_stride,
                                           std::size_t rows, std::size_t first_tap, std::size_t P,
                                           std::size_t total_rows, float scale, float* out) {
@@ -174,6 +183,16 @@ void launch_gather_windows(const float* in_ring, std::int64_t ring_len, std::int
 void launch_advance_step(std::int64_t* counter, cudaStream_t stream) {
   advance_step_kernel<<<1, 1, 0, stream>>>(counter);
   TAPSTREAM_CUDA_CHECK_LAUNCH("advance_step_kernel");
+}
+
+void launch_add_to_counter(std::int64_t* counter, std::int64_t amount, cudaStream_t stream) {
+  add_to_counter_kernel<<<1, 1, 0, stream>>>(counter, amount);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("add_to_counter_kernel");
+}
+
+void launch_set_counter(std::int64_t* counter, std::int64_t value, cudaStream_t stream) {
+  set_counter_kernel<<<1, 1, 0, stream>>>(counter, value);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("set_counter_kernel");
 }
 
 void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream) {

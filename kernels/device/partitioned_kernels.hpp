@@ -22,6 +22,9 @@ struct HeadArgs {
   int channels = 0;
   int frames = 0;
   std::int64_t first_frame = 0;  // stream frame of the call's frame 0
+  // Non-null: first_frame is read from here when the kernel runs (a call
+  // replayed from a captured graph; launch_add_to_counter moves it on).
+  const std::int64_t* first_frame_counter = nullptr;
   float* in_ring = nullptr;
   float* tail_ring = nullptr;
   std::int64_t ring_len = 0;
@@ -54,6 +57,10 @@ void launch_gather_windows(const float* in_ring, std::int64_t ring_len, std::int
 
 // *counter += 1 (after the graph of a step).
 void launch_advance_step(std::int64_t* counter, cudaStream_t stream);
+
+// *counter += amount, and *counter = value: a replayed call's stream position.
+void launch_add_to_counter(std::int64_t* counter, std::int64_t amount, cudaStream_t stream);
+void launch_set_counter(std::int64_t* counter, std::int64_t value, cudaStream_t stream);
 
 // acc[c][bin] = sum_{i < count} X_{step - i}[c][bin] * H_i[c][bin], X_n in delay
 // line slot n mod slots ([slot][channel][bin]), H_i at spectra + i *
