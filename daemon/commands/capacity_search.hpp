@@ -14,7 +14,8 @@ struct CapacitySearch {
 
 // fits(channels, blocks): whether `channels` channels keep their block times
 // within the budget over `blocks` timed blocks. The search doubles from 1
-// while the short probes (probe_blocks) fit, bisects to within ~6 %, then
+// while the short probes (probe_blocks) fit (a probe that does not is run
+// once more before it counts: a lone stall must not end the search), bisects to within ~6 %, then
 // confirms over measure_blocks, stepping down (by 1/8 four times, then by
 // halves) while the long run does not fit, down to 1 channel.
 CapacitySearch search_capacity(std::size_t most, std::size_t probe_blocks,
