@@ -654,7 +654,8 @@ void few_paths_of_many_changed_every_call(std::uint64_t seed, bool from_device,
     const std::vector<float> garbage = random_signal(33, seed + 7);
     const auto update = [&](MatrixEngine& e, const std::vector<PathTaps>& u) {
       ++updates;
-      current = with_path_taps(current, u, kUpdateMaxTaps);
+      // As the engine counts: its taps and its delay line (cuBLAS folds delays).
+      current = with_path_taps(current, u, e.max_taps(), e.max_delay_frames());
       if (updates % 9 == 0) {
         e.set_matrix(current, true);
         return;
