@@ -316,6 +316,19 @@ class CudaEngineImpl final : public CudaEngine {
     chain_pending_ = false;
   }
 
+  bool set_channel_filters(std::span<const PathTaps> channels, bool crossfade) override {
+    finish_process();
+    check_channel_taps("cuda engine", channels, channels_, max_taps_);
+    DeviceGuard guard(device_);
+    convolver_->quiesce();
+    // After every block enqueued so far, as set_filters.
+    wait_chain(0);
+    const bool taken = convolver_->set_channel_filters(channels, crossfade);
+    chain_.record(streams_[0].get());
+    chain_stream_ = 0;
+    return taken;
+  }
+
   void reset() override {
     finish_process();
     DeviceGuard guard(device_);

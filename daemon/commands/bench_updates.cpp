@@ -14,6 +14,12 @@
 //   interpolator on the GPU hands them over;
 // - cuda-host: the same filters from host memory (set_paths: one copy up);
 // - cpu: the CPU matrix engine (set_paths, its threads as configured).
+// With --diagonal the matrix is N -> N, path c: input c -> output c (a
+// filter per channel, run by the per-channel engines through
+// DiagonalEngine, whose per-channel updates cost the named channels only),
+// and the search is over N; --kernel picks the CUDA per-channel engine's
+// path ("partitioned": the one that takes per-channel updates natively);
+// --fraction replaces only that share of the paths at each update.
 // Prints a table and writes JSON (--json).
 
 #include "daemon/commands/bench_updates.hpp"
@@ -47,6 +53,9 @@ struct UpdatesArgs {
   std::vector<std::size_t> taps = {2048, 8192, 32768};
   std::size_t every = 1;    // blocks between updates of every path
   std::size_t outputs = 2;  // paths = sources x outputs
+  bool diagonal = false;    // N -> N, path c: c -> c (paths = N)
+  std::string kernel = "auto";
+  double fraction = 1.0;  // share of the paths each update replaces
   double rate = 48000.0;
   std::size_t measure_blocks = 10000;
   std::size_t probe_blocks = 1000;
@@ -108,17 +117,18 @@ struct Probe {
   bool fits = false;
 };
 
-Probe probe(const std::string& variant, std::size_t sources, std::size_t outputs,
+Probe probe(const UpdatesArgs& args, const std::string& variant, std::size_t sources,
             std::size_t frames, std::size_t taps, std::size_t every, std::size_t blocks,
             double budget_us) {
-  const std::size_t paths = sources * outputs;
+  const std::size_t outputs = args.diagonal ? sources : args.outputs;
+  const std::size_t paths = args.diagonal ? sources : sources * outputs;
   const std::vector<float> bases[3] = {base_filter(0, taps), base_filter(1, taps),
                                        base_filter(2, taps)};
   std::vector<MatrixPath> matrix_paths;
   for (std::size_t p = 0; p < paths; ++p) {
     MatrixPath path;
-    path.input = p / outputs;
-    path.output = p % outputs;
+    path.input = args.diagonal ? p : p / outputs;
+    path.output = args.diagonal ? p : p % outputs;
     path.taps.resize(taps);
     path_filter(bases[0], p, path.taps.data());
     path.source = "bench";
@@ -128,6 +138,7 @@ Probe probe(const std::string& variant, std::size_t sources, std::size_t outputs
   EngineOptions options;
   options.max_block_frames = frames;
   options.max_taps = taps;
+  options.kernel = args.kernel;
   const bool on_device = variant == "cuda-device";
   const std::string backend = variant == "cpu" ? "cpu" : "cuda";
   const std::unique_ptr<MatrixEngine> engine = make_engine(parse_backend(backend), matrix, options);
@@ -145,8 +156,10 @@ Probe probe(const std::string& variant, std::size_t sources, std::size_t outputs
     }
   }
   std::vector<PathTaps> updates[2];
+  const std::size_t replaced =
+      std::max<std::size_t>(1, std::size_t(std::ceil(args.fraction * double(paths))));
   for (int s = 0; s < 2; ++s)
-    for (std::size_t p = 0; p < paths; ++p) {
+    for (std::size_t p = 0; p < std::min(paths, replaced); ++p) {
       const float* base = on_device ? sets[s].device : sets[s].host.data();
       updates[s].push_back({p, std::span<const float>(base + p * taps, taps)});
     }
@@ -180,7 +193,9 @@ Probe probe(const std::string& variant, std::size_t sources, std::size_t outputs
     const bool update = i % every == 0;
     if (update) {
       if (on_device) {
-        engine->set_paths_device(updates[set], true, nullptr);
+        if (!engine->set_paths_device(updates[set], true, nullptr))
+          throw std::runtime_error("the " + engine->description() +
+                                   " engine takes no filters from device memory");
       } else {
         engine->set_paths(updates[set], true);
       }
@@ -221,16 +236,16 @@ Cell find_most_paths(const UpdatesArgs& args, const std::string& engine, std::si
   cell.taps = taps;
   cell.budget_us = 0.5 * double(frames) / args.rate * 1e6;
   const std::size_t most_paths = std::min(args.max_paths, args.max_samples / taps);
-  const std::size_t most = std::max<std::size_t>(1, most_paths / args.outputs);
+  const std::size_t most =
+      std::max<std::size_t>(1, args.diagonal ? most_paths : most_paths / args.outputs);
   std::optional<Probe> confirmed;
   const CapacitySearch found = search_capacity(
       most, args.probe_blocks, args.measure_blocks, [&](std::size_t sources, std::size_t blocks) {
         Probe p;
         try {
-          p = probe(engine, sources, args.outputs, frames, taps, args.every, blocks,
-                    cell.budget_us);
+          p = probe(args, engine, sources, frames, taps, args.every, blocks, cell.budget_us);
         } catch (const std::exception& e) {  // out of memory counts as not fitting
-          p.paths = sources * args.outputs;
+          p.paths = args.diagonal ? sources : sources * args.outputs;
           p.description = std::string("failed: ") + e.what();
         }
         std::printf(
@@ -264,7 +279,8 @@ std::string json_for(const UpdatesArgs& args, const std::vector<Cell>& cells,
         {"budget_us", c.budget_us},
         {"paths", c.best.paths},
         {"capped", c.capped},
-        {"path_updates_per_second", double(c.best.paths) / (seconds * double(args.every))},
+        {"path_updates_per_second",
+         std::ceil(args.fraction * double(c.best.paths)) / (seconds * double(args.every))},
         {"p50_us", c.best.us.p50},
         {"p99_us", c.best.us.p99},
         {"p999_us", c.best.us.p999},
@@ -284,6 +300,9 @@ std::string json_for(const UpdatesArgs& args, const std::vector<Cell>& cells,
                                          {"rate", args.rate},
                                          {"every_blocks", args.every},
                                          {"outputs", args.outputs},
+                                         {"diagonal", args.diagonal},
+                                         {"kernel", args.kernel},
+                                         {"fraction", args.fraction},
                                          {"measure_blocks", args.measure_blocks},
                                          {"probe_blocks", args.probe_blocks},
                                          {"paced", true},
@@ -315,7 +334,7 @@ int run_updates(const UpdatesArgs& args) {
     // skipped, so that one run on a machine without a GPU still measures
     // the CPU engine.
     try {
-      probe(engine, 1, args.outputs, 64, 64, 1, 10, 1e30);
+      probe(args, engine, 1, 64, 64, 1, 10, 1e30);
     } catch (const std::exception& e) {
       std::printf("== %s not measured: %s\n", engine.c_str(), e.what());
       skipped.push_back(engine + ": " + e.what());
@@ -336,8 +355,8 @@ int run_updates(const UpdatesArgs& args) {
   std::printf("\n%-11s %6s %7s %7s %12s %9s %9s %9s %9s %10s\n", "engine", "block", "taps", "paths",
               "updates/s", "p50 us", "p99 us", "p99.9 us", "budget", "update p50");
   for (const Cell& c : cells) {
-    const double per_second =
-        double(c.best.paths) / (double(c.frames) / args.rate * double(args.every));
+    const double per_second = std::ceil(args.fraction * double(c.best.paths)) /
+                              (double(c.frames) / args.rate * double(args.every));
     std::printf("%-11s %6zu %7zu %6zu%s %12.0f %9.1f %9.1f %9.1f %9.1f %10.1f\n", c.engine.c_str(),
                 c.frames, c.taps, c.best.paths, c.capped ? "+" : " ", per_second, c.best.us.p50,
                 c.best.us.p99, c.best.us.p999, c.budget_us, c.best.update_us.p50);
@@ -345,7 +364,8 @@ int run_updates(const UpdatesArgs& args) {
   // The issue's target (issue 25): at 128-frame blocks, >= 1024 paths of
   // 8192 taps replaced at every block from device arrays.
   for (const Cell& c : cells)
-    if (c.engine == "cuda-device" && c.frames == 128 && c.taps == 8192 && args.every == 1)
+    if (c.engine == "cuda-device" && c.frames == 128 && c.taps == 8192 && args.every == 1 &&
+        !args.diagonal && args.fraction == 1.0)
       std::printf(
           "target: cuda-device, 128 frames x 8192 taps, every block: %zu paths (>= 1024): %s\n",
           c.best.paths, c.best.paths >= 1024 ? "met" : "missed");
@@ -371,6 +391,12 @@ std::function<int()> add_bench_updates(CLI::App& bench) {
       ->check(number_between(1, 1e6, "blocks"));
   updates->add_option("--outputs", args->outputs, "Outputs (paths = sources x outputs)")
       ->check(number_between(1, 1024, "outputs"));
+  updates->add_flag("--diagonal", args->diagonal,
+                    "A filter per channel: N -> N, path c: input c -> output c (paths = N)");
+  updates->add_option("--kernel", args->kernel,
+                      "The CUDA per-channel engine's path (auto, partitioned, ...)");
+  updates->add_option("--fraction", args->fraction, "Share of the paths each update replaces")
+      ->check(number_between(1e-6, 1, "of the paths"));
   updates->add_option("--rate", args->rate, "Sample rate in Hz")
       ->check(number_between(1, 1e7, "Hz"));
   updates->add_option("--measure-blocks", args->measure_blocks, "Blocks timed at the count found")

@@ -25,6 +25,16 @@
 //   out[i] = old[i] + w_i * (new[i] - old[i]),  w_i = (i + 1) / frames,
 // so the last frame of the crossfade block is entirely the new filter's.
 //
+// Per-channel updates (set_channel_filters) cost their channels only: each
+// channel's filter (its reversed taps or its partitions' spectra) is shared,
+// so the filters an update makes share every other channel's with the
+// running ones and transform only the named channels; they mark which
+// channels changed, and the call that installs them computes the tails of
+// and crossfades those channels only, the others playing on bit for bit.
+// The tails belong to the engine (one per channel, and a second for the
+// channels fading out), not to the filters, so that nothing is done for a
+// channel that did not change.
+//
 // Threads: channels are independent, so a call with enough work (see
 // kCpuParallelCallNs) hands its channels out over a WorkerPool (dsp/cpu/cpu_worker_pool.hpp)
 // of min(channels, cores) threads, the caller included, each channel to whichever
@@ -54,6 +64,7 @@
 #include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
+#include "dsp/model/channel_work.hpp"
 
 namespace tapstream {
 namespace {
@@ -84,8 +95,12 @@ class CpuEngine final : public CpuHeadEngine {
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
   void set_filters(const FilterBank& bank, bool crossfade) override;
+  bool set_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
   void reset() override;
   std::unique_ptr<PreparedHeadFilters> prepare_filters(const FilterBank& bank) const override;
+  std::unique_ptr<PreparedHeadFilters> prepare_channel_filters(const PreparedHeadFilters& base,
+                                                               std::span<const PathTaps> channels,
+                                                               bool base_pending) const override;
   std::unique_ptr<PreparedHeadFilters> install_filters(std::unique_ptr<PreparedHeadFilters> filters,
                                                        bool crossfade) noexcept override;
   void begin_call(std::size_t frames) noexcept override;
@@ -100,21 +115,28 @@ class CpuEngine final : public CpuHeadEngine {
   std::string description() const override;
 
  private:
-  // Everything that depends on one filter bank. History and FDL do not, so an
-  // engine can run two banks over the same stream state during a crossfade.
-  struct Filters final : PreparedHeadFilters {
-    std::vector<std::size_t> taps;  // per stored filter (one when shared)
-    bool shared = false;
+  // One filter, prepared; immutable, shared by the filters that hold it.
+  struct Channel {
+    std::size_t taps = 0;
     // direct form: taps back to front, padded
-    std::vector<AlignedFloats> reversed;
-    // FFT: per stored filter, spectra of its partitions, scaled by 1/N, block
-    // by block: block b of partition j at b * partitions * 64 + j * 64
-    std::vector<std::size_t> partitions;
-    std::vector<AlignedFloats> spectra;
-    // FFT: per channel, tail_s = sum_{j>=1} X_{s-j} H_j for the current segment
-    // (contiguous blocks)
-    AlignedFloats tails;
+    AlignedFloats reversed;
+    // FFT: spectra of its partitions, scaled by 1/N, block by block: block b
+    // of partition j at b * partitions * 64 + j * 64
+    std::size_t partitions = 0;
+    AlignedFloats spectra;
+  };
+  // Everything that depends on one filter bank. History, FDL and tails do
+  // not, so an engine can run two banks over the same stream state during a
+  // crossfade.
+  struct Filters final : PreparedHeadFilters {
+    std::vector<std::shared_ptr<const Channel>> stored;  // per stored filter (one when shared)
+    bool shared = false;
+    // Per channel, nonzero where these filters differ from those they
+    // replace (a per-channel update); empty: every channel (a whole bank).
+    std::vector<unsigned char> changed;
     std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
+    const Channel& of(std::size_t channel) const { return *stored[filter_of(channel)]; }
+    bool changes(std::size_t channel) const { return changed.empty() || changed[channel] != 0; }
   };
 
   // Per-thread working memory.
@@ -125,12 +147,24 @@ class CpuEngine final : public CpuHeadEngine {
     AlignedFloats old;       // one channel's output of the old bank during a crossfade
   };
 
-  // with_tails: compute the tails for the current stream state (the calling
-  // thread must be process()'s); without, process() computes them when the
-  // filters become active.
-  std::unique_ptr<Filters> make_filters(const FilterBank& bank, bool with_tails) const;
+  // process() computes the tails of the filters' channels when they become active.
+  std::unique_ptr<Filters> make_filters(const FilterBank& bank) const;
+  // `base` with the named channels' filters replaced (checked by the
+  // caller), marked changed: on top of base's marks when `base` has not
+  // played yet (a pending update), else on none.
+  std::unique_ptr<Filters> make_channel_filters(const Filters& base,
+                                                std::span<const PathTaps> channels,
+                                                bool base_pending) const;
+  std::shared_ptr<const Channel> make_channel(std::span<const float> taps) const;
   void check_bank(const FilterBank& bank, const char* what) const;
-  void update_tails(Filters& f, std::size_t channel, std::size_t slot) const;
+  // The tail of `channel` with `f`'s filter for the segment in `slot`, into `tail`.
+  void update_tails(const Filters& f, std::size_t channel, std::size_t slot, float* tail) const;
+  float* tail_of(std::size_t channel) {
+    return tails_.data() + channel * blocks_ * simd::kBlockFloats;
+  }
+  float* old_tail_of(std::size_t channel) {
+    return old_tails_.data() + channel * blocks_ * simd::kBlockFloats;
+  }
 
   // Filters one channel of one call of process() (staging it for interleaved
   // layouts), between begin_call() and end_call().
@@ -138,8 +172,8 @@ class CpuEngine final : public CpuHeadEngine {
                        std::span<float> out, std::size_t thread);
   void direct_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
                       const Filters* fade_from, Scratch& scratch);
-  void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y, Filters* fade_from,
-                   Scratch& scratch);
+  void fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
+                   const Filters* fade_from, Scratch& scratch);
   // y = fade_from's output + w * (y - fade_from's output), old output in `old`.
   static void blend(const float* old, float* y, std::size_t frames);
   // True when a call of process() can be the scaled copy: one 1-tap filter
@@ -178,6 +212,10 @@ class CpuEngine final : public CpuHeadEngine {
   AlignedFloats fdl_;         // per channel, block b of slot s at b * K * 64 + s * 64
   std::size_t position_ = 0;  // frames already in the current segment
   std::size_t slot_ = 0;      // FDL slot of the current segment
+  // Per channel, tail_s = sum_{j>=1} X_{s-j} H_j for the current segment with
+  // the active filter (contiguous blocks); old_tails_: with the filter it
+  // fades from, in a crossfade call.
+  AlignedFloats tails_, old_tails_;
 
   // staging
   AlignedFloats stage_in_;   // per channel, for interleaved input
@@ -216,6 +254,8 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, std::
     fdl_slots_ = div_up(max_taps_, partition_);
     windows_ = AlignedFloats(channels_ * 2 * partition_);
     fdl_ = AlignedFloats(channels_ * blocks_ * fdl_slots_ * simd::kBlockFloats);
+    tails_ = AlignedFloats(channels_ * blocks_ * simd::kBlockFloats);
+    old_tails_ = AlignedFloats(channels_ * blocks_ * simd::kBlockFloats);
   }
   stage_in_ = AlignedFloats(channels_ * max_block_);
   stage_out_ = AlignedFloats(channels_ * max_block_);
@@ -232,7 +272,7 @@ CpuEngine::CpuEngine(const FilterBank& bank, const EngineOptions& options, std::
       sc.time = AlignedFloats(2 * partition_);
     }
   }
-  active_ = make_filters(bank, true);
+  active_ = make_filters(bank);  // a fresh stream: its tails are zero
   if (head_threads == 0 && threads > 1) pool_ = std::make_unique<WorkerPool>(threads - 1);
 }
 
@@ -249,67 +289,98 @@ void CpuEngine::check_bank(const FilterBank& bank, const char* what) const {
   }
 }
 
-std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank,
-                                                            bool with_tails) const {
+std::shared_ptr<const CpuEngine::Channel> CpuEngine::make_channel(
+    std::span<const float> taps) const {
+  auto c = std::make_shared<Channel>();
+  c->taps = taps.size();
+  if (algorithm_ == Algorithm::direct) {
+    c->reversed = AlignedFloats(round_up(taps.size(), 16));
+    std::reverse_copy(taps.begin(), taps.end(), c->reversed.data());
+    return c;
+  }
+  const std::size_t p = partition_, n = 2 * p;
+  const std::size_t k = div_up(taps.size(), p);
+  c->partitions = k;
+  c->spectra = AlignedFloats(blocks_ * k * simd::kBlockFloats);
+  AlignedFloats padded(n), spectrum(blocks_ * simd::kBlockFloats);
+  const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
+  for (std::size_t j = 0; j < k; ++j) {
+    padded.zero();
+    const std::size_t count = std::min(p, taps.size() - j * p);
+    for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[j * p + t] * scale;
+    fft_->forward(padded.data(), spectrum.data());
+    simd::to_blocks(spectrum.data(), c->spectra.data() + j * simd::kBlockFloats,
+                    k * simd::kBlockFloats, blocks_);
+  }
+  return c;
+}
+
+std::unique_ptr<CpuEngine::Filters> CpuEngine::make_filters(const FilterBank& bank) const {
   auto f = std::make_unique<Filters>();
   f->shared = bank.is_shared();
   const std::size_t stored = f->shared ? 1 : channels_;
-  for (std::size_t i = 0; i < stored; ++i) {
-    const auto taps = bank.taps(i);
-    f->taps.push_back(taps.size());
-    if (algorithm_ == Algorithm::direct) {
-      AlignedFloats r(round_up(taps.size(), 16));
-      std::reverse_copy(taps.begin(), taps.end(), r.data());
-      f->reversed.push_back(std::move(r));
-    } else {
-      const std::size_t p = partition_, n = 2 * p;
-      const std::size_t k = div_up(taps.size(), p);
-      AlignedFloats spectra(blocks_ * k * simd::kBlockFloats);
-      AlignedFloats padded(n), spectrum(blocks_ * simd::kBlockFloats);
-      const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
-      for (std::size_t j = 0; j < k; ++j) {
-        padded.zero();
-        const std::size_t count = std::min(p, taps.size() - j * p);
-        for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[j * p + t] * scale;
-        fft_->forward(padded.data(), spectrum.data());
-        simd::to_blocks(spectrum.data(), spectra.data() + j * simd::kBlockFloats,
-                        k * simd::kBlockFloats, blocks_);
-      }
-      f->partitions.push_back(k);
-      f->spectra.push_back(std::move(spectra));
-    }
+  for (std::size_t i = 0; i < stored; ++i) f->stored.push_back(make_channel(bank.taps(i)));
+  count_transformed(stored);
+  return f;
+}
+
+std::unique_ptr<CpuEngine::Filters> CpuEngine::make_channel_filters(
+    const Filters& base, std::span<const PathTaps> channels, bool base_pending) const {
+  auto f = std::make_unique<Filters>();
+  f->stored = base.stored;  // shared, not copied
+  // A pending whole bank stays whole (every channel changes).
+  if (base_pending) f->changed = base.changed;
+  if (!base_pending) f->changed.assign(channels_, 0);
+  for (const PathTaps& update : channels) {
+    f->stored[update.path] = make_channel(update.taps);
+    f->changed[update.path] = 1;
   }
-  if (algorithm_ == Algorithm::fft) {
-    f->tails = AlignedFloats(channels_ * blocks_ * simd::kBlockFloats);
-    if (with_tails) {
-      for (std::size_t ch = 0; ch < channels_; ++ch) update_tails(*f, ch, slot_);
-    }
-  }
+  count_transformed(channels.size());
   return f;
 }
 
 // tail for the segment in `slot`: sum_{j=1}^{K_f-1} X_{slot-j} H_j.
-void CpuEngine::update_tails(Filters& f, std::size_t ch, std::size_t slot) const {
-  const std::size_t fi = f.filter_of(ch);
-  const std::size_t k = f.partitions[fi];
+void CpuEngine::update_tails(const Filters& f, std::size_t ch, std::size_t slot,
+                             float* tail) const {
+  const Channel& h = f.of(ch);
+  const std::size_t k = h.partitions;
   const float* fdl = fdl_.data() + ch * blocks_ * fdl_slots_ * simd::kBlockFloats;
-  float* tail = f.tails.data() + ch * blocks_ * simd::kBlockFloats;
   // Terms j = 1 .. k-1: slots slot-1, slot-2, ... against partitions 1, 2, ...
   simd::delay_line_products(
       fdl, fdl_slots_ * simd::kBlockFloats, fdl_slots_, (slot + fdl_slots_ - 1) % fdl_slots_,
-      f.spectra[fi].data() + simd::kBlockFloats, k * simd::kBlockFloats, k - 1, tail, blocks_);
+      h.spectra.data() + simd::kBlockFloats, k * simd::kBlockFloats, k - 1, tail, blocks_);
 }
 
 void CpuEngine::set_filters(const FilterBank& bank, bool crossfade) {
   check_bank(bank, "set_filters");
   retired_.reset();
-  pending_ = make_filters(bank, false);  // tails are computed when it becomes active
+  pending_ = make_filters(bank);  // tails are computed when it becomes active
   pending_crossfade_ = crossfade;
+}
+
+bool CpuEngine::set_channel_filters(std::span<const PathTaps> channels, bool crossfade) {
+  check_channel_taps("cpu engine", channels, channels_, max_taps_);
+  const Filters& base = pending_ ? *pending_ : *active_;
+  // One filter for every channel is one filter, not one per channel: a whole bank.
+  if (base.shared) return false;
+  std::unique_ptr<Filters> next = make_channel_filters(base, channels, pending_ != nullptr);
+  pending_crossfade_ = pending_ ? pending_crossfade_ || crossfade : crossfade;
+  retired_.reset();
+  pending_ = std::move(next);
+  return true;
 }
 
 std::unique_ptr<PreparedHeadFilters> CpuEngine::prepare_filters(const FilterBank& bank) const {
   check_bank(bank, "set_filters");
-  return make_filters(bank, false);
+  return make_filters(bank);
+}
+
+std::unique_ptr<PreparedHeadFilters> CpuEngine::prepare_channel_filters(
+    const PreparedHeadFilters& base, std::span<const PathTaps> channels, bool base_pending) const {
+  check_channel_taps("cpu engine", channels, channels_, max_taps_);
+  const auto& filters = static_cast<const Filters&>(base);
+  if (filters.shared) return nullptr;
+  return make_channel_filters(filters, channels, base_pending);
 }
 
 std::unique_ptr<PreparedHeadFilters> CpuEngine::install_filters(
@@ -328,9 +399,10 @@ void CpuEngine::reset() {
   history_.zero();
   windows_.zero();
   fdl_.zero();
+  tails_.zero();
+  old_tails_.zero();
   position_ = 0;
   slot_ = 0;
-  if (active_ && active_->tails.size() != 0) active_->tails.zero();
 }
 
 void CpuEngine::blend(const float* old, float* y, std::size_t frames) {
@@ -347,9 +419,8 @@ void CpuEngine::direct_channel(std::size_t ch, const float* x, std::size_t frame
   const std::size_t keep = max_taps_ - 1;
   std::memcpy(h + keep, x, frames * sizeof(float));
   auto run = [&](const Filters& f, float* dst) {
-    const std::size_t fi = f.filter_of(ch);
-    const std::size_t m = f.taps[fi];
-    simd::direct_fir(h + (max_taps_ - m), f.reversed[fi].data(), m, dst, frames);
+    const Channel& c = f.of(ch);
+    simd::direct_fir(h + (max_taps_ - c.taps), c.reversed.data(), c.taps, dst, frames);
   };
   run(*active_, scratch.y.data());
   if (fade_from) {
@@ -361,7 +432,7 @@ void CpuEngine::direct_channel(std::size_t ch, const float* x, std::size_t frame
 }
 
 void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, float* y,
-                            Filters* fade_from, Scratch& scratch) {
+                            const Filters* fade_from, Scratch& scratch) {
   const std::size_t p = partition_;
   float* window = windows_.data() + ch * 2 * p;
   float* fdl = fdl_.data() + ch * blocks_ * fdl_slots_ * simd::kBlockFloats;
@@ -370,12 +441,13 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
   float* time = scratch.time.data();
   std::size_t q = position_, slot = slot_, done = 0;
 
-  auto emit = [&](const Filters& f, const float* x_slot, float* dst, std::size_t q0,
-                  std::size_t n) {
-    const std::size_t fi = f.filter_of(ch);
-    const float* tail = f.tails.data() + ch * blocks_ * simd::kBlockFloats;
-    simd::multiply_add(x_slot, fdl_stride, f.spectra[fi].data(),
-                       f.partitions[fi] * simd::kBlockFloats, tail, spectrum, blocks_);
+  float* tail = tail_of(ch);
+  float* old_tail = old_tail_of(ch);
+  auto emit = [&](const Filters& f, const float* tail_now, const float* x_slot, float* dst,
+                  std::size_t q0, std::size_t n) {
+    const Channel& h = f.of(ch);
+    simd::multiply_add(x_slot, fdl_stride, h.spectra.data(), h.partitions * simd::kBlockFloats,
+                       tail_now, spectrum, blocks_);
     fft_->inverse(spectrum, time);
     std::memcpy(dst, time + p + q0, n * sizeof(float));
   };
@@ -386,8 +458,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
     float* x_slot = fdl + slot * simd::kBlockFloats;
     fft_->forward(window, spectrum);
     simd::to_blocks(spectrum, x_slot, fdl_stride, blocks_);
-    emit(*active_, x_slot, y + done, q, n);
-    if (fade_from) emit(*fade_from, x_slot, scratch.old.data() + done, q, n);
+    emit(*active_, tail, x_slot, y + done, q, n);
+    if (fade_from) emit(*fade_from, old_tail, x_slot, scratch.old.data() + done, q, n);
     q += n;
     done += n;
     if (q == p) {  // segment complete: X_s stays in the FDL, the next segment starts
@@ -395,8 +467,8 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
       std::memset(window + p, 0, p * sizeof(float));
       slot = (slot + 1) % fdl_slots_;
       q = 0;
-      update_tails(*active_, ch, slot);
-      if (fade_from) update_tails(*fade_from, ch, slot);
+      update_tails(*active_, ch, slot, tail);
+      if (fade_from) update_tails(*fade_from, ch, slot, old_tail);
     }
   }
   if (fade_from) blend(scratch.old.data(), y, frames);
@@ -404,11 +476,11 @@ void CpuEngine::fft_channel(std::size_t ch, const float* x, std::size_t frames, 
 
 bool CpuEngine::scaled_copy_call() const {
   return algorithm_ == Algorithm::direct && max_taps_ == 1 && !pending_ && active_->shared &&
-         active_->taps[0] == 1;
+         active_->stored[0]->taps == 1;
 }
 
 void CpuEngine::scaled_copy(const float* x, float* y, std::size_t n) {
-  const float* tap = active_->reversed[0].data();
+  const float* tap = active_->stored[0]->reversed.data();
   // direct_fir works in runs of 64 outputs: the whole runs in place, the
   // rest through a padded scratch run (scratch y holds at least 64 floats).
   const std::size_t whole = n / kDirectPad * kDirectPad;
@@ -436,12 +508,20 @@ void CpuEngine::begin_call(std::size_t frames) noexcept {
 void CpuEngine::call_channel(std::size_t ch, const float* x, float* y,
                              std::size_t thread) noexcept {
   Scratch& scratch = scratch_[thread];
+  // Only a channel the installed filters change fades, and has its tail made.
+  const bool changed = installing_ && active_->changes(ch);
+  const Filters* fade_from = changed ? fade_from_.get() : nullptr;
+  if (fade_from) count_faded(1);
   if (algorithm_ == Algorithm::direct) {
-    direct_channel(ch, x, call_frames_, y, fade_from_.get(), scratch);
+    direct_channel(ch, x, call_frames_, y, fade_from, scratch);
   } else {
-    // Installed filters' tails for the current segment (each channel's own).
-    if (installing_) update_tails(*active_, ch, slot_);
-    fft_channel(ch, x, call_frames_, y, fade_from_.get(), scratch);
+    if (changed) {
+      // The filter it fades from keeps its tail for the current segment.
+      if (fade_from)
+        std::memcpy(old_tail_of(ch), tail_of(ch), blocks_ * simd::kBlockFloats * sizeof(float));
+      update_tails(*active_, ch, slot_, tail_of(ch));
+    }
+    fft_channel(ch, x, call_frames_, y, fade_from, scratch);
   }
 }
 

@@ -57,6 +57,17 @@ class CpuHeadEngine : public Engine {
   // Any thread, also while process() runs (it reads only what construction
   // fixed): the filters of `bank`, checked as set_filters() checks them.
   virtual std::unique_ptr<PreparedHeadFilters> prepare_filters(const FilterBank& bank) const = 0;
+  // Any thread, also while process() runs: `base` (from prepare_filters()
+  // or prepare_channel_filters() of this engine, installed or not, which
+  // must outlive the result's preparation only) with the named channels'
+  // filters replaced (checked as set_channel_filters() checks them), sharing
+  // every other channel's with it; installed, only the named channels fade
+  // (and, when `base_pending`, base's own changed channels too: the two
+  // updates play as one). Null where base is one shared filter (then a
+  // whole bank).
+  virtual std::unique_ptr<PreparedHeadFilters> prepare_channel_filters(
+      const PreparedHeadFilters& base, std::span<const PathTaps> channels,
+      bool base_pending) const = 0;
   // process()'s thread: `filters` (from prepare_filters() of this engine)
   // play from the next process() on. Never allocates or frees: returns the
   // filters that no call uses any more (or null), for the caller to free

@@ -39,6 +39,19 @@
 // and no input sample is lost or repeated. Banks are freed once no queued job
 // can still read them.
 //
+// Per-channel updates (set_channel_filters, post_channel_filters) cost their
+// channels only: a bank's filters are shared per channel (TailChannel, and
+// the head engine's own), so the preparer builds the bank of an update from
+// the latest bank it built, transforming the named channels alone, and
+// marks them; a job that computes both banks computes an unmarked channel
+// once (its filter is the same object in both) and copies the frames into
+// the other ring slot; the swap call crossfades the marked channels only
+// (head and tails), the others playing on bit for bit. An update takes
+// effect as a whole bank does (at the switch frame above). Its marks are
+// those of the bank it is built on too while that one has not played (it
+// was superseded, or has not reached its switch), so that no channel an
+// earlier update changed misses its crossfade.
+//
 // Inside an audio callback (RealtimeEngine::process_by, same-period live
 // mode) nothing waits past the period's deadline. A tail job not done by then
 // makes the call late: it returns silence, the stream advances, the job
@@ -101,6 +114,7 @@
 #include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
+#include "dsp/model/channel_work.hpp"
 #include "dsp/realtime/deadline_counter.hpp"
 #include "dsp/realtime/thread_priority.hpp"
 
@@ -113,21 +127,42 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
+// One filter's tail: per tail segment, the spectra of its partitions that
+// hold taps (scaled by 1/2P), block b of partition j at b * parts * 64 + j *
+// 64. Immutable once built (by the preparer), shared by the banks that hold it.
+struct TailChannel {
+  std::vector<AlignedFloats> spectra;  // [segment]
+  std::vector<std::size_t> parts;      // [segment]
+};
+
 // Spectra of one bank's tail segments; immutable once built (by the preparer).
 struct TailBank {
   bool shared = false;
-  std::vector<std::size_t> taps;  // per stored filter
-  // [segment][stored filter]: spectra of the partitions that hold taps
-  // (scaled by 1/2P), block b of partition j at b * parts * 64 + j * 64.
-  std::vector<std::vector<AlignedFloats>> spectra;
-  std::vector<std::vector<std::size_t>> parts;
-  std::optional<FilterBank> head;  // the first head taps of every filter
-  // The head engine's filters of `head` (made by the preparer; null for the
-  // first bank). A retiring bank carries the head filters the swap freed.
+  std::vector<std::shared_ptr<const TailChannel>> stored;  // per stored filter
+  // Per channel, nonzero where this bank differs from the one it replaces
+  // (a per-channel update); empty: every channel (a whole bank).
+  std::vector<unsigned char> changed;
+  std::uint64_t serial = 0;  // the preparer's count of banks made
+  // The head engine's filters (made by the preparer; null for the first
+  // bank). A retiring bank carries the head filters the swap freed.
   std::unique_ptr<PreparedHeadFilters> head_filters;
   bool crossfade = true;  // how this bank takes over
   std::size_t filter_of(std::size_t channel) const { return shared ? 0 : channel; }
+  const TailChannel& of(std::size_t channel) const { return *stored[filter_of(channel)]; }
+  bool changes(std::size_t channel) const { return changed.empty() || changed[channel] != 0; }
 };
+
+// The first `head_taps` taps of every filter of `bank`.
+FilterBank head_bank(const FilterBank& bank, std::size_t head_taps) {
+  std::vector<std::vector<float>> heads;
+  const std::size_t stored = bank.is_shared() ? 1 : bank.channels();
+  for (std::size_t i = 0; i < stored; ++i) {
+    const auto taps = bank.taps(i);
+    heads.emplace_back(taps.begin(), taps.begin() + std::min(taps.size(), head_taps));
+  }
+  return bank.is_shared() ? FilterBank::shared(std::move(heads.front()), bank.channels())
+                          : FilterBank::per_channel(std::move(heads));
+}
 
 struct Job {
   std::uint64_t block = 0;                 // m: input frames [mP, (m+1)P)
@@ -178,6 +213,8 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
                   Layout layout, const timespec& deadline) noexcept override;
   void post_filters(const FilterBank& bank, bool crossfade) override;
+  bool set_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
+  bool post_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
   bool preparing_filters() const override {
     return prepare_request_.load() != nullptr || preparing_.load();
   }
@@ -220,6 +257,7 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   };
 
   std::unique_ptr<TailBank> prepare(const FilterBank& bank) const;
+  std::shared_ptr<const TailChannel> prepare_channel(std::span<const float> taps) const;
   void worker(Segment& seg, int nice_level);
   void run_job(Segment& seg, const Job& job);
   void follow_caller_priority();
@@ -309,10 +347,32 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::uint64_t recovery_frames_ = 0;
 
   // Preparer: requests and results, one each in flight, by pointer exchange.
+  // A request is a whole bank, or new taps for some channels (`channels[i]`
+  // takes `taps[i]`).
   struct Request {
-    FilterBank bank;
-    bool crossfade;
+    std::optional<FilterBank> bank;
+    std::vector<std::size_t> channels;
+    std::vector<std::vector<float>> taps;
+    bool crossfade = true;
   };
+  // The preparer's bank for `request`, built on the latest one it made.
+  std::unique_ptr<TailBank> prepare_request(const Request& request);
+  // Posts `request`, merged into one the preparer has not started yet (a
+  // whole bank supersedes it; channels add to it).
+  void post_request(std::unique_ptr<Request> request);
+  // The preparer's own: the latest bank it made (shared filters, their head
+  // filters, marks and serial), which the next per-channel update builds on.
+  std::vector<std::shared_ptr<const TailChannel>> latest_stored_;
+  bool latest_shared_ = false;
+  std::vector<unsigned char> latest_changed_;
+  bool latest_crossfade_ = true;
+  std::uint64_t latest_serial_ = 0;
+  std::unique_ptr<PreparedHeadFilters> latest_head_;
+  // The serial of the bank process() switched to last (the preparer reads it).
+  std::atomic<std::uint64_t> installed_serial_{0};
+  // The posting thread's: whether the last whole bank posted is one shared
+  // filter (then per-channel updates are refused: a whole bank).
+  bool posted_shared_ = false;
   std::atomic<Request*> prepare_request_{nullptr};
   std::atomic<TailBank*> prepared_{nullptr};
   std::atomic<TailBank*> graveyard_{nullptr};  // a retired bank for the preparer to free
@@ -399,7 +459,11 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   current_ = prepare(bank);
   EngineOptions head_options = options;
   head_options.max_taps = head.end_tap();
-  head_ = make_cpu_head_engine(*current_->head, head_options, threads);
+  const FilterBank first_head = head_bank(bank, head.end_tap());
+  head_ = make_cpu_head_engine(first_head, head_options, threads);
+  posted_shared_ = latest_shared_ = bank.is_shared();
+  latest_stored_ = current_->stored;
+  if (!latest_shared_) latest_head_ = head_->prepare_filters(first_head);
   call_tasks_ = std::min(channels_, threads == 1 ? std::size_t{1} : kHeadTasksPerThread * threads);
   channels_per_task_ = div_up(channels_, call_tasks_);
   call_tasks_ = div_up(channels_, channels_per_task_);
@@ -426,9 +490,7 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
         prepare_wake_.wait(seen, std::memory_order_acquire);
         continue;
       }
-      std::unique_ptr<TailBank> ready = prepare(request->bank);
-      ready->head_filters = head_->prepare_filters(*ready->head);
-      ready->crossfade = request->crossfade;
+      std::unique_ptr<TailBank> ready = prepare_request(*request);
       // A result the engine has not taken yet is superseded by this one.
       std::unique_ptr<TailBank> superseded(
           prepared_.exchange(ready.release(), std::memory_order_acq_rel));
@@ -459,21 +521,11 @@ void NonUniformCpuEngine::stop_workers() {
   if (preparer_.joinable()) preparer_.join();
 }
 
-std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) const {
-  auto tb = std::make_unique<TailBank>();
-  tb->shared = bank.is_shared();
-  const std::size_t stored = tb->shared ? 1 : channels_;
-  const std::size_t head_taps = plan_.segments.front().end_tap();
-  std::vector<std::vector<float>> heads;
-  for (std::size_t i = 0; i < stored; ++i) {
-    const auto taps = bank.taps(i);
-    tb->taps.push_back(taps.size());
-    heads.emplace_back(taps.begin(), taps.begin() + std::min(taps.size(), head_taps));
-  }
-  tb->head = tb->shared ? FilterBank::shared(std::move(heads.front()), channels_)
-                        : FilterBank::per_channel(std::move(heads));
-  tb->spectra.resize(plan_.segments.size() - 1);
-  tb->parts.resize(plan_.segments.size() - 1);
+std::shared_ptr<const TailChannel> NonUniformCpuEngine::prepare_channel(
+    std::span<const float> taps) const {
+  auto tc = std::make_shared<TailChannel>();
+  tc->spectra.resize(plan_.segments.size() - 1);
+  tc->parts.resize(plan_.segments.size() - 1);
   for (const auto& seg_ptr : segments_) {
     const Segment& seg = *seg_ptr;
     if (seg.first_channel != 0) continue;  // the segment's spectra serve all its groups
@@ -481,25 +533,69 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) c
     const std::size_t p = seg.partition, n = 2 * p;
     AlignedFloats padded(n), spectrum(seg.blocks * simd::kBlockFloats);
     const float scale = 1.0f / float(n);  // FFTW's inverse is unnormalised
-    for (std::size_t i = 0; i < stored; ++i) {
-      const auto taps = bank.taps(i);
-      const std::size_t end = std::min(taps.size(), seg.first_tap + p * seg.count);
-      const std::size_t k = end > seg.first_tap ? div_up(end - seg.first_tap, p) : 0;
-      AlignedFloats spectra(seg.blocks * std::max<std::size_t>(k, 1) * simd::kBlockFloats);
-      for (std::size_t j = 0; j < k; ++j) {
-        padded.zero();
-        const std::size_t first = seg.first_tap + j * p;
-        const std::size_t count = std::min(p, end - first);
-        for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[first + t] * scale;
-        seg.fft->forward(padded.data(), spectrum.data());
-        simd::to_blocks(spectrum.data(), spectra.data() + j * simd::kBlockFloats,
-                        k * simd::kBlockFloats, seg.blocks);
-      }
-      tb->parts[s].push_back(k);
-      tb->spectra[s].push_back(std::move(spectra));
+    const std::size_t end = std::min(taps.size(), seg.first_tap + p * seg.count);
+    const std::size_t k = end > seg.first_tap ? div_up(end - seg.first_tap, p) : 0;
+    AlignedFloats spectra(seg.blocks * std::max<std::size_t>(k, 1) * simd::kBlockFloats);
+    for (std::size_t j = 0; j < k; ++j) {
+      padded.zero();
+      const std::size_t first = seg.first_tap + j * p;
+      const std::size_t count = std::min(p, end - first);
+      for (std::size_t t = 0; t < count; ++t) padded.data()[t] = taps[first + t] * scale;
+      seg.fft->forward(padded.data(), spectrum.data());
+      simd::to_blocks(spectrum.data(), spectra.data() + j * simd::kBlockFloats,
+                      k * simd::kBlockFloats, seg.blocks);
     }
+    tc->parts[s] = k;
+    tc->spectra[s] = std::move(spectra);
   }
+  return tc;
+}
+
+std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) const {
+  auto tb = std::make_unique<TailBank>();
+  tb->shared = bank.is_shared();
+  const std::size_t stored = tb->shared ? 1 : channels_;
+  for (std::size_t i = 0; i < stored; ++i) tb->stored.push_back(prepare_channel(bank.taps(i)));
+  count_transformed(stored);
   return tb;
+}
+
+std::unique_ptr<TailBank> NonUniformCpuEngine::prepare_request(const Request& request) {
+  std::unique_ptr<TailBank> ready;
+  if (request.bank) {
+    ready = prepare(*request.bank);
+    ready->head_filters =
+        head_->prepare_filters(head_bank(*request.bank, plan_.segments.front().end_tap()));
+    ready->crossfade = request.crossfade;
+  } else {
+    // On the latest bank; its marks too while it has not played.
+    const bool base_pending = installed_serial_.load(std::memory_order_acquire) < latest_serial_;
+    ready = std::make_unique<TailBank>();
+    ready->stored = latest_stored_;
+    if (base_pending) ready->changed = latest_changed_;
+    if (!base_pending) ready->changed.assign(channels_, 0);
+    const std::size_t head_taps = plan_.segments.front().end_tap();
+    std::vector<PathTaps> heads;
+    for (std::size_t u = 0; u < request.channels.size(); ++u) {
+      const std::size_t c = request.channels[u];
+      const std::vector<float>& taps = request.taps[u];
+      ready->stored[c] = prepare_channel(taps);
+      if (!ready->changed.empty()) ready->changed[c] = 1;
+      heads.push_back({c, std::span<const float>(taps).first(std::min(taps.size(), head_taps))});
+    }
+    count_transformed(request.channels.size());
+    ready->head_filters = head_->prepare_channel_filters(*latest_head_, heads, base_pending);
+    ready->crossfade = base_pending ? latest_crossfade_ || request.crossfade : request.crossfade;
+  }
+  latest_stored_ = ready->stored;
+  latest_shared_ = ready->shared;
+  latest_changed_ = ready->changed;
+  latest_crossfade_ = ready->crossfade;
+  ready->serial = ++latest_serial_;
+  // A copy (shared filters, same marks) for the next update to build on.
+  latest_head_ =
+      latest_shared_ ? nullptr : head_->prepare_channel_filters(*ready->head_filters, {}, true);
+  return ready;
 }
 
 void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
@@ -538,20 +634,30 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
     float* x_slot = fdl + slot * simd::kBlockFloats;
     seg.fft->forward(seg.window.data(), seg.spectrum.data());
     simd::to_blocks(seg.spectrum.data(), x_slot, fdl_stride, seg.blocks);
+    const std::size_t at = out_start & (seg.ring - 1);
+    const std::size_t first_run = std::min(p, seg.ring - at);
+    // A channel whose filter both banks share (a per-channel update left it
+    // alone) is computed once and its frames copied into the other slot.
+    const bool same = job.banks[0] != nullptr && job.banks[1] != nullptr &&
+                      &job.banks[0]->of(ch) == &job.banks[1]->of(ch);
     for (std::size_t b = 0; b < 2; ++b) {
       const TailBank* bank = job.banks[b];
       if (bank == nullptr) continue;
-      const std::size_t fi = bank->filter_of(ch);
-      const std::size_t k = bank->parts[seg.index][fi];
       float* out = seg.out[b].data() + local * seg.ring;
-      const std::size_t at = out_start & (seg.ring - 1);
-      const std::size_t first_run = std::min(p, seg.ring - at);
+      if (same && b == 1) {
+        const float* computed = seg.out[0].data() + local * seg.ring;
+        std::memcpy(out + at, computed + at, first_run * sizeof(float));
+        std::memcpy(out, computed, (p - first_run) * sizeof(float));
+        continue;
+      }
+      const TailChannel& filter = bank->of(ch);
+      const std::size_t k = filter.parts[seg.index];
       if (k == 0) {
         std::memset(out + at, 0, first_run * sizeof(float));
         std::memset(out, 0, (p - first_run) * sizeof(float));
         continue;
       }
-      const float* h = bank->spectra[seg.index][fi].data();
+      const float* h = filter.spectra[seg.index].data();
       const std::size_t h_stride = k * simd::kBlockFloats;
       simd::delay_line_products(fdl, fdl_stride, seg.count, (slot + seg.count - 1) % seg.count,
                                 h + simd::kBlockFloats, h_stride, k - 1, seg.products.data(),
@@ -621,8 +727,61 @@ void NonUniformCpuEngine::post_filters(const FilterBank& bank, bool crossfade) {
         "cpu engine: set_filters: a filter of " + std::to_string(bank.max_taps()) +
         " taps is longer than the engine's max_taps " + std::to_string(max_taps_));
   }
-  auto request = std::make_unique<Request>(Request{bank, crossfade});
-  // A request the preparer has not started yet is superseded.
+  auto request = std::make_unique<Request>();
+  request->bank = bank;
+  request->crossfade = crossfade;
+  posted_shared_ = bank.is_shared();
+  post_request(std::move(request));
+}
+
+bool NonUniformCpuEngine::set_channel_filters(std::span<const PathTaps> channels, bool crossfade) {
+  const bool taken = post_channel_filters(channels, crossfade);
+  free_unused_banks();
+  return taken;
+}
+
+bool NonUniformCpuEngine::post_channel_filters(std::span<const PathTaps> channels, bool crossfade) {
+  check_channel_taps("cpu engine", channels, channels_, max_taps_);
+  if (posted_shared_) return false;
+  auto request = std::make_unique<Request>();
+  request->crossfade = crossfade;
+  for (const PathTaps& update : channels) {
+    request->channels.push_back(update.path);
+    request->taps.emplace_back(update.taps.begin(), update.taps.end());
+  }
+  post_request(std::move(request));
+  return true;
+}
+
+void NonUniformCpuEngine::post_request(std::unique_ptr<Request> request) {
+  // The one posting thread takes back a request the preparer has not
+  // started: a whole bank supersedes it; channels add to it.
+  std::unique_ptr<Request> waiting(prepare_request_.exchange(nullptr, std::memory_order_acq_rel));
+  if (waiting && !request->bank) {
+    request->crossfade = request->crossfade || waiting->crossfade;
+    if (waiting->bank) {
+      std::vector<std::vector<float>> taps(channels_);
+      std::vector<std::string> sources(channels_);
+      for (std::size_t c = 0; c < channels_; ++c) {
+        const auto running = waiting->bank->taps(c);
+        taps[c].assign(running.begin(), running.end());
+        sources[c] = waiting->bank->source(c);
+      }
+      for (std::size_t u = 0; u < request->channels.size(); ++u)
+        taps[request->channels[u]] = std::move(request->taps[u]);
+      request->bank = FilterBank::per_channel(std::move(taps), std::move(sources));
+      request->channels.clear();
+      request->taps.clear();
+    } else {
+      std::vector<bool> named(channels_, false);
+      for (const std::size_t c : request->channels) named[c] = true;
+      for (std::size_t u = 0; u < waiting->channels.size(); ++u) {
+        if (named[waiting->channels[u]]) continue;
+        request->channels.push_back(waiting->channels[u]);
+        request->taps.push_back(std::move(waiting->taps[u]));
+      }
+    }
+  }
   std::unique_ptr<Request> superseded(
       prepare_request_.exchange(request.release(), std::memory_order_acq_rel));
   prepare_wake_.fetch_add(1, std::memory_order_release);
@@ -717,8 +876,9 @@ void NonUniformCpuEngine::reset() {
   quiesce();
   take_prepared_bank();
   if (next_) {  // nothing to crossfade from in a fresh stream
-    head_->set_filters(*next_->head, false);
-    next_->head_filters.reset();  // unused: no call may free it later
+    // What the install hands back no call uses: freed here, off the audio path.
+    head_->install_filters(std::move(next_->head_filters), false).reset();
+    installed_serial_.store(next_->serial, std::memory_order_release);
     current_ = std::move(next_);
   }
   for (Retired& r : retired_) r.bank.reset();  // no job is queued
@@ -830,7 +990,10 @@ void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
     float* y = stage_out_.data() + ch * n;
     float* old_tails = tails_old_.data() + ch * n;
     float* new_tails = tails_new_.data() + ch * n;
-    if (call_fading_) {
+    // Only the channels the new bank changes fade (see the top).
+    const bool fading = call_fading_ && current_->changes(ch);
+    if (fading) {
+      count_faded(1);
       std::fill(old_tails, old_tails + n, 0.0f);
       std::fill(new_tails, new_tails + n, 0.0f);
     }
@@ -845,14 +1008,14 @@ void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
         for (std::size_t f = 0; f < run; ++f) dst[f] += src[from + f];
         for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
       };
-      if (call_fading_) {
+      if (fading) {
         add(slot_ ^ 1, old_tails);
         add(slot_, new_tails);
       } else {
         add(slot_, y);
       }
     }
-    if (call_fading_) {  // the same blend as the head's: w = (i + 1) / n
+    if (fading) {  // the same blend as the head's: w = (i + 1) / n
       const float step = 1.0f / float(n);
       for (std::size_t f = 0; f < n; ++f) {
         y[f] += old_tails[f] + float(f + 1) * step * (new_tails[f] - old_tails[f]);
@@ -881,6 +1044,7 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     current_->head_filters =
         head_->install_filters(std::move(next_->head_filters), next_->crossfade);
     fading = next_->crossfade;
+    installed_serial_.store(next_->serial, std::memory_order_release);
     retire(std::move(current_));
     current_ = std::move(next_);
     slot_ ^= 1;

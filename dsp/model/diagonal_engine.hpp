@@ -10,10 +10,14 @@
 // taps); realtime() is the engine's real-time face, seen through the matrix; the CUDA transport's
 // extras are what the factory found for the engine.
 //
-// set_paths() and post_paths() rebuild the per-channel bank (the named
-// channels' new effective taps, the others' as they run) and hand it over
-// like set_matrix(): the per-channel engines take a whole bank; the native
-// matrix engines transform only the named paths.
+// set_paths() and post_paths() hand the named channels' new effective taps
+// to the engine's per-channel update (Engine::set_channel_filters,
+// RealtimeEngine::post_channel_filters), which transforms and crossfades
+// those channels only, as the native matrix engines do their paths. Where
+// the engine cannot (it says so: the CUDA engine's direct and uniform FFT
+// paths, a running bank of one shared filter), they rebuild the
+// per-channel bank (the named channels' new taps, the others' as they run)
+// and hand it over like set_matrix().
 //
 // Threads: those of the engine it wraps (one caller; with realtime(), one
 // audio thread in process_by() and one swap thread in post_matrix()).
@@ -97,16 +101,28 @@ class DiagonalEngine final : public MatrixEngine, private RealtimeMatrixEngine {
   void check(const RoutingMatrix& matrix) const;
   // Remembers what runs (from set_matrix/post_matrix).
   void remember(const RoutingMatrix& matrix, std::shared_ptr<const FilterBank> bank);
-  // The bank with `paths` replaced (checked), which then counts as running.
-  std::shared_ptr<const FilterBank> bank_with(std::span<const PathTaps> paths);
+  // The named paths' effective taps (checked), in `paths` order.
+  std::vector<std::vector<float>> effective_taps(std::span<const PathTaps> paths) const;
+  // The running bank with `paths` replaced by `taps` (their effective taps).
+  std::shared_ptr<const FilterBank> bank_with(std::span<const PathTaps> paths,
+                                              std::vector<std::vector<float>>& taps) const;
+  // Hands the update to the engine: per channel where it can (`channel_update`:
+  // Engine::set_channel_filters or RealtimeEngine::post_channel_filters),
+  // else as a whole bank (`whole`: set_filters or post_filters).
+  template <typename ChannelUpdate, typename WholeBank>
+  void update(std::span<const PathTaps> paths, bool crossfade, ChannelUpdate channel_update,
+              WholeBank whole);
 
   std::unique_ptr<Engine> engine_;
   RealtimeEngine* realtime_;  // engine_'s, or null
   EngineTransport transport_;
   // What runs, for set_paths(): each path's gain, delay and polarity (taps
-  // left empty) and the bank the engine holds (shared, not copied).
+  // left empty), the bank the engine was last handed whole (shared, not
+  // copied) and, per channel, the effective taps a per-channel update has
+  // installed since (empty: the bank's), which a later whole bank keeps.
   std::vector<MatrixPath> geometry_;
   std::shared_ptr<const FilterBank> bank_;
+  std::vector<std::vector<float>> updated_;
 };
 
 }  // namespace tapstream

@@ -126,6 +126,17 @@ struct EngineOptions {
   CudaEngineOptions cuda;
 };
 
+// New taps for one path of a running matrix (MatrixEngine::set_paths,
+// post_paths), or for one channel of a per-channel engine
+// (Engine::set_channel_filters: `path` is the channel, since a per-channel
+// engine runs the diagonal matrix, path c being channel c): the path's index
+// and its new taps. The taps are read during the call only; the caller keeps
+// them.
+struct PathTaps {
+  std::size_t path = 0;
+  std::span<const float> taps;
+};
+
 class RealtimeEngine;
 
 class Engine {
@@ -140,6 +151,24 @@ class Engine {
   // Replaces the filter bank from the next process() call on. The new bank
   // must have the same channel count and at most max_taps() taps per channel.
   virtual void set_filters(const FilterBank& bank, bool crossfade) = 0;
+
+  // New taps for some channels (`path` of each entry is its channel), at the
+  // next block boundary, as set_filters() would install the running bank
+  // with those channels' filters replaced, with one difference: only the
+  // named channels cost work (their transforms, and with crossfade their
+  // old filters' output over the one call that fades), so that many
+  // channels may change at every block. The other channels play on,
+  // untouched, bit for bit. A second call before the next block adds to the
+  // first (a channel named in both takes the later taps; the crossfade is
+  // asked for when either asks). Throws std::invalid_argument naming the
+  // channel (no such channel, named twice, no taps, more than max_taps(), a
+  // NaN or an infinity: check_channel_taps) and keeps what runs and what is
+  // pending. Returns false, having done nothing, where the engine cannot
+  // (the caller then hands over a whole bank): by default, and where an
+  // engine's running filters are one shared filter.
+  virtual bool set_channel_filters(std::span<const PathTaps> /*channels*/, bool /*crossfade*/) {
+    return false;
+  }
 
   // Forgets the input history (as if the stream started again).
   virtual void reset() = 0;
@@ -187,6 +216,28 @@ inline void check_process_call(const char* engine, std::span<const float> in, st
   }
 }
 
+// set_channel_filters' check: throws std::invalid_argument naming `engine`
+// and the channel unless every entry names one of `channels` channels, once,
+// with 1..max_taps taps, all finite.
+inline void check_channel_taps(const char* engine, std::span<const PathTaps> updates,
+                               std::size_t channels, std::size_t max_taps) {
+  std::vector<bool> named(channels, false);
+  for (const PathTaps& update : updates) {
+    const std::string name = std::string(engine) + ": channel " + std::to_string(update.path);
+    if (update.path >= channels)
+      throw std::invalid_argument(name + ": no such channel (the engine has " +
+                                  std::to_string(channels) + ")");
+    if (named[update.path]) throw std::invalid_argument(name + ": named twice in one update");
+    named[update.path] = true;
+    if (update.taps.empty()) throw std::invalid_argument(name + ": no taps");
+    if (update.taps.size() > max_taps)
+      throw std::invalid_argument(name + ": " + std::to_string(update.taps.size()) +
+                                  " taps; the engine holds at most " + std::to_string(max_taps));
+    if (const std::size_t t = first_non_finite(update.taps); t != update.taps.size())
+      throw std::invalid_argument(name + ": tap " + std::to_string(t) + " is not a finite number");
+  }
+}
+
 // What an engine offers to be run inside an audio callback (the CPU engine's
 // non-uniform form; see Engine::realtime()). Threads: process_by() on the
 // audio thread (the Engine's one caller), post_filters() on one other thread
@@ -212,6 +263,13 @@ class RealtimeEngine {
   // it on the engine's own low-priority thread; process_by() takes it at a
   // call boundary without allocating, crossfading over one call.
   virtual void post_filters(const FilterBank& bank, bool crossfade) = 0;
+  // Engine::set_channel_filters off the audio thread, while process_by()
+  // runs: checks the channels (throws std::invalid_argument naming the
+  // channel), then has only those prepared off the audio thread; false,
+  // having done nothing, where the engine cannot (then post_filters()).
+  virtual bool post_channel_filters(std::span<const PathTaps> /*channels*/, bool /*crossfade*/) {
+    return false;
+  }
   // True while a posted bank is still being prepared (tests wait on it).
   virtual bool preparing_filters() const = 0;
 };

@@ -40,15 +40,6 @@ namespace tapstream {
 
 class RealtimeMatrixEngine;
 
-// New taps for one path of the running matrix (set_paths, post_paths): the
-// path's index in RoutingMatrix::paths() and its new taps (before gain,
-// delay and polarity, which stay the path's). The taps are read during the
-// call only; the caller keeps them.
-struct PathTaps {
-  std::size_t path = 0;
-  std::span<const float> taps;
-};
-
 // Page-locked host memory for blocks to and from an engine (a CUDA engine's
 // copies then run straight from and to it, asynchronously); null functions:
 // ordinary memory will do.

@@ -16,21 +16,35 @@
 
 namespace tapstream {
 
-struct MatrixPath {
+// Everything a path is but its taps: where it runs, its gain, delay and
+// polarity, and where its taps came from. A field of a path belongs here
+// (not in MatrixPath beside the taps), so that without_taps() copies it.
+struct PathGeometry {
   std::size_t input = 0;
   std::size_t output = 0;
-  std::vector<float> taps;
   double gain_db = 0.0;
   std::size_t delay_frames = 0;
   bool invert = false;
   std::string source;          // where the taps came from ("woofer.txt", "ir.wav channel 2")
   std::filesystem::path file;  // the coefficient file they were read from (empty: none)
+};
+
+struct MatrixPath : PathGeometry {
+  std::vector<float> taps;
 
   // The taps an engine that folds delays runs: delay_frames zeros, then taps
   // x gain x polarity. An engine that delays natively (its delay line read at
   // an offset) asks for fewer leading zeros (the delay it does not take).
   std::vector<float> effective_taps() const { return effective_taps(delay_frames); }
   std::vector<float> effective_taps(std::size_t leading_zeros) const;
+  // A copy of the path with no taps (every PathGeometry field): what an
+  // engine remembers of a running path whose taps live elsewhere, without
+  // copying them (thousands of long filters are GBs).
+  MatrixPath without_taps() const {
+    MatrixPath path;
+    static_cast<PathGeometry&>(path) = *this;
+    return path;
+  }
 };
 
 class RoutingMatrix {

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "dsp/model/engine.hpp"
@@ -89,6 +90,16 @@ class DeviceConvolver {
   // per-block path, after the caller has joined its streams' work into the
   // stream the convolver was built to order its uploads on.
   virtual void set_filters(const FilterBank& bank, bool crossfade) = 0;
+
+  // New filters for some channels (Engine::set_channel_filters: `path` is
+  // the channel; checked by the caller), taken at the next call as
+  // set_filters() would take the bank with those channels replaced, at a
+  // cost of those channels only. Called as set_filters() is. False, having
+  // done nothing, where the path cannot (the caller then hands over a
+  // whole bank): by default.
+  virtual bool set_channel_filters(std::span<const PathTaps> /*channels*/, bool /*crossfade*/) {
+    return false;
+  }
 
   // Forgets the stream's history (as if it started again); ordered after the
   // work enqueued on `stream`.

@@ -23,11 +23,14 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
+#include "dsp/model/channel_work.hpp"
 #include "kernels/convolvers/partitioned_convolver.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
@@ -125,8 +128,12 @@ void enqueue_transform(const StepBuffers& b, StepIndex j, cudaStream_t t) {
 // multiply-accumulate (X_j from `current` when `with_current`, else all from
 // the delay line), inverse transform and ring update into out_ring; frames
 // before min_frame are left alone.
+// With `list` (device memory, `rows` channels): those channels only, packed
+// in acc and the window, through `inverse` (a plan of at least `rows`).
 void enqueue_finish(const StepBuffers& b, StepIndex j, bool with_current, const float2* spectra,
-                    float* out_ring, std::int64_t min_frame, cudaStream_t t) {
+                    float* out_ring, std::int64_t min_frame, cudaStream_t t,
+                    const int* list = nullptr, std::size_t rows = 0,
+                    const RealFftPlan* inverse = nullptr) {
   TailMacArgs m;
   m.delay_line = b.delay_line;
   m.slots = b.slots;
@@ -137,10 +144,13 @@ void enqueue_finish(const StepBuffers& b, StepIndex j, bool with_current, const 
   m.channels = b.channels;
   m.bins = b.P + 1;
   m.acc = b.acc;
+  m.channel_list = list;
+  m.rows = rows;
   launch_tail_mac(m, t);
-  b.inverse->inverse(b.acc, b.window, t);
-  launch_accumulate_tail(b.window + b.P, 2 * b.P, b.P, b.channels, out_ring, b.ring_len,
-                         std::int64_t(b.first_tap), j, std::int64_t(b.P), min_frame, t);
+  (inverse != nullptr ? inverse : b.inverse)->inverse(b.acc, b.window, t);
+  launch_accumulate_tail(b.window + b.P, 2 * b.P, b.P, list != nullptr ? rows : b.channels,
+                         out_ring, b.ring_len, std::int64_t(b.first_tap), j, std::int64_t(b.P),
+                         min_frame, t, list);
 }
 
 // A step as one graph: the transform, the multiply-accumulate, the ring
@@ -179,7 +189,14 @@ struct PartitionedConvolver::State {
     DeviceBuffer<char> fft_work;
     DeviceBuffer<float> window;
     DeviceBuffer<float2> current, acc;
-    GraphExec step_graph[2];  // by filter bank (and output ring)
+    GraphExec step_graph[2][2];  // by filter set and output ring
+    // Per-channel updates' transforms over a few of the channels (batch:
+    // partitions x packed rows), made at the first update that needs them.
+    struct CachedPlan {
+      RealFftPlan plan;
+      DeviceBuffer<char> work;
+    };
+    std::map<std::size_t, CachedPlan> packed_forward, packed_inverse;
     Event mark;
     // Steps launched and not yet waited for, in order (a ring).
     std::vector<Event> done;
@@ -210,10 +227,30 @@ struct PartitionedConvolver::State {
   DeviceBuffer<char> filter_fft_work;
 
   std::int64_t position = 0;
-  bool swap_pending = false;
+  // What the next call takes: nothing, a whole bank (set_filters) or the
+  // channels of per-channel updates (set_channel_filters), in the spare set.
+  enum class Pending { none, whole, channels };
+  Pending pending = Pending::none;
   bool swap_crossfade = false;
-  bool fading = false;  // the current call is a swap's crossfade
+  bool fading = false;                        // the current call is a swap's crossfade
+  const unsigned char* fade_flags = nullptr;  // the call's fading channels (null: all)
   int old_bank = 0;
+
+  // Per-channel updates (see the top of the header). `changed`: the pending
+  // update's channels, each once (`is_changed`), their list on the device
+  // in `changed_list`; `stale`: the channels where the spare set lags the
+  // running one (all of them while `spare_stale_all`, after a whole swap
+  // and at first); `faded`: the channels whose flags the last update's
+  // crossfade set (`fading_list` on the device).
+  std::vector<int> changed, stale;
+  std::vector<char> is_changed;
+  bool spare_stale_all = true;
+  std::size_t faded = 0;
+  DeviceBuffer<int> changed_list, fading_list, update_list, stale_list;
+  DeviceBuffer<unsigned char> channel_flags;
+  PinnedBuffer<int> list_staging;       // changed, this update's, stale: 3 x channels
+  DeviceBuffer<float> update_taps;      // the update's rows, packed (taps_stride each)
+  DeviceBuffer<float2> update_spectra;  // one batch of their partitions' spectra
 
   Event input_ready, main_mark, tail_mark;
   cudaStream_t last_main = nullptr;
@@ -304,6 +341,7 @@ struct PartitionedConvolver::State {
     for (auto& t : raw_taps) t = DeviceBuffer<float>(channels * taps_stride);
     step_counters = DeviceBuffer<std::int64_t>(std::max<std::size_t>(segments.size(), 1));
     staging = PinnedBuffer<float>(channels * taps_stride);
+    is_changed.assign(channels, 0);
     prepare_filter_transforms();
 
     for (std::size_t i = 0; i < segments.size(); ++i) capture_steps(i);
@@ -355,8 +393,10 @@ struct PartitionedConvolver::State {
   void capture_steps(std::size_t i) {
     Segment& s = *segments[i];
     for (int b = 0; b < 2; ++b)
-      s.step_graph[b] = capture_step(buffers(s), spectra[b].get() + s.spectra_offset,
-                                     out_ring[b].get(), step_counters.get() + i, s.stream.get());
+      for (int r = 0; r < 2; ++r)
+        s.step_graph[b][r] =
+            capture_step(buffers(s), spectra[b].get() + s.spectra_offset, out_ring[r].get(),
+                         step_counters.get() + i, s.stream.get());
   }
 
   // Orders every segment's stream after `stream`.
@@ -469,10 +509,201 @@ struct PartitionedConvolver::State {
     fork_from(t);
   }
 
+  // Rows a per-channel update's transforms run over for `n` channels: a
+  // power of two (few plans), at most every channel.
+  std::size_t packed_rows(std::size_t n) const {
+    return std::min(channels, std::bit_ceil(std::max<std::size_t>(n, 1)));
+  }
+
+  static const RealFftPlan& cached_plan(std::map<std::size_t, Segment::CachedPlan>& cache,
+                                        std::size_t points, std::size_t batch, cufftType type) {
+    auto found = cache.find(batch);
+    if (found == cache.end()) {
+      Segment::CachedPlan made;
+      made.plan = RealFftPlan(points, batch, type);
+      made.work = DeviceBuffer<char>(std::max<std::size_t>(made.plan.work_bytes(), 1));
+      made.plan.attach_work_area(made.work.get());
+      found = cache.emplace(batch, std::move(made)).first;
+    }
+    return found->second.plan;
+  }
+
+  // The per-channel updates' buffers, at the first one.
+  void allocate_channel_updates(cudaStream_t t) {
+    if (update_taps.size() != 0) return;
+    std::size_t spectra_floats = 1;
+    for (auto& sp : segments)
+      spectra_floats = std::max(spectra_floats, sp->filter_batch * channels * (sp->P + 1));
+    update_taps = DeviceBuffer<float>(channels * taps_stride);
+    update_taps.zero(t);
+    update_spectra = DeviceBuffer<float2>(spectra_floats);
+    changed_list = DeviceBuffer<int>(channels);
+    fading_list = DeviceBuffer<int>(channels);
+    update_list = DeviceBuffer<int>(channels);
+    stale_list = DeviceBuffer<int>(channels);
+    channel_flags = DeviceBuffer<unsigned char>(channels);
+    channel_flags.zero(t);
+    list_staging = PinnedBuffer<int>(3 * channels);
+  }
+
+  // set_channel_filters (checked by the engine): the named channels' rows
+  // of the spare set, after bringing its stale rows up to the running set
+  // when no update is pending (see the top of the header).
+  void update_channels(std::span<const PathTaps> updates, bool crossfade) {
+    const std::size_t n = updates.size();
+    if (n == 0) return;
+    const bool fresh = pending == Pending::none;
+    const int spare = 1 - bank;
+    staging_free.synchronize();
+    cudaStream_t t = tail.get();
+    allocate_channel_updates(t);
+    float* dst = staging.get();
+    int* named = list_staging.get() + channels;
+    for (std::size_t u = 0; u < n; ++u) {
+      const auto taps = updates[u].taps;
+      std::copy(taps.begin(), taps.end(), dst + u * taps_stride);
+      std::fill(dst + u * taps_stride + taps.size(), dst + (u + 1) * taps_stride, 0.0f);
+      named[u] = int(updates[u].path);
+    }
+    if (last_main != nullptr) {
+      main_mark.record(last_main);
+      main_mark.wait_on(t);
+    }
+    join_into(t);
+    TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(update_taps.get(), dst, n * taps_stride * sizeof(float),
+                                         cudaMemcpyHostToDevice, t));
+    TAPSTREAM_CUDA_CHECK(
+        cudaMemcpyAsync(update_list.get(), named, n * sizeof(int), cudaMemcpyHostToDevice, t));
+    if (fresh) {
+      if (spare_stale_all) {
+        TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(raw_taps[spare].get(), raw_taps[bank].get(),
+                                             raw_taps[bank].bytes(), cudaMemcpyDeviceToDevice, t));
+        TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(spectra[spare].get(), spectra[bank].get(),
+                                             spectra[bank].bytes(), cudaMemcpyDeviceToDevice, t));
+      } else {
+        // The stale rows this update does not write.
+        for (std::size_t u = 0; u < n; ++u) is_changed[updates[u].path] |= 2;
+        int* lagging = list_staging.get() + 2 * channels;
+        std::size_t count = 0;
+        for (const int c : stale)
+          if ((is_changed[std::size_t(c)] & 2) == 0) lagging[count++] = c;
+        for (std::size_t u = 0; u < n; ++u) is_changed[updates[u].path] &= 1;
+        if (count > 0) {
+          TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(stale_list.get(), lagging, count * sizeof(int),
+                                               cudaMemcpyHostToDevice, t));
+          launch_move_rows(raw_taps[bank].get(), channels, stale_list.get(), raw_taps[spare].get(),
+                           channels, stale_list.get(), count, taps_stride, 1, t);
+          for (auto& sp : segments) {
+            const Segment& sg = *sp;
+            launch_move_rows(
+                reinterpret_cast<const float*>(spectra[bank].get() + sg.spectra_offset), channels,
+                stale_list.get(),
+                reinterpret_cast<float*>(spectra[spare].get() + sg.spectra_offset), channels,
+                stale_list.get(), count, 2 * (sg.P + 1), sg.count, t);
+          }
+        }
+      }
+      spare_stale_all = false;
+      stale.clear();
+    }
+    // The named rows: raw taps, then each segment's partitions, transformed
+    // over the packed rows a batch of partitions at a time.
+    launch_move_rows(update_taps.get(), n, nullptr, raw_taps[spare].get(), channels,
+                     update_list.get(), n, taps_stride, 1, t);
+    const std::size_t rows = packed_rows(n);
+    for (auto& sp : segments) {
+      Segment& sg = *sp;
+      const std::size_t bins = sg.P + 1;
+      for (std::size_t i = 0; i < sg.count; i += sg.filter_batch) {
+        const std::size_t parts = std::min(sg.filter_batch, sg.count - i);
+        launch_scatter_partitions(update_taps.get(), taps_stride, rows, sg.first_tap + i * sg.P,
+                                  sg.P, parts, 1.0f / float(2 * sg.P), filter_windows.get(), t);
+        cached_plan(sg.packed_forward, 2 * sg.P, parts * rows, CUFFT_R2C)
+            .forward(filter_windows.get(), update_spectra.get(), t);
+        launch_move_rows(reinterpret_cast<const float*>(update_spectra.get()), rows, nullptr,
+                         reinterpret_cast<float*>(spectra[spare].get() + sg.spectra_offset +
+                                                  i * channels * bins),
+                         channels, update_list.get(), n, 2 * bins, parts, t);
+      }
+    }
+    if (pending != Pending::whole) {
+      // A pending whole bank fades every channel anyway; else the call that
+      // takes these reads their list and recomputes their tails.
+      for (std::size_t u = 0; u < n; ++u) {
+        const std::size_t c = updates[u].path;
+        if (is_changed[c]) continue;
+        is_changed[c] = 1;
+        changed.push_back(int(c));
+      }
+      int* list = list_staging.get();
+      std::copy(changed.begin(), changed.end(), list);
+      TAPSTREAM_CUDA_CHECK(cudaMemcpyAsync(changed_list.get(), list, changed.size() * sizeof(int),
+                                           cudaMemcpyHostToDevice, t));
+      for (auto& sp : segments)
+        cached_plan(sp->packed_inverse, 2 * sp->P, packed_rows(changed.size()), CUFFT_C2R);
+      pending = Pending::channels;
+    }
+    staging_free.record(t);
+    fork_from(t);
+    swap_crossfade = fresh ? crossfade : swap_crossfade || crossfade;
+    count_transformed(n);
+  }
+
+  // The first call after set_channel_filters(): the running and spare sets
+  // trade places; the changed channels' tails still ahead are recomputed
+  // with their new spectra, their old ones kept in the other ring to fade
+  // from (on the tail stream, after every step in flight).
+  void take_channels(cudaStream_t stream) {
+    cudaStream_t t = tail.get();
+    main_mark.record(stream);
+    main_mark.wait_on(t);
+    join_into(t);
+    const std::size_t n = changed.size();
+    const std::size_t width = std::size_t(ring_len);
+    if (swap_crossfade) {
+      launch_set_channel_flags(fading_list.get(), faded, channel_flags.get(), 0, t);
+      launch_set_channel_flags(changed_list.get(), n, channel_flags.get(), 1, t);
+      launch_move_rows(out_ring[ring].get(), channels, changed_list.get(), out_ring[1 - ring].get(),
+                       channels, changed_list.get(), n, width, 1, t);
+    }
+    launch_move_rows(nullptr, channels, nullptr, out_ring[ring].get(), channels, changed_list.get(),
+                     n, width, 1, t);
+    const int new_bank = 1 - bank;
+    const std::size_t rows = packed_rows(n);
+    for (auto& sp : segments) {
+      Segment& sg = *sp;
+      const std::int64_t P = std::int64_t(sg.P), a = std::int64_t(sg.first_tap);
+      const std::int64_t first = std::max<std::int64_t>(0, (position - a) / P);
+      const RealFftPlan& inverse = cached_plan(sg.packed_inverse, 2 * sg.P, rows, CUFFT_C2R);
+      for (std::int64_t j = first; j < sg.next_step; ++j)
+        enqueue_finish(buffers(sg), StepIndex{j, nullptr}, false,
+                       spectra[new_bank].get() + sg.spectra_offset, out_ring[ring].get(), position,
+                       t, changed_list.get(), n, &inverse);
+      sg.pending_first = sg.pending_count = 0;  // the tail stream followed them all
+    }
+    tail_mark.record(t);
+    tail_mark.wait_on(stream);
+    fork_from(t);
+    old_bank = bank;
+    bank = new_bank;
+    fading = swap_crossfade;
+    fade_flags = channel_flags.get();
+    if (swap_crossfade) {
+      std::swap(fading_list, changed_list);
+      faded = n;
+      count_faded(n);
+    }
+    // The spare set (the old running one) now lags by these channels.
+    for (const int c : changed) is_changed[std::size_t(c)] = 0;
+    stale = std::move(changed);
+    changed.clear();
+    pending = Pending::none;
+  }
+
   void take_step(std::size_t i) {
     Segment& s = *segments[i];
     const std::int64_t j = s.next_step++;
-    s.step_graph[bank].launch(s.stream.get());
+    s.step_graph[bank][ring].launch(s.stream.get());
     if (s.pending_count == s.done.size()) {  // cannot happen by the sizing; stay correct anyway
       s.done[s.pending_first].synchronize();
       s.pending_first = (s.pending_first + 1) % s.done.size();
@@ -525,7 +756,14 @@ struct PartitionedConvolver::State {
     bank = new_bank;
     ring = new_ring;
     fading = swap_crossfade;
-    swap_pending = false;
+    fade_flags = nullptr;
+    if (swap_crossfade) count_faded(channels);
+    pending = Pending::none;
+    // The spare set is now the old bank: it differs everywhere.
+    spare_stale_all = true;
+    stale.clear();
+    for (const int c : changed) is_changed[std::size_t(c)] = 0;
+    changed.clear();
   }
 
   // The steps a call ending at stream frame `end` takes, as bits by segment;
@@ -631,7 +869,8 @@ struct PartitionedConvolver::State {
                std::size_t frames, std::size_t call_offset, std::size_t call_frames,
                cudaEvent_t output_done, cudaStream_t stream) {
     recorded_done = false;
-    if (call_offset == 0 && swap_pending) take_swap(stream);
+    if (call_offset == 0 && pending == Pending::whole) take_swap(stream);
+    if (call_offset == 0 && pending == Pending::channels) take_channels(stream);
     last_main = stream;
     // Calls of the largest size only: a device's calls (one graph per step
     // pattern), not a stream cut at random (a capture per call).
@@ -673,6 +912,7 @@ struct PartitionedConvolver::State {
     if (fading) {
       h.old_taps = raw_taps[old_bank].get();
       h.old_tail_ring = out_ring[1 - ring].get();
+      h.fade_channels = fade_flags;
       h.blend_offset = std::int64_t(call_offset);
       h.blend_frames = std::int64_t(call_frames);
     }
@@ -740,8 +980,16 @@ void PartitionedConvolver::set_filters(const FilterBank& bank, bool crossfade) {
                                 std::to_string(bank.max_taps()) + " taps)");
   // A swap not yet taken is replaced: its slot is the spare one still.
   s.upload(bank, 1 - s.bank);
-  s.swap_pending = true;
+  s.pending = State::Pending::whole;
   s.swap_crossfade = crossfade;
+  for (const int c : s.changed) s.is_changed[std::size_t(c)] = 0;
+  s.changed.clear();
+  count_transformed(s.channels);
+}
+
+bool PartitionedConvolver::set_channel_filters(std::span<const PathTaps> channels, bool crossfade) {
+  state_->update_channels(channels, crossfade);
+  return true;
 }
 
 void PartitionedConvolver::reset(cudaStream_t stream) {

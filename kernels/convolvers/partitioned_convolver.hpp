@@ -25,6 +25,18 @@
 //   still ahead (the frequency-domain delay line keeps the spectra it needs),
 //   into the second output ring, and crossfades head + ring of the old filters
 //   into head + ring of the new over that call.
+// - Two sets of filters (raw taps and spectra), the running one and the
+//   spare one, as the CUDA matrix engine keeps two sets of path spectra. A
+//   per-channel update (set_channel_filters) costs its channels only: the
+//   spare set lags the running one by the channels of the update before
+//   (their rows are copied across, no others), the named channels' taps go
+//   up packed in one copy, their partitions are transformed in batches of
+//   those channels only and scattered into their rows of the spare set. The
+//   first call after it swaps the sets and, for the named channels only,
+//   copies their output-ring rows into the second ring (the old filters'
+//   tail, to fade from), clears them and recomputes every tail step whose
+//   output is still ahead with the new spectra; the head kernel crossfades
+//   those channels (a flag per channel) and plays the others on.
 //
 // Every operation is enqueued without host synchronisation; calls must be
 // issued in stream order.
@@ -102,6 +114,9 @@ class PartitionedConvolver final : public DeviceConvolver {
   // Transforms the new filters on the tail stream (no host synchronisation
   // with tail work in flight); they take effect at the next call.
   void set_filters(const FilterBank& bank, bool crossfade) override;
+
+  // The named channels' new filters (see the top), at the next call.
+  bool set_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
 
   // Forgets the stream (as if it started again); orders after `stream`.
   void reset(cudaStream_t stream) override;

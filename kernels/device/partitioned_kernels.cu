@@ -36,7 +36,10 @@ __global__ void head_kernel(HeadArgs a) {
   const int f = f0 + threadIdx.x;
   const bool valid = f < a.frames;
   float acc[2] = {0.0f, 0.0f};
-  const int passes = a.old_taps != nullptr ? 2 : 1;
+  // Uniform over the block (one channel): the __syncthreads below stay safe.
+  const bool fades =
+      a.old_taps != nullptr && (a.fade_channels == nullptr || a.fade_channels[c] != 0);
+  const int passes = fades ? 2 : 1;
   for (int pass = 0; pass < passes; ++pass) {
     const float* taps = (pass == 0 ? a.taps : a.old_taps) + c * a.taps_channel_stride;
     for (int k0 = 0; k0 < a.head_taps; k0 += kHeadChunk) {
@@ -63,7 +66,7 @@ __global__ void head_kernel(HeadArgs a) {
   a.in_ring[at] = head_input(a, c, f);
   float y = acc[0] + a.tail_ring[at];
   a.tail_ring[at] = 0.0f;
-  if (a.old_taps != nullptr) {
+  if (fades) {
     float old = acc[1];
     if (a.old_tail_ring != nullptr) {
       old += a.old_tail_ring[at];
@@ -96,8 +99,10 @@ __device__ __forceinline__ void complex_mac(float2& acc, float2 x, float2 h) {
 __global__ void tail_mac_kernel(TailMacArgs a, std::size_t per_group) {
   const std::size_t bin = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (bin >= a.bins) return;
-  const std::size_t c = blockIdx.y;
+  const std::size_t c =
+      a.channel_list != nullptr ? std::size_t(a.channel_list[blockIdx.y]) : std::size_t(blockIdx.y);
   const std::size_t within = c * a.bins + bin;
+  const std::size_t out_at = std::size_t(blockIdx.y) * a.bins + bin;
   const std::size_t per_slot = a.channels * a.bins;
   const std::size_t first = blockIdx.z * per_group;
   const std::size_t end = min(a.count, first + per_group);
@@ -118,25 +123,51 @@ __global__ void tail_mac_kernel(TailMacArgs a, std::size_t per_group) {
     complex_mac(acc, x, a.spectra[i * per_slot + within]);
   }
   if (gridDim.z == 1) {
-    a.acc[within] = acc;
+    a.acc[out_at] = acc;
   } else {
-    atomicAdd(&a.acc[within].x, acc.x);
-    atomicAdd(&a.acc[within].y, acc.y);
+    atomicAdd(&a.acc[out_at].x, acc.x);
+    atomicAdd(&a.acc[out_at].y, acc.y);
   }
 }
 
 __global__ void accumulate_tail_kernel(const float* block, std::size_t block_stride,
                                        std::size_t frames, float* ring, std::int64_t ring_len,
                                        std::int64_t first_frame, StepIndex step,
-                                       std::int64_t frames_per_step, std::int64_t min_frame) {
+                                       std::int64_t frames_per_step, std::int64_t min_frame,
+                                       const int* channel_list) {
   const std::size_t u = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (u >= frames) return;
   const std::int64_t frame = first_frame + step_of(step) * frames_per_step + std::int64_t(u);
   if (frame < min_frame) return;
-  const std::size_t c = blockIdx.y;
+  const std::size_t row = blockIdx.y;
+  const std::size_t c = channel_list != nullptr ? std::size_t(channel_list[row]) : row;
   // Atomic: the segments' steps run on streams of their own and may add into
   // the same frames at once.
-  atomicAdd(&ring[c * ring_len + (frame & (ring_len - 1))], block[c * block_stride + u]);
+  atomicAdd(&ring[c * ring_len + (frame & (ring_len - 1))], block[row * block_stride + u]);
+}
+
+// blockIdx.y: a (plane, row) pair, strided; x: the row's floats.
+__global__ void move_rows_kernel(const float* src, std::size_t src_plane_rows, const int* src_list,
+                                 float* dst, std::size_t dst_plane_rows, const int* dst_list,
+                                 std::size_t rows, std::size_t width, std::size_t pairs) {
+  const std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
+  if (k >= width) return;
+  for (std::size_t pair = blockIdx.y; pair < pairs; pair += gridDim.y) {
+    const std::size_t plane = pair / rows, u = pair % rows;
+    const std::size_t to = plane * dst_plane_rows + (dst_list ? std::size_t(dst_list[u]) : u);
+    float value = 0.0f;
+    if (src != nullptr) {
+      const std::size_t from = plane * src_plane_rows + (src_list ? std::size_t(src_list[u]) : u);
+      value = src[from * width + k];
+    }
+    dst[to * width + k] = value;
+  }
+}
+
+__global__ void set_channel_flags_kernel(const int* list, std::size_t count, unsigned char* flags,
+                                         unsigned char value) {
+  const std::size_t u = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
+  if (u < count) flags[list[u]] = value;
 }
 
 __global__ void advance_step_kernel(std::int64_t* counter) {
@@ -198,27 +229,49 @@ void launch_set_counter(std::int64_t* counter, std::int64_t value, cudaStream_t 
 void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream) {
   // Enough (bin, channel, group) threads to fill an H100 a few times over;
   // each group walks at least 4 partitions so atomics stay a small share.
-  const std::size_t threads = args.bins * args.channels;
+  const std::size_t rows = args.channel_list != nullptr ? args.rows : args.channels;
+  if (rows == 0) return;
+  const std::size_t threads = args.bins * rows;
   const std::size_t wanted = std::max<std::size_t>(1, (std::size_t(1) << 19) / threads);
   const std::size_t groups = std::min(wanted, std::max<std::size_t>(1, args.count / 4));
   const std::size_t per_group = (args.count + groups - 1) / groups;
   const std::size_t used = (args.count + per_group - 1) / per_group;
   if (used > 1)
-    TAPSTREAM_CUDA_CHECK(
-        cudaMemsetAsync(args.acc, 0, args.channels * args.bins * sizeof(float2), stream));
-  tail_mac_kernel<<<dim3(blocks_for(args.bins, kThreads), unsigned(args.channels), unsigned(used)),
-                    kThreads, 0, stream>>>(args, per_group);
+    TAPSTREAM_CUDA_CHECK(cudaMemsetAsync(args.acc, 0, rows * args.bins * sizeof(float2), stream));
+  tail_mac_kernel<<<dim3(blocks_for(args.bins, kThreads), unsigned(rows), unsigned(used)), kThreads,
+                    0, stream>>>(args, per_group);
   TAPSTREAM_CUDA_CHECK_LAUNCH("tail_mac_kernel");
 }
 
 void launch_accumulate_tail(const float* block, std::size_t block_stride, std::size_t frames,
                             std::size_t channels, float* ring, std::int64_t ring_len,
                             std::int64_t first_frame, StepIndex step, std::int64_t frames_per_step,
-                            std::int64_t min_frame, cudaStream_t stream) {
+                            std::int64_t min_frame, cudaStream_t stream, const int* channel_list) {
+  if (channels == 0) return;
   accumulate_tail_kernel<<<dim3(blocks_for(frames, kThreads), unsigned(channels)), kThreads, 0,
                            stream>>>(block, block_stride, frames, ring, ring_len, first_frame, step,
-                                     frames_per_step, min_frame);
+                                     frames_per_step, min_frame, channel_list);
   TAPSTREAM_CUDA_CHECK_LAUNCH("accumulate_tail_kernel");
+}
+
+void launch_move_rows(const float* src, std::size_t src_plane_rows, const int* src_list, float* dst,
+                      std::size_t dst_plane_rows, const int* dst_list, std::size_t rows,
+                      std::size_t width, std::size_t planes, cudaStream_t stream) {
+  const std::size_t pairs = rows * planes;
+  if (pairs == 0 || width == 0) return;
+  move_rows_kernel<<<dim3(blocks_for(width, kThreads),
+                          unsigned(std::min<std::size_t>(pairs, 65535))),
+                     kThreads, 0, stream>>>(src, src_plane_rows, src_list, dst, dst_plane_rows,
+                                            dst_list, rows, width, pairs);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("move_rows_kernel");
+}
+
+void launch_set_channel_flags(const int* list, std::size_t count, unsigned char* flags,
+                              unsigned char value, cudaStream_t stream) {
+  if (count == 0) return;
+  set_channel_flags_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(list, count, flags,
+                                                                                 value);
+  TAPSTREAM_CUDA_CHECK_LAUNCH("set_channel_flags_kernel");
 }
 
 void launch_scatter_partitions(const float* taps, std::size_t taps_stride, std::size_t rows,

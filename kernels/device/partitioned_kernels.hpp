@@ -33,6 +33,9 @@ struct HeadArgs {
   int head_taps = 0;
   const float* old_taps = nullptr;  // non-null: crossfade from these
   float* old_tail_ring = nullptr;
+  // With old_taps: null, every channel fades; else only the channels whose
+  // flag is set (a per-channel update), the others play the new filters.
+  const unsigned char* fade_channels = nullptr;
   std::int64_t blend_offset = 0;  // w = (blend_offset + f + 1) / blend_frames
   std::int64_t blend_frames = 1;
   float* out = nullptr;
@@ -68,6 +71,8 @@ void launch_set_counter(std::int64_t* counter, std::int64_t value, cudaStream_t 
 // partitions (groups > 1 accumulate with atomics into a zeroed acc). With
 // `current` non-null, X_step is read from it (the forward transform's fixed
 // output) and stored into its delay-line slot.
+// With `channel_list` (device memory, `rows` entries), only those channels,
+// acc packed: row u holds channel channel_list[u].
 struct TailMacArgs {
   float2* delay_line = nullptr;
   std::size_t slots = 0;
@@ -78,15 +83,32 @@ struct TailMacArgs {
   std::size_t channels = 0;
   std::size_t bins = 0;
   float2* acc = nullptr;
+  const int* channel_list = nullptr;
+  std::size_t rows = 0;
 };
 void launch_tail_mac(const TailMacArgs& args, cudaStream_t stream);
 
 // ring[c][(f + u) & mask] += block[c * block_stride + u] for u < frames and
-// f + u >= min_frame, where f = first_frame + step * frames_per_step.
+// f + u >= min_frame, where f = first_frame + step * frames_per_step. With
+// `channel_list` (device memory, `channels` entries), block row c goes to
+// ring row channel_list[c].
 void launch_accumulate_tail(const float* block, std::size_t block_stride, std::size_t frames,
                             std::size_t channels, float* ring, std::int64_t ring_len,
                             std::int64_t first_frame, StepIndex step, std::int64_t frames_per_step,
-                            std::int64_t min_frame, cudaStream_t stream);
+                            std::int64_t min_frame, cudaStream_t stream,
+                            const int* channel_list = nullptr);
+
+// Rows of `width` floats, for per-channel updates: for plane < planes and
+// u < rows, dst row (plane * dst_plane_rows + dst_row(u)) = src row (plane *
+// src_plane_rows + src_row(u)), where row(u) = list[u] with a list (device
+// memory), else u; a null src writes zeros.
+void launch_move_rows(const float* src, std::size_t src_plane_rows, const int* src_list, float* dst,
+                      std::size_t dst_plane_rows, const int* dst_list, std::size_t rows,
+                      std::size_t width, std::size_t planes, cudaStream_t stream);
+
+// flags[list[u]] = value for u < count (`list` device memory).
+void launch_set_channel_flags(const int* list, std::size_t count, unsigned char* flags,
+                              unsigned char value, cudaStream_t stream);
 
 // For the filter spectra: out[(i * rows + r) * 2P + t] = scale * taps[r *
 // taps_stride + first_tap + i * P + t] for t < P, zero for P <= t < 2P.
