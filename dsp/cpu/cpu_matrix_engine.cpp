@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/model/segment_delay.hpp"
 
@@ -80,14 +81,10 @@ std::size_t best_partition(const RoutingMatrix& m, std::size_t block) {
   return best;
 }
 
-// acc += x * h over `bins` interleaved complex bins.
-void multiply_add(float* __restrict acc, const float* __restrict x, const float* __restrict h,
-                  std::size_t bins) {
-  for (std::size_t k = 0; k < 2 * bins; k += 2) {
-    const float xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-    acc[k] += xr * hr - xi * hi;
-    acc[k + 1] += xr * hi + xi * hr;
-  }
+// acc += x * h over `bins` interleaved complex bins (AVX-512, AVX2+FMA or
+// plain, chosen at run time: dsp/cpu/cpu_simd).
+void multiply_add(float* acc, const float* x, const float* h, std::size_t bins) {
+  simd::complex_multiply_add(acc, x, h, bins);
 }
 
 class CpuMatrixEngine final : public MatrixEngine {
