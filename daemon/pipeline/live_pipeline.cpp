@@ -99,6 +99,13 @@ void LivePipeline::start() {
     });
     return;
   }
+  if (options_.latency == LatencyMode::zero && options_.engine_in_callback) {
+    // The engine has no real-time face, or declined it (the CPU matrix
+    // engine's description says why).
+    spdlog::info(
+        "same-period mode: the engine runs on the engine thread, which the audio callback wakes "
+        "each period");
+  }
   warmed_up_.store(false);
   engine_thread_ = std::thread([this] {
     name_this_thread("ts-engine");
@@ -200,9 +207,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     Replan* old = transition_left_ > 0 ? replan_.get() : nullptr;
     std::size_t n = std::min(frames - done, call_block_frames_);
     if (old != nullptr) n = std::min(n, old->block_frames);
-    // An engine with a real-time face runs a diagonal matrix: as many
-    // outputs as inputs.
-    const std::size_t samples = n * input_channels_;
+    const std::size_t samples = n * input_channels_, samples_out = n * output_channels_;
     const float* in = silent ? silence_.data() : interleaved + done * input_channels_;
     if (!silent) {
       // The device's buffer is const: the engine takes a copy without NaN and infinities.
@@ -214,7 +219,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     const auto started = std::chrono::steady_clock::now();
     const std::int64_t started_ns = monotonic_ns();
     const std::span<const float> block_in(in, samples);
-    const std::span<float> block_out(engine_out_.data(), samples);
+    const std::span<float> block_out(engine_out_.data(), samples_out);
     const auto run = [&](MatrixEngine& engine, RealtimeMatrixEngine& realtime,
                          std::span<const float> engine_in, std::span<float> engine_out) {
       if (deadline == nullptr) {  // unpaced: no deadline, so never late
@@ -232,10 +237,10 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     if (old != nullptr) {
       // The old engine brings out the response to the input before the
       // switch: it runs on silence, and the sum is the whole convolution.
-      const std::span<float> old_out(old->transition_out.data(), samples);
+      const std::span<float> old_out(old->transition_out.data(), samples_out);
       if (run(*old->engine, *old->realtime, std::span<const float>(silence_.data(), samples),
               old_out)) {
-        for (std::size_t i = 0; i < samples; ++i) block_out[i] += old_out[i];
+        for (std::size_t i = 0; i < samples_out; ++i) block_out[i] += old_out[i];
       } else {
         on_time = false;
       }
@@ -253,8 +258,8 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     blocks_.fetch_add(1, std::memory_order_relaxed);
     // Room is short only if the output side stopped taking: the engine's
     // stream goes on, the output is dropped.
-    if (output_ring_.writable() >= samples) {
-      output_ring_.write(std::span<const float>(engine_out_.data(), samples));
+    if (output_ring_.writable() >= samples_out) {
+      output_ring_.write(std::span<const float>(engine_out_.data(), samples_out));
     } else {
       overruns_.fetch_add(1, std::memory_order_relaxed);
       overrun_frames_.fetch_add(n, std::memory_order_relaxed);

@@ -41,7 +41,8 @@
 //   frames are dropped when they arrive (the underrun rule above), so the
 //   stream stays aligned with 0 frames added.
 // - zero with an engine that offers a real-time face (MatrixEngine::realtime():
-//   the CPU engine's non-uniform form, running a diagonal matrix;
+//   the CPU engine's non-uniform form, running a diagonal matrix, or the CPU
+//   matrix engine where its cost model says its worst call fits the period;
 //   engine_in_callback()): no engine thread and no hand-off.
 //   push_input() itself filters the period (in calls of up to block_frames)
 //   with RealtimeMatrixEngine::process_by() and a deadline zero_deadline_fraction of
@@ -55,8 +56,9 @@
 //   once (with separate input and output streams it waits as above).
 //   push_input() is then the only user of the engine; a swap thread (normal
 //   priority) polls the mailbox and hands matrices to post_matrix(), which
-//   prepares them on the engine's own thread; the callback takes them at a
-//   call boundary without allocating.
+//   prepares them off the audio thread (the per-channel engine on a thread
+//   of its own, the matrix engine on the swap thread itself); the callback
+//   takes them at a call boundary without allocating.
 //
 // A device period that changes (JACK's buffer size, PipeWire's quantum) is
 // followed in every mode: the callback filters whatever it is given, in calls
