@@ -164,14 +164,14 @@ TEST(CpuMatrixRealtime, InTheCallbackTheOutputIsTheReferenceAcrossACrossfadedSwa
   for (std::size_t p = 0; p < periods.size(); ++p) {
     if (p == swap_period) {
       const std::uint64_t sequence =
-          pipeline.mailbox().post(std::make_shared<const RoutingMatrix>(swapped_in));
+          pipeline.post(std::make_shared<const RoutingMatrix>(swapped_in));
       ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
       swap_frame = at;
       swap_frames = periods[p];
     }
     if (p == update_period) {
-      const std::uint64_t sequence = pipeline.mailbox().post(
-          updated, {{2, updated->paths()[2].taps}, {9, updated->paths()[9].taps}});
+      const std::uint64_t sequence =
+          pipeline.post(updated, {{2, updated->paths()[2].taps}, {9, updated->paths()[9].taps}});
       ASSERT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
       update_frame = at;
       update_frames = periods[p];

@@ -195,6 +195,7 @@ void LivePipeline::take_replan() noexcept {
   transition_left_ = replan.transition_frames;
   replan_state_.store(transition_left_ > 0 ? replan_running : replan_done,
                       std::memory_order_release);
+  if (transition_left_ == 0) sem_post(&data_ready_);  // the swap thread frees the old engine
 }
 
 std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size_t frames,
@@ -245,7 +246,10 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
         on_time = false;
       }
       transition_left_ -= std::min(transition_left_, n);
-      if (transition_left_ == 0) replan_state_.store(replan_done, std::memory_order_release);
+      if (transition_left_ == 0) {
+        replan_state_.store(replan_done, std::memory_order_release);
+        sem_post(&data_ready_);  // the swap thread frees the old engine
+      }
     }
     if (!on_time) {
       std::fill(block_out.begin(), block_out.end(), 0.0f);
@@ -606,9 +610,15 @@ void LivePipeline::follow_period() {
           .count());
 }
 
+std::uint64_t LivePipeline::post(std::shared_ptr<const RoutingMatrix> matrix,
+                                 std::vector<PathTaps> changed) {
+  const std::uint64_t sequence = mailbox_.post(std::move(matrix), std::move(changed));
+  if (in_callback_) sem_post(&data_ready_);  // the swap thread's wake-up
+  return sequence;
+}
+
 void LivePipeline::swap_loop() {
-  // Banks are rare: a look every 2 ms costs nothing and keeps a swap's
-  // acknowledgement prompt; stop() wakes the wait at once.
+  // Woken by post(), a period change, a re-plan's end and stop() (see the header).
   while (running_.load(std::memory_order_acquire)) {
     follow_period();
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
@@ -633,7 +643,7 @@ void LivePipeline::swap_loop() {
       spdlog::warn("new filters rejected by the engine, the running ones keep running: {}",
                    e.what());
     }
-    const timespec deadline = monotonic_after(std::chrono::milliseconds(2));
+    const timespec deadline = monotonic_after(swap_poll);
     sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
   }
 }
