@@ -267,6 +267,9 @@ def main():
     parser.add_argument("--realtime", action="store_true",
                         help="jackd --realtime: JACK's threads and the daemon's callback at "
                              "SCHED_FIFO, as a live setup runs (needs the privilege)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run the same layout with 1-tap filters (the daemon's floor: "
+                             "everything but the filtering), in the same invocation")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.endpoint == "jack" and shutil.which("jackd") is None:
@@ -275,7 +278,7 @@ def main():
         sys.exit("live-targets: %s is not an executable" % args.tapstream)
     results = {"case": args.case, "engine": args.engine, "period": args.period,
                "latency": args.latency, "endpoint": args.endpoint, "realtime": args.realtime,
-               "rate": RATE, "runs": []}
+               "rate": RATE, "runs": [], "load_average_before": os.getloadavg()}
     ok = True
     with tempfile.TemporaryDirectory(prefix="tapstream-targets-") as work:
         if args.case == "hesuvi":
@@ -290,6 +293,13 @@ def main():
                   "%d late periods"
                   % ("PASS" if ok else "FAIL", r["cpu_percent_of_one_core_at_real_time"],
                      r["late_periods"]))
+            if args.floor:
+                floor_dir = os.path.join(work, "floor")
+                os.mkdir(floor_dir)
+                f = run_daemon(args, floor_dir, hesuvi_matrix(floor_dir, 1), 8, 1)
+                f["floor"] = True
+                results["runs"].append(f)
+                print("floor, the same layout of 1-tap filters: %s" % describe(f))
         else:
             taps = args.taps or 512
             if shutil.which("ncgen") is None:
@@ -314,10 +324,20 @@ def main():
 
             if not args.search:
                 ok = attempt(args.sources)
+                if args.floor:
+                    floor_dir = os.path.join(work, "floor")
+                    os.mkdir(floor_dir)
+                    r = run_daemon(args, floor_dir,
+                                   sofa_matrix(floor_dir, hrir_pair(floor_dir, 1), args.sources),
+                                   args.sources, 1)
+                    r["sources"] = args.sources
+                    r["floor"] = True
+                    results["runs"].append(r)
+                    print("  floor, %d sources of 1-tap filters: %s" % (args.sources, describe(r)))
                 print("%s sofa: %d sources -> binaural, %d-tap HRIRs, %s engine, %d-frame "
                       "periods: %d late periods over %.0f s (target 0)"
                       % ("PASS" if ok else "FAIL", args.sources, taps, args.engine, args.period,
-                         results["runs"][-1]["late_periods"] if results["runs"] else -1,
+                         results["runs"][0]["late_periods"] if results["runs"] else -1,
                          args.seconds))
             else:
                 good, bad = 0, 0
@@ -337,6 +357,10 @@ def main():
                       "periods, %s engine: %d%s"
                       % ("PASS" if ok else "FAIL", args.period, args.engine, good,
                          "" if bad else " (the largest tried)"))
+    results["load_average_after"] = os.getloadavg()
+    print("load average (1, 5, 15 min): before %s, after %s"
+          % (" ".join("%.2f" % x for x in results["load_average_before"]),
+             " ".join("%.2f" % x for x in results["load_average_after"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

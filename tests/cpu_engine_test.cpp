@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/cpu_worker_pool.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/realtime/deadline_counter.hpp"
@@ -732,6 +733,38 @@ TEST(CpuEngine, DescriptionNamesTheAlgorithm) {
   EXPECT_EQ(engine->name(), "cpu");
   EXPECT_EQ(engine->max_taps(), 65536u);
   EXPECT_EQ(engine->channels(), 2u);
+}
+
+TEST(CpuSimd, ComplexMultiplyAddAddsTheProductsOfEveryBinWithinFloatRounding) {
+  // The CPU matrix engine's spectral products (interleaved re, im): every bin
+  // count from 1 to 70, so that each vector width's remainder is reached,
+  // and the bins of FFTs of 32 to 16384 points; the accumulator starts
+  // non-zero and past the last bin stays untouched.
+  const std::uint64_t seed = 77;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<std::size_t> counts;
+  for (std::size_t bins = 1; bins <= 70; ++bins) counts.push_back(bins);
+  for (std::size_t n = 32; n <= 16384; n *= 2) counts.push_back(n / 2 + 1);
+  for (const std::size_t bins : counts) {
+    const auto x = random_signal(2 * bins, seed + bins);
+    const auto h = random_signal(2 * bins, seed + bins + 1);
+    auto acc = random_signal(2 * bins + 8, seed + bins + 2);
+    const std::vector<float> before = acc;
+    simd::complex_multiply_add(acc.data(), x.data(), h.data(), bins);
+    for (std::size_t k = 0; k < 2 * bins; k += 2) {
+      const double xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
+      const double re = before[k] + (xr * hr - xi * hi);
+      const double im = before[k + 1] + (xr * hi + xi * hr);
+      // Three roundings of terms of at most |x||h| + |acc| each.
+      const double bound = 4.0 * 0x1p-24 *
+                           (std::abs(before[k]) + std::abs(before[k + 1]) +
+                            (std::abs(xr) + std::abs(xi)) * (std::abs(hr) + std::abs(hi)));
+      ASSERT_NEAR(acc[k], re, bound) << bins << " bins, bin " << k / 2 << " (re)";
+      ASSERT_NEAR(acc[k + 1], im, bound) << bins << " bins, bin " << k / 2 << " (im)";
+    }
+    for (std::size_t k = 2 * bins; k < acc.size(); ++k)
+      ASSERT_EQ(acc[k], before[k]) << bins << " bins: float " << k << " past the last bin";
+  }
 }
 
 }  // namespace

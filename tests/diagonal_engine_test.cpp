@@ -156,7 +156,50 @@ TEST(EngineFactory, ADiagonalMatrixRunsOnThePerChannelEngineAnyOtherOnTheMatrixE
   EXPECT_EQ(matrix->name(), "cpu");
   EXPECT_NE(matrix->description().find("cpu: matrix 2 -> 2"), std::string::npos)
       << matrix->description();
-  EXPECT_EQ(matrix->realtime(), nullptr);
+  // A small matrix's worst call fits the callback: the matrix engine offers its real-time face.
+  EXPECT_NE(matrix->realtime(), nullptr);
+  EXPECT_NE(matrix->description().find("in the audio callback"), std::string::npos)
+      << matrix->description();
+}
+
+TEST(EngineFactory, TheMatrixEngineRunsInTheCallbackOnlyWhereItsCostModelSaysItsWorstCallFits) {
+  // At 64-frame calls of 48 kHz: HeSuVi's shape (8 -> 2, 16 paths of 8192
+  // taps) fits; 16 -> 16 with every input to every output (256 paths), whose
+  // call that completes a segment does every path's tail products, does not.
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.realtime_calls = true;
+  options.sample_rate = 48000;
+  std::vector<MatrixPath> dense, hesuvi;
+  for (std::size_t i = 0; i < 16; ++i) {
+    for (std::size_t o = 0; o < 16; ++o) {
+      MatrixPath path = diagonal_path(i, random_signal(8192, 100 + 16 * i + o));
+      path.output = o;
+      dense.push_back(std::move(path));
+    }
+  }
+  for (std::size_t i = 0; i < 8; ++i) {
+    for (std::size_t o = 0; o < 2; ++o) {
+      MatrixPath path = diagonal_path(i, random_signal(8192, 500 + 2 * i + o));
+      path.output = o;
+      hesuvi.push_back(std::move(path));
+    }
+  }
+  const auto heavy = make_engine(Backend::cpu, RoutingMatrix::make(16, 16, dense), options);
+  EXPECT_EQ(heavy->realtime(), nullptr) << heavy->description();
+  EXPECT_NE(heavy->description().find("not in the callback"), std::string::npos)
+      << heavy->description();
+
+  const auto light = make_engine(Backend::cpu, RoutingMatrix::make(8, 2, hesuvi), options);
+  EXPECT_NE(light->realtime(), nullptr) << light->description();
+  EXPECT_NE(light->description().find("in the audio callback"), std::string::npos)
+      << light->description();
+
+  // Not asked for (buffered mode, offline): no face, and no word of it.
+  options.realtime_calls = false;
+  const auto offline = make_engine(Backend::cpu, RoutingMatrix::make(8, 2, hesuvi), options);
+  EXPECT_EQ(offline->realtime(), nullptr);
+  EXPECT_EQ(offline->description().find("callback"), std::string::npos) << offline->description();
 }
 
 TEST(EngineFactory, AGainOnTheCpuGetsCacheSizedOfflineBlocksAndFiltersKeepTheirs) {

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -535,6 +538,47 @@ TEST(LiveZeroLatency, AReplanThatFailsLeavesTheRunningEngineFilteringTheNewPerio
                           std::vector<float>(x.begin(), x.begin() + std::ptrdiff_t(at)), h),
                       0, at),
             1e-4);
+}
+
+// The voluntary context switches of this process's thread named `name` so
+// far (/proc/self/task/TID/status), or -1 when there is no such thread.
+long voluntary_switches(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (!std::getline(comm, line) || line != name) continue;
+    std::ifstream status(task.path() / "status");
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+    }
+  }
+  return -1;
+}
+
+TEST(LiveZeroLatency, TheSwapThreadSleepsUntilAMatrixIsPostedAndThenHandsItOver) {
+  // With the engine in the callback, the swap thread used to look at the
+  // mailbox every 2 ms: 500 wake-ups a second of an idle daemon. It now
+  // sleeps until post() (or a period change, or stop()) wakes it, looking
+  // on its own only every swap_poll.
+  const auto h = random_signal(500, 61);
+  LivePipeline pipeline(callback_engine(h, 1, 64), zero_options(64));
+  ASSERT_TRUE(pipeline.engine_in_callback());
+  pipeline.start();
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait, [] { return voluntary_switches("ts-swap") >= 0; }, "the swap thread",
+      std::chrono::milliseconds(1)));
+  const long before = voluntary_switches("ts-swap");
+  // The measurement's window, not a wait for a condition: an idle second.
+  const auto window = std::chrono::milliseconds(1000);
+  std::this_thread::sleep_for(window);
+  const long idle = voluntary_switches("ts-swap") - before;
+  std::printf("swap thread: %ld voluntary switches in %lld ms idle\n", idle,
+              static_cast<long long>(window.count()));
+  EXPECT_LE(idle, 2 * (window / LivePipeline::swap_poll) + 5);
+  const std::uint64_t sequence = pipeline.post(std::make_shared<const RoutingMatrix>(
+      RoutingMatrix::diagonal(FilterBank::shared(random_signal(300, 62), 1))));
+  EXPECT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
+  pipeline.stop();
 }
 
 }  // namespace

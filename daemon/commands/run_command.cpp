@@ -748,8 +748,10 @@ int run_daemon(RunArgs args) {
     EngineOptions engine_options = config.engine;
     engine_options.max_block_frames = config.block_frames;
     // Same-period mode runs the CPU engine inside the callback (its non-uniform
-    // form); the CUDA engine and the routing matrix keep the engine thread's hand-off.
+    // form), and the CPU matrix engine where its cost model says a call fits
+    // the period; the CUDA engines keep the engine thread's hand-off.
     engine_options.realtime_calls = config.latency == LatencyMode::zero;
+    engine_options.sample_rate = config.sample_rate;
     LivePipelineOptions pipeline_options;
     pipeline_options.sample_rate = config.sample_rate;
     pipeline_options.block_frames = config.block_frames;

@@ -211,7 +211,7 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
   }
   std::vector<PathTaps> changed_taps;
   for (const std::size_t p : changed) changed_taps.push_back({p, next->paths()[p].taps});
-  const std::uint64_t sequence = pipeline_.mailbox().post(next, std::move(changed_taps));
+  const std::uint64_t sequence = pipeline_.post(next, std::move(changed_taps));
   if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
     return reject(what, pipeline_.mailbox().rejected() == sequence
                             ? "the engine refused it (see the log)"

@@ -99,6 +99,13 @@ void LivePipeline::start() {
     });
     return;
   }
+  if (options_.latency == LatencyMode::zero && options_.engine_in_callback) {
+    // The engine has no real-time face, or declined it (the CPU matrix
+    // engine's description says why).
+    spdlog::info(
+        "same-period mode: the engine runs on the engine thread, which the audio callback wakes "
+        "each period");
+  }
   warmed_up_.store(false);
   engine_thread_ = std::thread([this] {
     name_this_thread("ts-engine");
@@ -188,6 +195,7 @@ void LivePipeline::take_replan() noexcept {
   transition_left_ = replan.transition_frames;
   replan_state_.store(transition_left_ > 0 ? replan_running : replan_done,
                       std::memory_order_release);
+  if (transition_left_ == 0) sem_post(&data_ready_);  // the swap thread frees the old engine
 }
 
 std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size_t frames,
@@ -200,9 +208,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     Replan* old = transition_left_ > 0 ? replan_.get() : nullptr;
     std::size_t n = std::min(frames - done, call_block_frames_);
     if (old != nullptr) n = std::min(n, old->block_frames);
-    // An engine with a real-time face runs a diagonal matrix: as many
-    // outputs as inputs.
-    const std::size_t samples = n * input_channels_;
+    const std::size_t samples = n * input_channels_, samples_out = n * output_channels_;
     const float* in = silent ? silence_.data() : interleaved + done * input_channels_;
     if (!silent) {
       // The device's buffer is const: the engine takes a copy without NaN and infinities.
@@ -214,7 +220,7 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     const auto started = std::chrono::steady_clock::now();
     const std::int64_t started_ns = monotonic_ns();
     const std::span<const float> block_in(in, samples);
-    const std::span<float> block_out(engine_out_.data(), samples);
+    const std::span<float> block_out(engine_out_.data(), samples_out);
     const auto run = [&](MatrixEngine& engine, RealtimeMatrixEngine& realtime,
                          std::span<const float> engine_in, std::span<float> engine_out) {
       if (deadline == nullptr) {  // unpaced: no deadline, so never late
@@ -232,15 +238,18 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     if (old != nullptr) {
       // The old engine brings out the response to the input before the
       // switch: it runs on silence, and the sum is the whole convolution.
-      const std::span<float> old_out(old->transition_out.data(), samples);
+      const std::span<float> old_out(old->transition_out.data(), samples_out);
       if (run(*old->engine, *old->realtime, std::span<const float>(silence_.data(), samples),
               old_out)) {
-        for (std::size_t i = 0; i < samples; ++i) block_out[i] += old_out[i];
+        for (std::size_t i = 0; i < samples_out; ++i) block_out[i] += old_out[i];
       } else {
         on_time = false;
       }
       transition_left_ -= std::min(transition_left_, n);
-      if (transition_left_ == 0) replan_state_.store(replan_done, std::memory_order_release);
+      if (transition_left_ == 0) {
+        replan_state_.store(replan_done, std::memory_order_release);
+        sem_post(&data_ready_);  // the swap thread frees the old engine
+      }
     }
     if (!on_time) {
       std::fill(block_out.begin(), block_out.end(), 0.0f);
@@ -253,8 +262,8 @@ std::size_t LivePipeline::filter_in_callback(const float* interleaved, std::size
     blocks_.fetch_add(1, std::memory_order_relaxed);
     // Room is short only if the output side stopped taking: the engine's
     // stream goes on, the output is dropped.
-    if (output_ring_.writable() >= samples) {
-      output_ring_.write(std::span<const float>(engine_out_.data(), samples));
+    if (output_ring_.writable() >= samples_out) {
+      output_ring_.write(std::span<const float>(engine_out_.data(), samples_out));
     } else {
       overruns_.fetch_add(1, std::memory_order_relaxed);
       overrun_frames_.fetch_add(n, std::memory_order_relaxed);
@@ -601,9 +610,15 @@ void LivePipeline::follow_period() {
           .count());
 }
 
+std::uint64_t LivePipeline::post(std::shared_ptr<const RoutingMatrix> matrix,
+                                 std::vector<PathTaps> changed) {
+  const std::uint64_t sequence = mailbox_.post(std::move(matrix), std::move(changed));
+  if (in_callback_) sem_post(&data_ready_);  // the swap thread's wake-up
+  return sequence;
+}
+
 void LivePipeline::swap_loop() {
-  // Banks are rare: a look every 2 ms costs nothing and keeps a swap's
-  // acknowledgement prompt; stop() wakes the wait at once.
+  // Woken by post(), a period change, a re-plan's end and stop() (see the header).
   while (running_.load(std::memory_order_acquire)) {
     follow_period();
     const std::uint64_t next_block = blocks_.load(std::memory_order_relaxed);
@@ -628,7 +643,7 @@ void LivePipeline::swap_loop() {
       spdlog::warn("new filters rejected by the engine, the running ones keep running: {}",
                    e.what());
     }
-    const timespec deadline = monotonic_after(std::chrono::milliseconds(2));
+    const timespec deadline = monotonic_after(swap_poll);
     sem_clockwait(&data_ready_, CLOCK_MONOTONIC, &deadline);
   }
 }

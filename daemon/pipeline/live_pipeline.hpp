@@ -41,7 +41,8 @@
 //   frames are dropped when they arrive (the underrun rule above), so the
 //   stream stays aligned with 0 frames added.
 // - zero with an engine that offers a real-time face (MatrixEngine::realtime():
-//   the CPU engine's non-uniform form, running a diagonal matrix;
+//   the CPU engine's non-uniform form, running a diagonal matrix, or the CPU
+//   matrix engine where its cost model says its worst call fits the period;
 //   engine_in_callback()): no engine thread and no hand-off.
 //   push_input() itself filters the period (in calls of up to block_frames)
 //   with RealtimeMatrixEngine::process_by() and a deadline zero_deadline_fraction of
@@ -55,8 +56,9 @@
 //   once (with separate input and output streams it waits as above).
 //   push_input() is then the only user of the engine; a swap thread (normal
 //   priority) polls the mailbox and hands matrices to post_matrix(), which
-//   prepares them on the engine's own thread; the callback takes them at a
-//   call boundary without allocating.
+//   prepares them off the audio thread (the per-channel engine on a thread
+//   of its own, the matrix engine on the swap thread itself); the callback
+//   takes them at a call boundary without allocating.
 //
 // A device period that changes (JACK's buffer size, PipeWire's quantum) is
 // followed in every mode: the callback filters whatever it is given, in calls
@@ -207,6 +209,12 @@ class LivePipeline {
   // A matrix posted with the paths that changed goes to MatrixEngine::set_paths
   // (RealtimeMatrixEngine::post_paths), which transforms those paths alone.
   MatrixMailbox& mailbox() { return mailbox_; }
+  // mailbox().post(), and with the engine in the callback a wake-up of the
+  // swap thread, which then hands the matrix over at once (it otherwise
+  // looks at the mailbox only every swap_poll). Returns the sequence number.
+  std::uint64_t post(std::shared_ptr<const RoutingMatrix> matrix,
+                     std::vector<PathTaps> changed = {});
+  static constexpr std::chrono::milliseconds swap_poll{50};
   // Volume, mute and meters of what leaves pull_output()/take_output().
   OutputStage& output_stage() { return output_stage_; }
 
@@ -266,6 +274,10 @@ class LivePipeline {
   // The engine's first calls made before the stream starts: see start().
   void warm_up_engine();
   // engine_in_callback(): hands posted banks to the engine (the swap thread).
+  // It sleeps until post(), a settled period change, the end of a re-plan's
+  // transition or stop() wakes it, or swap_poll passes (a matrix posted
+  // straight into the mailbox): a wake-up every 2 ms was 500 context
+  // switches a second for nothing, a share of a core on a virtual machine.
   void swap_loop();
   // engine_in_callback(): filters `frames` frames into the output ring,
   // within `deadline` (null: unpaced, as long as it takes); returns the

@@ -19,17 +19,50 @@
 // A crossfade call runs the old and the new bank over the same windows and
 // delay lines (they do not depend on the filters or delays; each bank has
 // its own tails) and blends: out = old + w (new - old), w = (i + 1) / frames.
+//
+// Swaps, and the face for an audio callback (RealtimeMatrixEngine). A call
+// does all of its work itself (no threads), so the engine can run inside an
+// audio callback as it is; what must change is how a new bank reaches the
+// call. It is the scheme of the non-uniform CPU engine's face
+// (dsp/cpu/cpu_nonuniform_engine.cpp): the bank is built off the audio
+// thread, handed over by an atomic pointer exchange, taken at a call
+// boundary and crossfaded over that call, and the bank it replaces goes back
+// to be freed off the audio thread. Here the caller of set_matrix/post_matrix
+// (set_paths/post_paths) builds the bank itself (transforming the paths
+// takes milliseconds on the pipeline's background swap thread, so no
+// preparer thread of its own) and publishes it in `posted_`; the call takes
+// it with an exchange, computes its tails and pushes the bank it replaced
+// onto `retired_`, a stack (release CAS by the one caller of process,
+// acquire exchange of the whole stack by the one poster: no ABA), whose
+// banks the next post frees. The audio thread thus never allocates or frees:
+// no bank, and no shared spectrum's last reference, is dropped there. A bank
+// posted before the last one was taken supersedes it (the poster frees it);
+// a per-path update builds on the latest posted filters, so nothing posted
+// is lost, and keeps the crossfade of one it supersedes, as set_paths did.
+//
+// Whether it runs in the callback (realtime() with
+// EngineOptions::realtime_calls): when the cost model's worst call (one
+// that crosses a segment boundary: every path's tail products and the
+// transforms of two chunks), doubled for a crossfade call (both banks), is
+// at most half the call's duration at the stream's rate, the other half being
+// the device's, the server's and the other clients'. Otherwise realtime() is
+// null and the live pipeline hands its periods to its engine thread.
 
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/model/segment_delay.hpp"
 
@@ -50,8 +83,15 @@ double fft_pair_ns(std::size_t n) {
 }
 constexpr double kNsPerBinMac = 1.0;
 
-// Average cost per frame of calls of `block` frames with partition p.
-double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) {
+// What partition p costs: a chunk of a call (the inputs' and outputs'
+// transforms and the head products) and a segment's tails (every path's
+// products with completed segments), in nanoseconds.
+struct PartitionCosts {
+  double chunk_ns = 0.0;
+  double tails_ns = 0.0;
+};
+
+PartitionCosts partition_costs(const RoutingMatrix& m, std::size_t p) {
   const double bins = double(p + 1);
   double tail_macs = 0.0, head_macs = 0.0;
   for (const MatrixPath& path : m.paths()) {
@@ -60,12 +100,29 @@ double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) 
     tail_macs += double(head ? k - 1 : k) * bins;
     head_macs += head ? bins : 0.0;
   }
-  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
-  const double per_call =
-      chunks * (double(m.inputs() + m.outputs()) * fft_pair_ns(2 * p) + head_macs * kNsPerBinMac) +
-      double(block) / double(p) * tail_macs * kNsPerBinMac;
-  return per_call / double(block);
+  return {double(m.inputs() + m.outputs()) * fft_pair_ns(2 * p) + head_macs * kNsPerBinMac,
+          tail_macs * kNsPerBinMac};
 }
+
+// Average cost per frame of calls of `block` frames with partition p.
+double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) {
+  const PartitionCosts costs = partition_costs(m, p);
+  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
+  return (chunks * costs.chunk_ns + double(block) / double(p) * costs.tails_ns) / double(block);
+}
+
+// The most a call of up to `block` frames costs with partition p: one chunk
+// more than it fills (it may straddle a segment boundary) and the tails of
+// every segment it completes.
+double worst_call_ns(const RoutingMatrix& m, std::size_t block, std::size_t p) {
+  const PartitionCosts costs = partition_costs(m, p);
+  return double(div_up(block, p) + 1) * costs.chunk_ns + double(div_up(block, p)) * costs.tails_ns;
+}
+
+// The share of a call's duration the engine may take inside an audio
+// callback (see the top), and the stream's rate when the options give none.
+constexpr double kCallbackShare = 0.5;
+constexpr double kDefaultRate = 48000.0;
 
 std::size_t best_partition(const RoutingMatrix& m, std::size_t block) {
   std::size_t best = 16;
@@ -80,44 +137,48 @@ std::size_t best_partition(const RoutingMatrix& m, std::size_t block) {
   return best;
 }
 
-// acc += x * h over `bins` interleaved complex bins.
-void multiply_add(float* __restrict acc, const float* __restrict x, const float* __restrict h,
-                  std::size_t bins) {
-  for (std::size_t k = 0; k < 2 * bins; k += 2) {
-    const float xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-    acc[k] += xr * hr - xi * hi;
-    acc[k + 1] += xr * hi + xi * hr;
-  }
+// acc += x * h over `bins` interleaved complex bins (AVX-512, AVX2+FMA or
+// plain, chosen at run time: dsp/cpu/cpu_simd).
+void multiply_add(float* acc, const float* x, const float* h, std::size_t bins) {
+  simd::complex_multiply_add(acc, x, h, bins);
 }
 
-class CpuMatrixEngine final : public MatrixEngine {
+class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine {
  public:
   CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options);
+  ~CpuMatrixEngine() override;
 
   void process(std::span<const float> in, std::span<float> out, std::size_t frames,
                Layout layout) override;
-  void set_matrix(const RoutingMatrix& matrix, bool crossfade) override;
-  void set_paths(std::span<const PathTaps> paths, bool crossfade) override;
+  void set_matrix(const RoutingMatrix& matrix, bool crossfade) override {
+    post_matrix(matrix, crossfade);
+  }
+  void set_paths(std::span<const PathTaps> paths, bool crossfade) override {
+    post_paths(paths, crossfade);
+  }
   void reset() override;
 
-  std::size_t inputs() const override { return active_->matrix->inputs(); }
-  std::size_t outputs() const override { return active_->matrix->outputs(); }
+  std::size_t inputs() const override { return n_in_; }
+  std::size_t outputs() const override { return n_out_; }
   std::size_t max_block_frames() const override { return max_block_; }
   std::size_t max_taps() const override { return max_taps_; }
   std::size_t max_delay_frames() const override { return max_delay_; }
   std::string name() const override { return "cpu"; }
-  std::string description() const override {
-    return "cpu: matrix " + std::to_string(inputs()) + " -> " + std::to_string(outputs()) + ", " +
-           std::to_string(active_->matrix->paths().size()) + " paths, partitioned FFT, " +
-           std::to_string(2 * partition_) + "-point, " + std::to_string(fdl_slots_) +
-           " partitions (delays up to " + std::to_string(max_delay_) + " frames)";
-  }
+  std::string description() const override;
+  RealtimeMatrixEngine* realtime() override { return in_callback_ ? this : nullptr; }
 
  private:
-  // Everything that depends on one matrix's filters. A per-path update
-  // (set_paths) makes a bank that shares every other path's spectra with the
-  // running one and transforms only the named paths.
-  struct Bank {
+  bool process_by(std::span<const float> in, std::span<float> out, std::size_t frames,
+                  Layout layout, const timespec& deadline) noexcept override;
+  void post_matrix(const RoutingMatrix& matrix, bool crossfade) override;
+  void post_paths(std::span<const PathTaps> paths, bool crossfade) override;
+  // The poster builds the bank itself: nothing is left to prepare once a post returns.
+  bool preparing_matrix() const override { return false; }
+
+  // One matrix's filters. A per-path update (set_paths) shares every other
+  // path's spectra with the filters it builds on and transforms only the
+  // named paths.
+  struct Filters {
     // The paths' routing, gains, delays and polarities (what set_matrix
     // checks a new matrix against); the taps of paths set_paths replaced
     // since are in `spectra` only.
@@ -126,16 +187,28 @@ class CpuMatrixEngine final : public MatrixEngine {
     std::vector<std::size_t> skipped;     // per path: whole segments of its delay (q)
     // Per path: partition j at j * stride_, scaled 1/N.
     std::vector<std::shared_ptr<const AlignedFloats>> spectra;
-    AlignedFloats tails;  // per output, stride_ floats: tail of the current segment
+  };
+  // Filters as the calls run them.
+  struct Bank {
+    Filters filters;
+    AlignedFloats tails;           // per output, stride_ floats: tail of the current segment
+    bool crossfade = false;        // how it takes over from the bank before it
+    Bank* next_retired = nullptr;  // its link in retired_
   };
 
-  std::unique_ptr<Bank> make_bank(const RoutingMatrix& m) const;
+  Filters make_filters(const RoutingMatrix& m) const;
+  std::unique_ptr<Bank> make_bank(Filters filters, bool crossfade) const;
   // The partitions' spectra of `taps` on `path`'s gain, polarity and the
   // remainder of its delay (the taps MatrixPath::effective_taps gives, to
   // the bit); `time` is 2P floats of scratch.
   std::shared_ptr<const AlignedFloats> path_spectra(const MatrixPath& path,
                                                     std::span<const float> taps,
                                                     AlignedFloats& time) const;
+
+  // --- the caller of process (inside the callback: the audio thread) ----
+  // process() without its checks; allocates, frees and locks nothing.
+  void run_call(std::span<const float> in, std::span<float> out, std::size_t frames,
+                Layout layout) noexcept;
   void compute_tails(Bank& bank) const;
   // Output positions [position_, position_ + n) of the current segment for
   // every output of `bank`, into planar `dst` (frames per channel) at `done`.
@@ -143,11 +216,23 @@ class CpuMatrixEngine final : public MatrixEngine {
   const float* fdl_slot(std::size_t input, std::size_t slot) const {
     return fdl_.data() + (input * fdl_slots_ + slot) * stride_;
   }
+  // Hands a bank no call will run again to the poster, which frees it.
+  void retire(Bank* bank) noexcept;
 
-  std::size_t max_block_, max_taps_, max_delay_;
+  // --- the poster (set_matrix, set_paths, post_matrix, post_paths) -------
+  // Frees the banks the calls retired.
+  void free_retired();
+  // Makes `bank` the one the next call takes; one posted and not yet taken
+  // is freed (`merge_crossfade`: a crossfade it asked for carries over).
+  void publish(std::unique_ptr<Bank> bank, bool merge_crossfade);
+
+  const std::size_t max_block_, max_taps_, max_delay_;
+  const std::size_t n_in_, n_out_, n_paths_;
   std::size_t partition_ = 0, stride_ = 0, bins_ = 0, fdl_slots_ = 0;
   std::shared_ptr<const fftw::RealFftPair> fft_;
   std::vector<std::vector<std::size_t>> paths_of_output_;
+  bool in_callback_ = false;  // realtime() is offered (see the top)
+  std::string placement_;     // where it runs and why, for description()
 
   AlignedFloats windows_;                           // per input: 2P samples
   AlignedFloats fdl_;                               // per input: fdl_slots_ spectra
@@ -158,15 +243,20 @@ class CpuMatrixEngine final : public MatrixEngine {
   std::size_t position_ = 0;                        // frames already in the current segment
   std::size_t slot_ = 0;                            // delay-line slot the current segment goes to
 
-  std::unique_ptr<Bank> active_, pending_, retired_;
-  bool pending_crossfade_ = false;
+  std::unique_ptr<Bank> active_;  // the caller of process's
+  Filters latest_;                // the poster's: the filters posted last
+  std::atomic<Bank*> posted_{nullptr};
+  std::atomic<Bank*> retired_{nullptr};
 };
 
 CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
     : max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps),
       max_delay_(
-          std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)})) {
+          std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)})),
+      n_in_(matrix.inputs()),
+      n_out_(matrix.outputs()),
+      n_paths_(matrix.paths().size()) {
   if (max_block_ == 0) throw std::invalid_argument("cpu matrix engine: max_block_frames is 0");
   if (matrix.max_filter_taps() > max_taps_)
     throw std::invalid_argument("cpu matrix engine: the matrix's longest path has " +
@@ -193,7 +283,34 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   paths_of_output_.resize(n_out);
   for (std::size_t p = 0; p < matrix.paths().size(); ++p)
     paths_of_output_[matrix.paths()[p].output].push_back(p);
-  active_ = make_bank(matrix);
+  latest_ = make_filters(matrix);
+  active_ = make_bank(latest_, false);
+  if (options.realtime_calls) {
+    const double rate = options.sample_rate > 0 ? double(options.sample_rate) : kDefaultRate;
+    const double call_ns = 1e9 * double(max_block_) / rate;
+    const double worst_ns = worst_call_ns(matrix, max_block_, partition_);
+    in_callback_ = 2.0 * worst_ns <= kCallbackShare * call_ns;
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "; %s: worst call %.0f us by the cost model, twice that (a crossfade) %s half "
+                  "of a %zu-frame call (%.0f us)",
+                  in_callback_ ? "in the audio callback" : "not in the callback", worst_ns / 1e3,
+                  in_callback_ ? "within" : "over", max_block_, call_ns / 1e3);
+    placement_ = text;
+  }
+}
+
+CpuMatrixEngine::~CpuMatrixEngine() {
+  // Both sides have stopped: what is posted or retired is freed here.
+  const std::unique_ptr<Bank> posted(posted_.exchange(nullptr, std::memory_order_acquire));
+  free_retired();
+}
+
+std::string CpuMatrixEngine::description() const {
+  return "cpu: matrix " + std::to_string(n_in_) + " -> " + std::to_string(n_out_) + ", " +
+         std::to_string(n_paths_) + " paths, partitioned FFT, " + std::to_string(2 * partition_) +
+         "-point, " + std::to_string(fdl_slots_) + " partitions (delays up to " +
+         std::to_string(max_delay_) + " frames)" + placement_;
 }
 
 std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixPath& path,
@@ -216,29 +333,39 @@ std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixP
   return spectra;
 }
 
-std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(const RoutingMatrix& m) const {
-  auto bank = std::make_unique<Bank>();
-  bank->matrix = std::make_shared<const RoutingMatrix>(m);
+CpuMatrixEngine::Filters CpuMatrixEngine::make_filters(const RoutingMatrix& m) const {
+  Filters filters;
+  filters.matrix = std::make_shared<const RoutingMatrix>(m);
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
-    bank->spectra.push_back(path_spectra(path, path.taps, time));
-    bank->partitions.push_back(partitions_reached(path.delay_frames, path.taps.size(), partition_));
-    bank->skipped.push_back(split_delay(path.delay_frames, partition_).segments);
+    filters.spectra.push_back(path_spectra(path, path.taps, time));
+    filters.partitions.push_back(
+        partitions_reached(path.delay_frames, path.taps.size(), partition_));
+    filters.skipped.push_back(split_delay(path.delay_frames, partition_).segments);
   }
-  bank->tails = AlignedFloats(m.outputs() * stride_);
+  return filters;
+}
+
+std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(Filters filters,
+                                                                  bool crossfade) const {
+  auto bank = std::make_unique<Bank>();
+  bank->filters = std::move(filters);
+  bank->tails = AlignedFloats(n_out_ * stride_);
+  bank->crossfade = crossfade;
   return bank;
 }
 
 void CpuMatrixEngine::compute_tails(Bank& bank) const {
   bank.tails.zero();
-  const auto& paths = bank.matrix->paths();
+  const Filters& filters = bank.filters;
+  const auto& paths = filters.matrix->paths();
   for (std::size_t p = 0; p < paths.size(); ++p) {
     float* tail = bank.tails.data() + paths[p].output * stride_;
     // Partition j of the path meets the spectrum of segment s - q - j.
-    const std::size_t q = bank.skipped[p];
-    for (std::size_t j = q == 0 ? 1 : 0; j < bank.partitions[p]; ++j) {
+    const std::size_t q = filters.skipped[p];
+    for (std::size_t j = q == 0 ? 1 : 0; j < filters.partitions[p]; ++j) {
       const std::size_t slot = (slot_ + fdl_slots_ - q - j) % fdl_slots_;
-      multiply_add(tail, fdl_slot(paths[p].input, slot), bank.spectra[p]->data() + j * stride_,
+      multiply_add(tail, fdl_slot(paths[p].input, slot), filters.spectra[p]->data() + j * stride_,
                    bins_);
     }
   }
@@ -246,7 +373,8 @@ void CpuMatrixEngine::compute_tails(Bank& bank) const {
 
 void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t n,
                            std::size_t frames) {
-  const auto& paths = bank.matrix->paths();
+  const Filters& filters = bank.filters;
+  const auto& paths = filters.matrix->paths();
   for (std::size_t o = 0; o < paths_of_output_.size(); ++o) {
     float* y = dst + o * frames + done;
     if (paths_of_output_[o].empty()) {
@@ -255,9 +383,9 @@ void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t
     }
     std::memcpy(acc_.data(), bank.tails.data() + o * stride_, stride_ * sizeof(float));
     for (std::size_t p : paths_of_output_[o]) {
-      if (bank.skipped[p] != 0) continue;  // delayed by a segment or more: all in the tail
-      multiply_add(acc_.data(), current_.data() + paths[p].input * stride_, bank.spectra[p]->data(),
-                   bins_);
+      if (filters.skipped[p] != 0) continue;  // delayed by a segment or more: all in the tail
+      multiply_add(acc_.data(), current_.data() + paths[p].input * stride_,
+                   filters.spectra[p]->data(), bins_);
     }
     fft_->inverse(acc_.data(), time_.data());
     std::copy_n(time_.data() + partition_ + position_, n, y);
@@ -266,19 +394,48 @@ void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t
 
 void CpuMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
                               Layout layout) {
-  const std::size_t n_in = inputs(), n_out = outputs(), P = partition_;
   if (frames == 0 || frames > max_block_)
     throw std::invalid_argument("cpu matrix engine: block of " + std::to_string(frames) +
                                 " frames (1.." + std::to_string(max_block_) + ")");
-  if (in.size() < n_in * frames || out.size() < n_out * frames)
+  if (in.size() < n_in_ * frames || out.size() < n_out_ * frames)
     throw std::invalid_argument("cpu matrix engine: buffers smaller than the block");
+  run_call(in, out, frames, layout);
+}
 
+bool CpuMatrixEngine::process_by(std::span<const float> in, std::span<float> out,
+                                 std::size_t frames, Layout layout,
+                                 const timespec& deadline) noexcept {
+  if (frames == 0 || frames > max_block_ || in.size() < n_in_ * frames ||
+      out.size() < n_out_ * frames)
+    return false;
+  run_call(in, out, frames, layout);
+  // Nothing to wait for: the call did all its work. Past the deadline it is
+  // late all the same (the contract: silence, and the stream has advanced).
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (now.tv_sec > deadline.tv_sec ||
+      (now.tv_sec == deadline.tv_sec && now.tv_nsec > deadline.tv_nsec)) {
+    std::fill_n(out.data(), n_out_ * frames, 0.0f);
+    return false;
+  }
+  return true;
+}
+
+void CpuMatrixEngine::run_call(std::span<const float> in, std::span<float> out, std::size_t frames,
+                               Layout layout) noexcept {
+  const std::size_t n_in = n_in_, n_out = n_out_, P = partition_;
+
+  // A posted bank takes over at this call; the one it replaces goes back to
+  // the poster at the end of the call (a crossfade runs it until then).
   Bank* fade_from = nullptr;
-  if (pending_) {
-    compute_tails(*pending_);
-    if (pending_crossfade_) fade_from = active_.get();
-    retired_ = std::move(active_);
-    active_ = std::move(pending_);
+  Bank* replaced = nullptr;
+  if (posted_.load(std::memory_order_relaxed) != nullptr) {
+    if (Bank* next = posted_.exchange(nullptr, std::memory_order_acquire)) {
+      compute_tails(*next);
+      replaced = active_.release();
+      active_.reset(next);
+      if (next->crossfade) fade_from = replaced;
+    }
   }
 
   float* staged = staged_in_.data();
@@ -325,45 +482,55 @@ void CpuMatrixEngine::process(std::span<const float> in, std::span<float> out, s
   for (std::size_t c = 0; c < n_out; ++c)
     for (std::size_t f = 0; f < frames; ++f)
       out[layout == Layout::planar ? c * frames + f : f * n_out + c] = y[c * frames + f];
+  if (replaced != nullptr) retire(replaced);
 }
 
-void CpuMatrixEngine::set_matrix(const RoutingMatrix& matrix, bool crossfade) {
-  const RoutingMatrix& running = pending_ ? *pending_->matrix : *active_->matrix;
-  check_matrix_swap(running, matrix, max_taps_, max_delay_);
-  retired_.reset();
-  pending_ = make_bank(matrix);
-  pending_crossfade_ = crossfade;
+void CpuMatrixEngine::retire(Bank* bank) noexcept {
+  Bank* head = retired_.load(std::memory_order_relaxed);
+  do {
+    bank->next_retired = head;
+  } while (!retired_.compare_exchange_weak(head, bank, std::memory_order_release,
+                                           std::memory_order_relaxed));
 }
 
-void CpuMatrixEngine::set_paths(std::span<const PathTaps> paths, bool crossfade) {
-  const RoutingMatrix& running = pending_ ? *pending_->matrix : *active_->matrix;
+void CpuMatrixEngine::free_retired() {
+  for (Bank* bank = retired_.exchange(nullptr, std::memory_order_acquire); bank != nullptr;) {
+    const std::unique_ptr<Bank> owned(bank);
+    bank = owned->next_retired;
+  }
+}
+
+void CpuMatrixEngine::publish(std::unique_ptr<Bank> bank, bool merge_crossfade) {
+  // Only the poster stores a bank and the call only takes one: between these
+  // two steps a call finds nothing posted, and runs what it ran.
+  const std::unique_ptr<Bank> superseded(posted_.exchange(nullptr, std::memory_order_acquire));
+  if (superseded && merge_crossfade) bank->crossfade = bank->crossfade || superseded->crossfade;
+  posted_.store(bank.release(), std::memory_order_release);
+}
+
+void CpuMatrixEngine::post_matrix(const RoutingMatrix& matrix, bool crossfade) {
+  free_retired();
+  check_matrix_swap(*latest_.matrix, matrix, max_taps_, max_delay_);
+  Filters filters = make_filters(matrix);
+  latest_ = filters;
+  publish(make_bank(std::move(filters), crossfade), false);
+}
+
+void CpuMatrixEngine::post_paths(std::span<const PathTaps> paths, bool crossfade) {
+  free_retired();
+  const RoutingMatrix& running = *latest_.matrix;
   check_path_taps(running.paths(), paths, max_taps_, max_delay_);
-  // Transformed before anything changes, so that a failure keeps what runs.
+  // Built before anything changes, so that a failure keeps what runs.
   AlignedFloats time(2 * partition_);
-  std::vector<std::shared_ptr<const AlignedFloats>> spectra;
-  spectra.reserve(paths.size());
-  for (const PathTaps& update : paths)
-    spectra.push_back(path_spectra(running.paths()[update.path], update.taps, time));
-  if (!pending_) {
-    auto next = std::make_unique<Bank>();
-    next->matrix = active_->matrix;
-    next->partitions = active_->partitions;
-    next->skipped = active_->skipped;
-    next->spectra = active_->spectra;
-    next->tails = AlignedFloats(active_->tails.size());
-    retired_.reset();
-    pending_ = std::move(next);
-    pending_crossfade_ = crossfade;
-  } else {
-    pending_crossfade_ = pending_crossfade_ || crossfade;
+  Filters next = latest_;
+  for (const PathTaps& update : paths) {
+    const MatrixPath& path = running.paths()[update.path];
+    next.spectra[update.path] = path_spectra(path, update.taps, time);
+    next.partitions[update.path] =
+        partitions_reached(path.delay_frames, update.taps.size(), partition_);
   }
-  for (std::size_t u = 0; u < paths.size(); ++u) {
-    const std::size_t p = paths[u].path;
-    const MatrixPath& path = running.paths()[p];
-    pending_->partitions[p] =
-        partitions_reached(path.delay_frames, paths[u].taps.size(), partition_);
-    pending_->spectra[p] = std::move(spectra[u]);
-  }
+  latest_ = next;
+  publish(make_bank(std::move(next), crossfade), true);
 }
 
 void CpuMatrixEngine::reset() {

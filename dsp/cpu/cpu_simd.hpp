@@ -40,4 +40,11 @@ void delay_line_products(const float* x, std::size_t x_stride, std::size_t slots
                          std::size_t first_slot, const float* h, std::size_t h_stride,
                          std::size_t terms, float* out, std::size_t blocks);
 
+// acc += x * h over `bins` complex bins in FFTW's interleaved (re, im) order
+// (the CPU matrix engine's spectra): per bin, re += xr hr - xi hi and
+// im += xr hi + xi hr, with fused multiply-adds where the CPU has them (the
+// result then differs from the plain loop's by float rounding only). No
+// alignment needed; any bin count.
+void complex_multiply_add(float* acc, const float* x, const float* h, std::size_t bins);
+
 }  // namespace tapstream::simd

@@ -120,8 +120,14 @@ struct EngineOptions {
   std::vector<int> devices;
   // The engine will be called inside an audio callback (same-period live
   // mode): the CPU engine then always takes its non-uniform form, which offers
-  // RealtimeEngine (head in the call, tails and swaps on its own threads).
+  // RealtimeEngine (head in the call, tails and swaps on its own threads);
+  // the CPU matrix engine offers RealtimeMatrixEngine where its cost model
+  // says a call fits the callback (dsp/cpu/cpu_matrix_engine.cpp).
   bool realtime_calls = false;
+  // The stream's sample rate, for realtime_calls: what a call of
+  // max_block_frames lasts, against which the CPU matrix engine weighs its
+  // worst call; 0: 48000.
+  int sample_rate = 0;
   CpuEngineOptions cpu;
   CudaEngineOptions cuda;
 };
