@@ -36,8 +36,34 @@ std::vector<std::size_t> EngineSession::indices(const Taps& taps) const {
   return found;
 }
 
+namespace {
+
+// Writes the microseconds from its making to its end into `us`.
+class CallTimer {
+ public:
+  explicit CallTimer(double& us) : us_(us) {}
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+  ~CallTimer() {
+    us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+              .count();
+  }
+
+ private:
+  double& us_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+double EngineSession::last_call_us() const {
+  const std::lock_guard lock(mutex_);
+  return last_call_us_;
+}
+
 void EngineSession::process(const StridedBlock& in, float* out, std::size_t frames) {
   const std::lock_guard lock(mutex_);
+  const CallTimer timer(last_call_us_);
   const std::size_t n_in = engine_->inputs(), n_out = engine_->outputs();
   const std::size_t block = engine_->max_block_frames();
   const bool c_order = in.frame_stride == 1 && in.channel_stride == std::ptrdiff_t(frames);
@@ -69,6 +95,7 @@ void EngineSession::process(const StridedBlock& in, float* out, std::size_t fram
 
 bool EngineSession::process_device(const float* in, float* out, std::size_t frames, void* stream) {
   const std::lock_guard lock(mutex_);
+  const CallTimer timer(last_call_us_);
   const std::size_t block = engine_->max_block_frames();
   for (std::size_t done = 0; done < frames;) {
     const std::size_t n = std::min(block, frames - done);

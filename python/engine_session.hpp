@@ -53,6 +53,11 @@ class EngineSession {
   // The same for process_device (false where there is none).
   std::vector<double> time_device_calls(const float* in, float* out, std::size_t frames,
                                         void* stream, std::size_t calls);
+  // The engine's own microseconds in the last process() or process_device()
+  // (its calls and the session's staging, not the module's work around
+  // them): what bench/python_overhead.py subtracts from the same call's time
+  // seen from Python, so that both are measured at the same pace.
+  double last_call_us() const;
 
   // Swaps in `next` (same paths as the running one) at the next call;
   // throws std::invalid_argument naming the first difference.
@@ -94,6 +99,7 @@ class EngineSession {
   mutable std::shared_ptr<const RoutingMatrix> matrix_;
   mutable std::map<std::size_t, std::vector<float>> updated_taps_;
   std::set<std::size_t> device_taps_;  // paths whose taps came last from device memory
+  double last_call_us_ = 0.0;
   // Each path's index by (input, output).
   std::map<std::pair<std::size_t, std::size_t>, std::size_t> index_of_;
   // The paths' indices for the keys of `taps` (guarded by mutex_ held).

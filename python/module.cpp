@@ -191,6 +191,8 @@ class PyEngine {
     return session_->time_engine_calls(in.samples.data, out_data, frames, calls);
   }
 
+  double last_engine_call_us() const { return session_->last_call_us(); }
+
   std::vector<double> time_device_calls(std::uintptr_t in, std::uintptr_t out, std::size_t frames,
                                         std::uintptr_t stream, std::size_t calls) {
     const py::gil_scoped_release release;
@@ -452,6 +454,8 @@ or taps the engine refuses (too many, NaN or infinite).)")
            "The engine's own microseconds for each of `calls` calls on x (no module in between).")
       .def("_time_device_calls", &PyEngine::time_device_calls, "x"_a, "out"_a, "frames"_a,
            "stream"_a, "calls"_a)
+      .def_property_readonly("_last_engine_call_us", &PyEngine::last_engine_call_us,
+                             "The engine's own microseconds in the last process() call.")
       .def_property_readonly("inputs", &PyEngine::inputs)
       .def_property_readonly("outputs", &PyEngine::outputs)
       .def_property_readonly("max_block", &PyEngine::max_block)
