@@ -216,14 +216,15 @@ TEST(CpuMatrixRealtime, InTheCallbackTheOutputIsTheReferenceAcrossACrossfadedSwa
 }
 
 TEST(CpuMatrixRealtime, TheCallbackNeitherAllocatesNorFreesWhileMatricesAndPathUpdatesArePosted) {
-  if (!testing::counting_available()) GTEST_SKIP() << "a sanitizer build replaces the allocator";
   // An audio thread calls process_by() back to back in calls of random size
   // while this thread posts whole matrices and per-path updates, each
   // superseding or following the last at random. The audio thread counts
   // its own allocations and frees: none. Once the posts end, the next call
   // takes the last one and every call after it is exact: nothing posted
-  // was lost, no sample either.
-  {
+  // was lost, no sample either. (Under a sanitizer, which replaces the
+  // allocator, nothing is counted; the race and the exactness remain, for
+  // ThreadSanitizer to watch.)
+  if (testing::counting_available()) {
     // The counter counts (a vector's buffer is one allocation and one free).
     testing::CountAllocations probe;
     std::vector<float> buffer(1000, 1.0f);
@@ -239,7 +240,7 @@ TEST(CpuMatrixRealtime, TheCallbackNeitherAllocatesNorFreesWhileMatricesAndPathU
   RealtimeMatrixEngine* realtime = engine->realtime();
   ASSERT_NE(realtime, nullptr) << engine->description();
 
-  const std::size_t frames = 96000, exact_frames = 48000;
+  const std::size_t frames = 64000, exact_frames = 24000;
   const Stream stream = random_stream(8, frames, seed + 2);
   std::vector<float> out(2 * frames, 0.0f);
   std::atomic<bool> posting_done{false};
@@ -301,8 +302,10 @@ TEST(CpuMatrixRealtime, TheCallbackNeitherAllocatesNorFreesWhileMatricesAndPathU
   audio.join();
   std::printf("%zu posts over %zu calls; exact from frame %zu\n", posts, calls, settled_frame);
 
-  EXPECT_EQ(allocations, 0u) << "the audio thread allocated";
-  EXPECT_EQ(frees, 0u) << "the audio thread freed";
+  if (testing::counting_available()) {
+    EXPECT_EQ(allocations, 0u) << "the audio thread allocated";
+    EXPECT_EQ(frees, 0u) << "the audio thread freed";
+  }
   EXPECT_EQ(late, 0u);
   ASSERT_LE(settled_frame + exact_frames, frames) << "too little stream after the last post";
   EXPECT_LE(relative_error(out, 2, reference(last, stream), settled_frame, frames), 1e-5)

@@ -149,7 +149,8 @@ if [ "${TAPSTREAM_SANITIZERS:-1}" != 0 ]; then
   tsan_tests=(spsc_ring_test filter_mailbox_test control_socket_test file_watcher_test
               latency_stats_test config_test live_pipeline_test cpu_engine_test daemon_swaps_test
               cpu_nonuniform_engine_test live_zero_latency_test output_stage_test offline_pipeline_test
-              swap_fuzz_test live_matrix_pipeline_test deadline_counter_test trace_ring_test)
+              swap_fuzz_test live_matrix_pipeline_test deadline_counter_test trace_ring_test
+              cpu_matrix_realtime_test)
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTAPSTREAM_CUDA=OFF \
     -DTAPSTREAM_BENCH=OFF -DTAPSTREAM_PYTHON=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=thread" >/dev/null
   present=()
