@@ -117,6 +117,48 @@ inline void expect_many_channels_every_call(const EngineMaker& make, std::size_t
     EXPECT_LE(relative_error(got[c], want[c]), 1e-5) << "channel " << c;
 }
 
+// Two updates before one call add up (a channel named in both takes the
+// later taps), also on top of a whole matrix swapped in before them.
+inline void expect_updates_before_a_call_add_up(const EngineMaker& make, std::size_t max_taps,
+                                                std::size_t block, std::uint64_t seed) {
+  const std::size_t channels = 4, calls = 16;
+  const RoutingMatrix matrix = channel_matrix(channels, max_taps, seed);
+  const Signals inputs = channel_inputs(channels, calls * block, seed);
+  const std::vector<float> a = random_signal(max_taps / 3, seed + 30),
+                           b = random_signal(max_taps - 20, seed + 31),  // path 1's delay
+      c = random_signal(7, seed + 32), d = random_signal(max_taps / 2, seed + 33);
+  std::vector<std::vector<float>> whole;
+  for (std::size_t ch = 0; ch < channels; ++ch)
+    whole.push_back(random_signal(1 + (ch * 997 + 13) % (max_taps - 20), seed + 40 + ch));
+  Schedule schedule;
+  schedule[5][0] = a;
+  schedule[5][1] = c;
+  for (std::size_t ch = 0; ch < channels; ++ch) schedule[9][ch] = whole[ch];
+  schedule[9][2] = d;
+  const auto engine = diagonal_engine(make, matrix, block, max_taps);
+  const auto got =
+      run_with_updates(*engine, inputs, std::vector<std::size_t>(calls, block), schedule,
+                       [&](MatrixEngine& e, const std::vector<PathTaps>& updates) {
+                         if (updates.size() == 2) {  // call 5: {0: a, 1: b}, then {1: c}
+                           const std::vector<PathTaps> first{{0, a}, {1, b}}, second{{1, c}};
+                           e.set_paths(first, true);
+                           e.set_paths(second, true);
+                           return;
+                         }
+                         // Call 9: the whole matrix, then {2: d} on top of it before the call.
+                         std::vector<PathTaps> all;
+                         for (std::size_t ch = 0; ch < channels; ++ch)
+                           all.push_back({ch, whole[ch]});
+                         e.set_matrix(with_path_taps(matrix, all, max_taps), true);
+                         const std::vector<PathTaps> on_top{{2, d}};
+                         e.set_paths(on_top, true);
+                       });
+  const auto want =
+      piecewise_reference(matrix, inputs, std::vector<std::size_t>(calls, block), schedule);
+  for (std::size_t ch = 0; ch < channels; ++ch)
+    EXPECT_LE(relative_error(got[ch], want[ch]), 1e-5) << "channel " << ch;
+}
+
 // A channel no update names plays exactly as in a run without updates.
 inline void expect_untouched_channels_bit_identical(const EngineMaker& make, std::size_t channels,
                                                     std::size_t max_taps, std::size_t max_block,

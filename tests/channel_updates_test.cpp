@@ -48,6 +48,11 @@ TEST_P(UniformChannelUpdates, HalfTheChannelsChangingBeforeEveryCallMatchTheFloa
   testing::expect_many_channels_every_call(uniform(GetParam()), 24, 700, 128, 30, seed);
 }
 
+TEST_P(UniformChannelUpdates, UpdatesBeforeOneCallAddUpAlsoOnAWholeMatrixPendingBeforeThem) {
+  const std::uint64_t seed = announce("updates before one call", 2539);
+  testing::expect_updates_before_a_call_add_up(uniform(GetParam()), 900, 128, seed);
+}
+
 TEST_P(UniformChannelUpdates, ChannelsNoUpdateNamesStayBitIdenticalToARunWithoutUpdates) {
   const std::uint64_t seed = announce("untouched channels", 2523);
   testing::expect_untouched_channels_bit_identical(uniform(GetParam()), 5, 1500, 256, 8000, seed);

@@ -52,6 +52,11 @@ TEST_F(CudaChannelUpdates, HalfTheChannelsChangingBeforeEveryCallMatchTheFloat64
   testing::expect_many_channels_every_call(make_partitioned, 48, 1500, 128, 40, seed);
 }
 
+TEST_F(CudaChannelUpdates, UpdatesBeforeOneCallAddUpAlsoOnAWholeMatrixPendingBeforeThem) {
+  const std::uint64_t seed = announce("cuda updates before one call", 2539);
+  testing::expect_updates_before_a_call_add_up(make_partitioned, 2500, 128, seed);
+}
+
 TEST_F(CudaChannelUpdates, ChannelsNoUpdateNamesStayBitIdenticalToARunWithoutUpdates) {
   const std::uint64_t seed = announce("cuda untouched channels", 2534);
   testing::expect_untouched_channels_bit_identical(make_partitioned, 5, 3000, 256, 10000, seed);

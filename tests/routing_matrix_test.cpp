@@ -79,6 +79,31 @@ TEST(RoutingMatrix, MixedLengthMatrixMatchesTheFloat64SumOfItsPathsAtAnyBlockSiz
   }
 }
 
+TEST(RoutingMatrix, APathWithoutItsTapsKeepsEveryOtherField) {
+  MatrixPath path;
+  path.input = 3;
+  path.output = 5;
+  path.taps = {0.5f, -0.25f, 0.125f};
+  path.gain_db = -4.5;
+  path.delay_frames = 77;
+  path.invert = true;
+  path.source = "woofer.txt";
+  path.file = "/etc/tapstream/woofer.txt";
+  const MatrixPath geometry = path.without_taps();
+  EXPECT_TRUE(geometry.taps.empty());
+  // Every field but the taps, whatever fields PathGeometry gains.
+  EXPECT_EQ(geometry.input, path.input);
+  EXPECT_EQ(geometry.output, path.output);
+  EXPECT_EQ(geometry.gain_db, path.gain_db);
+  EXPECT_EQ(geometry.delay_frames, path.delay_frames);
+  EXPECT_EQ(geometry.invert, path.invert);
+  EXPECT_EQ(geometry.source, path.source);
+  EXPECT_EQ(geometry.file, path.file);
+  MatrixPath with_taps = geometry;
+  with_taps.taps = path.taps;
+  EXPECT_EQ(with_taps.effective_taps(), path.effective_taps());
+}
+
 TEST(RoutingMatrix, DiagonalMatrixFiltersLikeTheEngineItself) {
   const FilterBank bank = FilterBank::per_channel({random_signal(100, 1), random_signal(33, 2)});
   const RoutingMatrix matrix = RoutingMatrix::diagonal(bank);

@@ -333,7 +333,7 @@ std::unique_ptr<CpuEngine::Filters> CpuEngine::make_channel_filters(
   if (!base_pending) f->changed.assign(channels_, 0);
   for (const PathTaps& update : channels) {
     f->stored[update.path] = make_channel(update.taps);
-    f->changed[update.path] = 1;
+    if (!f->changed.empty()) f->changed[update.path] = 1;  // empty: every channel changes
   }
   count_transformed(channels.size());
   return f;
