@@ -36,6 +36,14 @@ double fft_pair_ns(std::size_t n) {
 
 }  // namespace
 
+double cpu_fft_pair_ns(std::size_t points) {
+  return fft_pair_ns(points);
+}
+
+double cpu_spectral_bin_ns(double working_bytes) {
+  return working_bytes <= kCacheBytes ? kNsPerSpectralBin : kNsPerSpectralBinOutOfCache;
+}
+
 double cpu_fft_cost_ns(std::size_t block, std::size_t taps, std::size_t p) {
   const double partitions = double(div_up(taps, p));
   const double fft_pair = fft_pair_ns(2 * p);

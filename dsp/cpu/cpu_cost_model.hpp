@@ -14,6 +14,13 @@
 
 namespace tapstream {
 
+// The measured constants themselves, for an engine that counts its own work
+// (the CPU matrix engine): an FFT pair (forward + inverse) of `points`, and
+// one complex multiply-add of a bin when the spectra and delay line a pass
+// walks take `working_bytes`.
+double cpu_fft_pair_ns(std::size_t points);
+double cpu_spectral_bin_ns(double working_bytes);
+
 // Direct form: ns per sample of one channel for calls of `block` frames.
 double cpu_direct_cost_ns(std::size_t block, std::size_t taps);
 // Uniformly partitioned FFT with partitions of `partition` frames: ns per

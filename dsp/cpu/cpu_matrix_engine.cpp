@@ -62,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "dsp/cpu/cpu_cost_model.hpp"
 #include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/model/segment_delay.hpp"
@@ -75,14 +76,6 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// Rough costs on the development machine, enough to rank partition sizes
-// against each other: an FFTW real transform pair of N points and one complex
-// multiply-add of a bin, in nanoseconds.
-double fft_pair_ns(std::size_t n) {
-  return 0.25 * double(n) * std::log2(double(n));
-}
-constexpr double kNsPerBinMac = 1.0;
-
 // What partition p costs: a chunk of a call (the inputs' and outputs'
 // transforms and the head products) and a segment's tails (every path's
 // products with completed segments), in nanoseconds.
@@ -91,17 +84,26 @@ struct PartitionCosts {
   double tails_ns = 0.0;
 };
 
+// The transforms and products are priced by the CPU engines' measured cost
+// model (dsp/cpu/cpu_cost_model): FFT pairs by size, and a bin's multiply-add
+// in or out of cache by what a segment's pass walks (every path's spectra and
+// the inputs' delay line).
 PartitionCosts partition_costs(const RoutingMatrix& m, std::size_t p) {
   const double bins = double(p + 1);
-  double tail_macs = 0.0, head_macs = 0.0;
+  double tail_macs = 0.0, head_macs = 0.0, spectra_bins = 0.0;
+  std::size_t reach = 0;
   for (const MatrixPath& path : m.paths()) {
     const std::size_t k = partitions_reached(path.delay_frames, path.taps.size(), p);
     const bool head = path.delay_frames < p;
     tail_macs += double(head ? k - 1 : k) * bins;
     head_macs += head ? bins : 0.0;
+    spectra_bins += double(k) * bins;
+    reach = std::max(reach, k + path.delay_frames / p);  // delay line segments read
   }
-  return {double(m.inputs() + m.outputs()) * fft_pair_ns(2 * p) + head_macs * kNsPerBinMac,
-          tail_macs * kNsPerBinMac};
+  const double working_bytes = 8.0 * (spectra_bins + double(m.inputs() * reach) * bins);
+  const double mac_ns = cpu_spectral_bin_ns(working_bytes);
+  return {double(m.inputs() + m.outputs()) * cpu_fft_pair_ns(2 * p) + head_macs * mac_ns,
+          tail_macs * mac_ns};
 }
 
 // Average cost per frame of calls of `block` frames with partition p.
