@@ -32,15 +32,24 @@ def percentile(values, p):
     return float(np.percentile(np.asarray(values), p))
 
 
-def python_calls(engine, call, calls):
-    """Each call's time from Python and the engine's own time inside it."""
+def python_calls(engine, x, out, calls):
+    """Each call's time from Python (engine.process(x), or with out=) and the
+    engine's own time inside it."""
     wall, inside = np.empty(calls), np.empty(calls)
     clock = time.perf_counter_ns
-    for i in range(calls):
-        start = clock()
-        call()
-        wall[i] = (clock() - start) / 1000.0
-        inside[i] = engine._last_engine_call_us
+    process = engine.process
+    if out is None:
+        for i in range(calls):
+            start = clock()
+            process(x)
+            wall[i] = (clock() - start) / 1000.0
+            inside[i] = engine._last_engine_call_us
+    else:
+        for i in range(calls):
+            start = clock()
+            process(x, out=out)
+            wall[i] = (clock() - start) / 1000.0
+            inside[i] = engine._last_engine_call_us
     return wall, inside
 
 
@@ -66,7 +75,7 @@ def device_arrays(engine, x_host, calls, rounds):
         x = cupy.asarray(x_host)
         out = cupy.empty((engine.outputs, x_host.shape[1]), cupy.float32)
         stream = cupy.cuda.get_current_stream().ptr
-        cases.append(("cupy", x, x.data.ptr, out.data.ptr, stream))
+        cases.append(("cupy", x, x.data.ptr, (out.data.ptr, out), stream))
     except ImportError:
         print("device arrays: no CuPy", file=sys.stderr)
     try:
@@ -75,19 +84,27 @@ def device_arrays(engine, x_host, calls, rounds):
             x = torch.from_numpy(x_host).cuda()
             out = torch.empty((engine.outputs, x_host.shape[1]), device="cuda")
             stream = torch.cuda.current_stream().cuda_stream
-            cases.append(("torch", x, x.data_ptr(), out.data_ptr(), stream))
+            cases.append(("torch", x, x.data_ptr(), (out.data_ptr(), out), stream))
     except ImportError:
         print("device arrays: no PyTorch", file=sys.stderr)
     rows = []
     for name, x, x_ptr, out_ptr, stream in cases:
-        loop_us, wall_us, inside_us = [], [], []
+        out = out_ptr[1]
+        loop_us, new, with_out = [], ([], []), ([], [])
         for _ in range(rounds):
-            loop_us += list(engine._time_device_calls(x_ptr, out_ptr, x_host.shape[1], stream,
+            loop_us += list(engine._time_device_calls(x_ptr, out_ptr[0], x_host.shape[1], stream,
                                                       calls))
-            wall, inside = python_calls(engine, lambda: engine.process(x), calls)
-            wall_us += list(wall)
-            inside_us += list(inside)
-        rows.append(summary(f"{name} array -> {name} array", loop_us, wall_us, inside_us))
+            for case, out_array in ((new, None), (with_out, out)):
+                try:
+                    wall, inside = python_calls(engine, x, out_array, calls)
+                except TypeError as e:  # a module without out= for device arrays
+                    print(f"{name} with out=: {e}", file=sys.stderr)
+                    continue
+                case[0].extend(wall)
+                case[1].extend(inside)
+        rows.append(summary(f"{name} array -> new {name} array", loop_us, *new))
+        if with_out[0]:
+            rows.append(summary(f"{name} array -> out= {name} array", loop_us, *with_out))
     return rows
 
 
@@ -116,9 +133,8 @@ def main():
     loop_us, new, with_out = [], ([], []), ([], [])
     for _ in range(args.rounds):
         loop_us += list(engine._time_engine_calls(x, args.calls))
-        for case, call in ((new, lambda: engine.process(x)),
-                           (with_out, lambda: engine.process(x, out=out))):
-            wall, inside = python_calls(engine, call, args.calls)
+        for case, out_array in ((new, None), (with_out, out)):
+            wall, inside = python_calls(engine, x, out_array, args.calls)
             case[0].extend(wall)
             case[1].extend(inside)
     rows = [summary("numpy -> new numpy array", loop_us, *new),

@@ -106,6 +106,8 @@ class CudaEngineImpl final : public CudaEngine {
     // engine on another GPU (a batch lane, a shard) needs it on its own, or
     // recording it on the engine's streams fails ("invalid resource handle").
     chain_ = Event();
+    caller_ready_ = Event();
+    staged_done_ = Event();
     TAPSTREAM_CUDA_CHECK(
         cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
     device_name_ = device_name(device_);
@@ -296,6 +298,49 @@ class CudaEngineImpl final : public CudaEngine {
     const SampleView x{d_in, (long long)channel_stride, 1};
     filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
     convolver_->end_call();
+  }
+
+  // A small call (within the zero-copy size) goes the way of a host one: its
+  // block is copied on the device into stream 0's slot and filtered from
+  // there, so that the convolver sees the same pointers every call and can
+  // run it as one graph (it cannot hold a caller's pointers, which change
+  // from call to call), then copied out; the wait is the small calls' spin.
+  void process_device_after(const float* d_in, float* d_out, std::size_t frames,
+                            std::size_t channel_stride, CUstream_st* after) override {
+    finish_process();
+    check_frames(frames);
+    if (channel_stride < frames && channels_ > 1)
+      throw std::invalid_argument("process_device: channel_stride " +
+                                  std::to_string(channel_stride) + " is below frames " +
+                                  std::to_string(frames));
+    DeviceGuard guard(device_);
+    cudaStream_t stream = streams_[0].get();
+    // After what the caller enqueued, on the device: no host wait.
+    caller_ready_.record(after);
+    caller_ready_.wait_on(stream);
+    if (channels_ * frames > tuning_.zero_copy_samples || frames > slot_frames_) {
+      convolver_->quiesce();
+      const SampleView x{d_in, (long long)channel_stride, 1};
+      filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
+      convolver_->end_call();
+      synchronize();
+      return;
+    }
+    const std::size_t row = frames * sizeof(float), pitch = channel_stride * sizeof(float);
+    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(slot_in_[0].get(), row, d_in, pitch, row, channels_,
+                                           cudaMemcpyDeviceToDevice, stream));
+    convolver_->quiesce();
+    const SampleView x{slot_in_[0].get(), (long long)frames, 1};
+    filter(0, x, slot_out_[0].get(), (long long)frames, 1, frames, 0, frames, false,
+           staged_done_.get());
+    convolver_->end_call();
+    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(d_out, pitch, slot_out_[0].get(), row, row, channels_,
+                                           cudaMemcpyDeviceToDevice, stream));
+    done_[0].record(stream);
+    if (small_calls_ == SmallCalls::event)
+      done_[0].synchronize();
+    else
+      spin_until(done_[0]);
   }
 
   void set_filters(const FilterBank& bank, bool crossfade) override {
@@ -593,6 +638,8 @@ class CudaEngineImpl final : public CudaEngine {
   bool resident_possible_ = false;  // the convolver has a resident kernel for small calls
   std::vector<Event> done_;
   std::vector<Event> chunk_done_;
+  Event caller_ready_;  // process_device_after: the caller's stream, recorded
+  Event staged_done_;   // process_device_after: the convolver's output (ends its graph)
   std::size_t slot_frames_ = 0;
   PinnedBuffer<float> pinned_in_, pinned_out_;
   std::vector<DeviceBuffer<float>> slot_in_, slot_out_;

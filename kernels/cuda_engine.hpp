@@ -54,6 +54,12 @@ class CudaEngine : public Engine {
   // or an event recorded on stream()). No allocation, no host synchronisation.
   virtual void process_device(const float* d_in, float* d_out, std::size_t frames,
                               std::size_t channel_stride) = 0;
+  // process_device() for a caller with a stream of its own: ordered after the
+  // work enqueued on `after` (a cudaStream_t; null: the legacy default
+  // stream), complete on return, so that d_out may be read at once (the
+  // Python module's CUDA arrays).
+  virtual void process_device_after(const float* d_in, float* d_out, std::size_t frames,
+                                    std::size_t channel_stride, CUstream_st* after) = 0;
   // Waits for all work this engine enqueued; throws (naming the call) on a device error.
   virtual void synchronize() = 0;
   // The stream that process_device() work is ordered on (a cudaStream_t).

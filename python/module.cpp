@@ -26,7 +26,9 @@
 #include "daemon/config/matrix_config.hpp"
 #include "daemon/engine_factory.hpp"
 #include "daemon/fftw_environment.hpp"
+#include "python/device_arrays.hpp"
 #include "python/engine_session.hpp"
+#include "python/numpy_blocks.hpp"
 #include "python/process_command_runner.hpp"
 #include "python/python_filters.hpp"
 
@@ -109,6 +111,25 @@ bool overlap(const py::array& a, const py::array& b) {
   return a_low < b_high && b_low < a_high;
 }
 
+// The same for NumPy blocks read by numpy_block().
+std::pair<std::uintptr_t, std::uintptr_t> extent(const NumpyBlock& b) {
+  auto low = reinterpret_cast<std::uintptr_t>(b.data), high = low;
+  if (b.rows == 0 || b.columns == 0) return {low, low};
+  for (const auto& [count, stride] :
+       {std::pair{b.rows, b.row_stride}, {b.columns, b.column_stride}}) {
+    const std::ptrdiff_t reach = (count - 1) * stride * std::ptrdiff_t(sizeof(float));
+    if (reach < 0) low -= std::uintptr_t(-reach);
+    if (reach > 0) high += std::uintptr_t(reach);
+  }
+  return {low, high + sizeof(float)};
+}
+
+bool overlap(const NumpyBlock& a, const NumpyBlock& b) {
+  const auto [a_low, a_high] = extent(a);
+  const auto [b_low, b_high] = extent(b);
+  return a_low < b_high && b_low < a_high;
+}
+
 bool is_device_array(py::handle x) {
   return !py::isinstance<py::array>(x) &&
          (py::hasattr(x, "__cuda_array_interface__") || py::hasattr(x, "__dlpack__"));
@@ -137,13 +158,37 @@ class PyEngine {
     session_ = std::make_shared<EngineSession>(std::move(engine), std::move(matrix));
   }
 
-  py::object process(py::handle x, py::object out) {
+  py::object process(py::handle x, py::handle out) {
+    // A loop's calls: a float32 NumPy block in, a new array or a fitting out=.
+    NumpyBlock fast_in, fast_out;
+    if (numpy_block(x.ptr(), fast_in) && std::size_t(fast_in.rows) == session_->inputs()) {
+      const auto rows = std::ptrdiff_t(session_->outputs());
+      if (out.is_none()) {
+        auto output = py::reinterpret_steal<py::object>(new_float32_array(rows, fast_in.columns));
+        if (!output) throw py::error_already_set();
+        numpy_block(output.ptr(), fast_out);
+        filter(fast_in, fast_out.data);
+        return output;
+      }
+      if (numpy_block(out.ptr(), fast_out) && fast_out.c_order && fast_out.writable &&
+          fast_out.rows == rows && fast_out.columns == fast_in.columns &&
+          !overlap(fast_in, fast_out)) {
+        filter(fast_in, fast_out.data);
+        return py::reinterpret_borrow<py::object>(out);
+      }
+    }
+    if (const DeviceArrayKind kind = device_array_kind(x); kind != DeviceArrayKind::none) {
+      return process_device_array(kind, x, out);
+    }
     if (is_device_array(x)) {
-      if (!out.is_none()) throw py::type_error("process: out= is for NumPy blocks");
+      if (!out.is_none()) {
+        throw py::type_error("process: out= takes NumPy blocks, CuPy arrays and PyTorch tensors");
+      }
       return py::module_::import("tapstream._device_arrays").attr("process")(py::cast(this), x);
     }
+    // Everything else, checked, each problem named.
     const HostBlock in = host_block(x);
-    py::array_t<float> output = output_for(out, in.frames);
+    py::array_t<float> output = output_for(py::reinterpret_borrow<py::object>(out), in.frames);
     if (!out.is_none() && overlap(in.array, output)) {
       throw py::value_error(
           "process: out shares memory with the block; the engine needs them apart");
@@ -154,6 +199,50 @@ class PyEngine {
       session_->process(in.samples, out_data, in.frames);
     }
     return output;
+  }
+
+  // A PyTorch or CuPy array on the GPU, read and written there; the output is
+  // a new array of the same kind, or `out` (the same kind, C-ordered).
+  py::object process_device_array(DeviceArrayKind kind, py::handle x, py::handle out) {
+    const DeviceBlock in = device_block(kind, x, "process", true);
+    if (in.rows != session_->inputs()) {
+      throw py::value_error("process: the block has " + std::to_string(in.rows) +
+                            " channels; the engine has " + std::to_string(session_->inputs()) +
+                            " inputs");
+    }
+    if (in.device != device_) {
+      throw py::value_error("process: the array is on GPU " + std::to_string(in.device) +
+                            "; the engine runs on GPU " + std::to_string(device_));
+    }
+    const std::size_t rows = session_->outputs(), frames = in.columns;
+    DeviceBlock output;
+    if (out.is_none()) {
+      output = new_device_block(kind, in.array, in.device, rows, frames);
+    } else {
+      if (device_array_kind(out) != kind) {
+        throw py::type_error(
+            "process: out must be an array of the block's kind (" +
+            std::string(kind == DeviceArrayKind::torch ? "a PyTorch tensor" : "a CuPy array") +
+            " on the GPU)");
+      }
+      output = device_block(kind, out, "process: out", false);
+      if (output.rows != rows || output.columns != frames || output.device != in.device) {
+        throw py::value_error("process: out must be a C-ordered (" + std::to_string(rows) + ", " +
+                              std::to_string(frames) + ") float32 array on GPU " +
+                              std::to_string(in.device));
+      }
+      const std::uintptr_t in_end = in.data + in.rows * frames * sizeof(float);
+      const std::uintptr_t out_end = output.data + rows * frames * sizeof(float);
+      if (frames != 0 && in.data < out_end && output.data < in_end) {
+        throw py::value_error(
+            "process: out shares memory with the block; the engine needs them apart");
+      }
+    }
+    if (frames != 0) {
+      const std::uintptr_t stream = current_stream(kind, in.device);
+      process_device(in.data, output.data, frames, stream, in.device);
+    }
+    return output.array;
   }
 
   // The device-array path's way in (tapstream._device_arrays): C-ordered
@@ -285,6 +374,13 @@ class PyEngine {
   PyMatrix matrix() const { return {session_->matrix(), {}}; }
 
  private:
+  // The fast path's engine call, the GIL released.
+  void filter(const NumpyBlock& in, float* out) {
+    const StridedBlock samples{in.data, in.row_stride, in.column_stride};
+    const py::gil_scoped_release release;
+    session_->process(samples, out, std::size_t(in.columns));
+  }
+
   // A NumPy block (kept alive by `array`) and where its samples are.
   struct HostBlock {
     py::array array;
@@ -348,6 +444,74 @@ class PyEngine {
   std::shared_ptr<EngineSession> session_;
   int device_ = 0;  // the GPU a CUDA engine runs on (EngineOptions::device)
 };
+
+// Python's exception for the C++ one being handled, as pybind11's dispatcher
+// makes it: the module's translators, then pybind11's own.
+void set_python_error() {
+  if (py::detail::apply_exception_translators(
+          py::detail::get_local_internals().registered_exception_translators) ||
+      py::detail::apply_exception_translators(
+          py::detail::get_internals().registered_exception_translators)) {
+    return;
+  }
+  PyErr_SetString(PyExc_SystemError, "tapstream: an exception no translator took");
+}
+
+constexpr const char* kProcessDoc =
+    R"(process(x, out=None)
+
+Filters x, a (inputs, frames) float32 array of any number of frames (any
+memory order), and returns the (outputs, frames) float32 output. A CUDA
+array (CuPy, PyTorch, anything with __cuda_array_interface__ or DLPack) on the
+CUDA engine is read and written on the device and the same kind of array is
+returned. out: a C-ordered (outputs, frames) float32 array to write into (and
+return) instead of a new one: a NumPy array for a NumPy block, an array of the
+block's kind on its GPU for a CuPy array or PyTorch tensor. Raises ValueError
+when x's channel count is not the engine's inputs, TypeError when x is not
+float32.)";
+
+// Engine.process as a METH_FASTCALL method of the class: the arguments
+// parsed here, then PyEngine::process.
+PyObject* engine_process(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                         PyObject* kwnames) {
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "process() takes x and out, got %zd positional arguments", nargs);
+    return nullptr;
+  }
+  PyObject* x = nargs > 0 ? args[0] : nullptr;
+  PyObject* out = nargs > 1 ? args[1] : nullptr;
+  const Py_ssize_t keywords = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < keywords; ++k) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, k);
+    PyObject** slot = PyUnicode_CompareWithASCIIString(name, "x") == 0     ? &x
+                      : PyUnicode_CompareWithASCIIString(name, "out") == 0 ? &out
+                                                                           : nullptr;
+    if (slot == nullptr) {
+      PyErr_Format(PyExc_TypeError, "process() got an unexpected keyword argument '%U'", name);
+      return nullptr;
+    }
+    if (*slot != nullptr) {
+      PyErr_Format(PyExc_TypeError, "process() got multiple values for argument '%U'", name);
+      return nullptr;
+    }
+    *slot = args[nargs + k];
+  }
+  if (x == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "process() missing required argument 'x'");
+    return nullptr;
+  }
+  try {
+    auto& engine = py::cast<PyEngine&>(py::handle(self));
+    return engine.process(x, out == nullptr ? Py_None : out).release().ptr();
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+PyMethodDef engine_process_method{
+    "process", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&engine_process)),
+    METH_FASTCALL | METH_KEYWORDS, kProcessDoc};
 
 int process_command(const std::vector<std::string>& arguments) {
   const py::gil_scoped_release release;
@@ -425,14 +589,6 @@ stream is cut into calls. One thread at a time uses the engine; the GIL is
 released while it works.)")
       .def(py::init<py::handle, const std::string&, std::size_t, std::optional<std::size_t>>(),
            "filters"_a, "backend"_a = "auto", "max_block"_a = 4096, "max_taps"_a = py::none())
-      .def("process", &PyEngine::process, "x"_a, "out"_a = py::none(),
-           R"(Filters x, a (inputs, frames) float32 array of any number of frames (any
-memory order), and returns the (outputs, frames) float32 output. A CUDA
-array (CuPy, PyTorch, anything with __cuda_array_interface__ or DLPack) on the
-CUDA engine is read and written on the device and the same kind of array is
-returned. out: a C-ordered (outputs, frames) float32 NumPy array to write
-into (and return) instead of a new one. Raises ValueError when x's channel
-count is not the engine's inputs, TypeError when x is not float32.)")
       .def("set_filters", &PyEngine::set_filters, "filters"_a, "crossfade"_a = true,
            R"(Replaces every filter (the same forms as Engine's filters; a Matrix with
 the same paths for a matrix engine). Takes effect at the next process(); with
@@ -449,7 +605,6 @@ the device, with no copy through the host (Engine.matrix cannot show such
 taps afterwards). Raises ValueError for a pair that is no path of the matrix,
 or taps the engine refuses (too many, NaN or infinite).)")
       .def("reset", &PyEngine::reset, "Forgets the input history, as if the stream started again.")
-      .def("_process_device", &PyEngine::process_device)
       .def("_time_engine_calls", &PyEngine::time_engine_calls, "x"_a, "calls"_a,
            "The engine's own microseconds for each of `calls` calls on x (no module in between).")
       .def("_time_device_calls", &PyEngine::time_device_calls, "x"_a, "out"_a, "frames"_a,
@@ -467,6 +622,12 @@ or taps the engine refuses (too many, NaN or infinite).)")
                              "The matrix as last set (per-channel filters: the diagonal).")
       .def("__repr__",
            [](const PyEngine& e) { return "tapstream.Engine(" + e.description() + ")"; });
+
+  // Engine.process: see engine_process.
+  PyObject* process_method = PyDescr_NewMethod(
+      reinterpret_cast<PyTypeObject*>(m.attr("Engine").ptr()), &engine_process_method);
+  if (process_method == nullptr) throw py::error_already_set();
+  m.attr("Engine").attr("process") = py::reinterpret_steal<py::object>(process_method);
 
   m.def("_process_command", &process_command, "arguments"_a,
         "Runs `tapstream process ARGUMENTS...`; returns its exit status.");

@@ -42,9 +42,7 @@ bool process_device(Engine& engine, const float* in, std::size_t in_stride, floa
                                 std::to_string(in_stride) + " is not the output's " +
                                 std::to_string(out_stride));
   }
-  TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  cuda.process_device(in, out, frames, in_stride);
-  cuda.synchronize();
+  cuda.process_device_after(in, out, frames, in_stride, static_cast<cudaStream_t>(stream));
   return true;
 }
 

@@ -96,6 +96,7 @@ struct CallShape {
   const void* delays = nullptr;
   const void* old_delays = nullptr;
   long long k_first = 0, old_k_first = 0;
+  bool device_io = false;  // the block in device_call_ already, the output left in d_out_
   bool operator==(const CallShape&) const = default;
 };
 
@@ -167,7 +168,7 @@ class CudaMatrixEngine final : public MatrixEngine {
   CallShape begin_call(std::size_t frames, Layout layout);
   // The call's device work, after its chunks and input are in host_call_
   // (device_io: its input already in device_call_, its output left in d_out_).
-  void enqueue(const CallShape& shape, bool device_io = false);
+  void enqueue(const CallShape& shape);
   void run(const CallShape& shape);
   // set_paths' work once the taps are device memory (`device_taps[u]` for
   // paths[u]), NaN and infinity looked for on the device.
@@ -190,6 +191,7 @@ class CudaMatrixEngine final : public MatrixEngine {
   int splits_ = 1;
   bool use_graphs_;
   cuda::Stream stream_;
+  cuda::Event caller_ready_;  // process_device: the caller's stream, recorded
   cuda::RealFftPlan forward_, inverse_, filter_forward_;
   DeviceBuffer<char> fft_work_;
   // The running set and the spare one (pending after an update; the
@@ -384,7 +386,8 @@ void CudaMatrixEngine::bind_cublas() {
   cublas_->bind(1, spare_.get(), y_old_.get(), stream_.get());
 }
 
-void CudaMatrixEngine::enqueue(const CallShape& shape, bool device_io) {
+void CudaMatrixEngine::enqueue(const CallShape& shape) {
+  const bool device_io = shape.device_io;
   const std::size_t chunks = shape.chunks, frames = shape.frames;
   const Layout layout = shape.layout;
   const bool fade = shape.fade != Fade::none;
@@ -543,8 +546,8 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
 }
 
 // The input is copied on the device into the call's staging and the output
-// out of d_out_ (two strided copies); the launches are enqueued directly, not
-// as a graph, since a graph would hold the caller's pointers.
+// out of d_out_ (two strided copies), so that the call's graph holds the
+// engine's pointers, not the caller's (which change from call to call).
 bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, float* out,
                                       std::size_t out_stride, std::size_t frames, void* stream) {
   const std::size_t n_in = inputs(), n_out = outputs();
@@ -552,14 +555,16 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
   cuda::check_device_memory(out, "the output");
   if (in_stride < frames || out_stride < frames)
     throw std::invalid_argument("cuda matrix engine: a channel stride below the block's frames");
-  const CallShape shape = begin_call(frames, Layout::planar);
+  CallShape shape = begin_call(frames, Layout::planar);
+  shape.device_io = true;
   const cudaStream_t s = stream_.get();
-  // After what the caller enqueued: its input is then complete.
-  TAPSTREAM_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  // After what the caller enqueued, on the device: no host wait.
+  caller_ready_.record(static_cast<cudaStream_t>(stream));
+  caller_ready_.wait_on(s);
   TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(device_call_.get() + chunk_bytes_, frames * sizeof(float),
                                          in, in_stride * sizeof(float), frames * sizeof(float),
                                          n_in, cudaMemcpyDeviceToDevice, s));
-  enqueue(shape, true);
+  run(shape);
   TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(out, out_stride * sizeof(float), d_out_.get(),
                                          frames * sizeof(float), frames * sizeof(float), n_out,
                                          cudaMemcpyDeviceToDevice, s));

@@ -1,12 +1,13 @@
-"""CUDA arrays in and out of Engine.process (the compiled Engine hands them here).
+"""CUDA arrays the compiled module hands here: in Engine.process, those it
+does not read itself (python/device_arrays.cpp reads CuPy arrays and PyTorch
+tensors on the GPU), and the taps of Engine.set_paths and Engine's filters.
 
-A CuPy array, a PyTorch tensor on the GPU, or anything with
-__cuda_array_interface__ (Numba, ...) or DLPack: the CUDA engine reads it and
-writes the output in device memory, with no copy through the host, and the
-output comes back as the same kind of array on the same device (a CuPy array
-for an object that only speaks __cuda_array_interface__ or DLPack). The engine's
-work is ordered after what the array's stream had enqueued, and is complete on
-return. A PyTorch tensor on the CPU goes through NumPy and comes back a tensor.
+Anything with __cuda_array_interface__ (Numba, ...) or DLPack is read through
+CuPy: the CUDA engine reads it and writes the output in device memory, with no
+copy through the host, and the output comes back as a CuPy array on the same
+device. The engine's work is ordered after what the array's stream had
+enqueued, and is complete on return. A PyTorch tensor on the CPU goes through
+NumPy and comes back a tensor.
 """
 
 import numpy as np
@@ -27,49 +28,17 @@ def _as_cupy(x):
     return cupy.from_dlpack(x)
 
 
-def _check(engine, shape, dtype_name):
-    if dtype_name != "float32":
-        raise TypeError(f"process: the block must be float32, got {dtype_name}")
-    if len(shape) != 2:
-        raise ValueError(f"process: expected a 2-D (channels, frames) block, got {len(shape)} "
-                         "dimensions")
-    if shape[0] != engine.inputs:
-        raise ValueError(f"process: the block has {shape[0]} channels; the engine has "
-                         f"{engine.inputs} inputs")
-
-
-def _process_torch(engine, x):
-    import torch
-    _check(engine, tuple(x.shape), str(x.dtype).replace("torch.", ""))
-    if not x.is_cuda:
-        return torch.from_numpy(engine.process(x.detach().numpy()))
-    x = x.detach().contiguous()
-    out = torch.empty((engine.outputs, x.shape[1]), dtype=torch.float32, device=x.device)
-    if x.shape[1]:
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        engine._process_device(x.data_ptr(), out.data_ptr(), x.shape[1], stream, x.device.index)
-    return out
-
-
-def _process_cupy(engine, x):
-    import cupy
-    _check(engine, x.shape, str(x.dtype))
-    with x.device:
-        x = cupy.ascontiguousarray(x)
-        out = cupy.empty((engine.outputs, x.shape[1]), dtype=cupy.float32)
-        if x.shape[1]:
-            stream = cupy.cuda.get_current_stream().ptr
-            engine._process_device(x.data.ptr, out.data.ptr, x.shape[1], stream, x.device.id)
-    return out
-
-
 def process(engine, x):
+    """Engine.process for the arrays the compiled module does not read itself
+    (it reads CuPy arrays and PyTorch tensors on the GPU): a PyTorch tensor in
+    host memory goes through NumPy and comes back a tensor; anything else with
+    __cuda_array_interface__ or DLPack is read through CuPy and comes back a
+    CuPy array."""
     if _module_of(x) == "torch":
-        return _process_torch(engine, x)
-    if _module_of(x) == "cupy":
-        return _process_cupy(engine, x)
+        import torch
+        return torch.from_numpy(engine.process(x.detach().numpy()))
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
-        return _process_cupy(engine, _as_cupy(x))
+        return engine.process(_as_cupy(x))
     raise TypeError(f"process: expected a (channels, frames) float32 array, got "
                     f"{type(x).__name__}")
 

@@ -184,6 +184,48 @@ class DeviceArrayTest(unittest.TestCase):
                               (0, 1): np.ones(3, np.float32)})
         self.assertIn("input 0 -> output 1", str(caught.exception))
 
+    def check_out_and_memory_order(self, name):
+        arrays = Arrays(name)
+        rng = np.random.default_rng(73)
+        say(f"seed 73, {name}")
+        h = rng.standard_normal((3, 700)).astype(np.float32)
+        x = rng.standard_normal((3, 4000)).astype(np.float32)
+        expected = np.array([causal_convolution(x[c], h[c]) for c in range(3)])
+        engine = cuda_engine(h, max_block=256)
+        wide = arrays.device(np.ascontiguousarray(np.repeat(x, 2, axis=1)))
+        views = [arrays.device(x[:, :1000]),                       # C order
+                 arrays.device(np.asfortranarray(x[:, 1000:2000])) if name == "cupy"
+                 else arrays.device(x[:, 1000:2000].T.copy()).T,    # interleaved in memory
+                 wide[:, 4000:6000:2]]                               # every second frame
+        pieces = []
+        for i, view in enumerate(views):
+            if i == 1:
+                out = arrays.device(np.full((3, 1000), 7, np.float32))
+                self.assertIs(engine.process(view, out=out), out)
+                pieces.append(arrays.host(out))
+            else:
+                pieces.append(arrays.host(engine.process(view)))
+        y = np.concatenate(pieces, axis=1)
+        for c in range(3):
+            error = relative_error(y[c], expected[c, :4000])
+            self.assertLessEqual(error, 1e-5, f"{name}, channel {c}: relative error {error:.3g}")
+        block = arrays.device(np.zeros((3, 16), np.float32))
+        for out, kind, words in [
+                (arrays.device(np.zeros((3, 15), np.float32)), ValueError, ["(3, 16)"]),
+                (np.zeros((3, 16), np.float32), TypeError, ["out", "kind"]),
+                (arrays.device(np.zeros((16, 3), np.float32)).T, ValueError, ["C-ordered"]),
+                (block, ValueError, ["shares memory"])]:
+            with self.assertRaises(kind) as caught:
+                engine.process(block, out=out)
+            for word in words:
+                self.assertIn(word, str(caught.exception))
+
+    def test_out_and_any_memory_order_with_cupy_arrays(self):
+        self.check_out_and_memory_order("cupy")
+
+    def test_out_and_any_memory_order_with_torch_tensors(self):
+        self.check_out_and_memory_order("torch")
+
     def test_a_device_block_of_another_channel_count_names_both_counts(self):
         arrays = Arrays("cupy")
         engine = cuda_engine([np.ones(4, np.float32)] * 2)

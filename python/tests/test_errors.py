@@ -48,6 +48,23 @@ class ErrorTest(unittest.TestCase):
         self.assertIs(self.engine.process(x, out=out), out)
         np.testing.assert_array_equal(out, 0)
 
+    def test_process_takes_x_and_out_by_position_or_name_and_nothing_else(self):
+        x = np.ones((2, 10), np.float32)
+        expected = tapstream.Engine([np.ones(4, np.float32)] * 2, backend="cpu").process(x)
+        np.testing.assert_array_equal(self.engine.process(x=x), expected)
+        self.engine.reset()
+        out = np.empty((2, 10), np.float32)
+        self.assertIs(self.engine.process(x, out), out)
+        np.testing.assert_array_equal(out, expected)
+        self.assert_raises(TypeError, ["missing", "'x'"], self.engine.process)
+        self.assert_raises(TypeError, ["missing", "'x'"], self.engine.process, out=out)
+        self.assert_raises(TypeError, ["unexpected", "'y'"], self.engine.process, x, y=1)
+        self.assert_raises(TypeError, ["multiple values", "'x'"], self.engine.process, x, x=x)
+        self.assert_raises(TypeError, ["multiple values", "'out'"], self.engine.process, x, out,
+                           out=out)
+        self.assert_raises(TypeError, ["3 positional"], self.engine.process, x, out, 3)
+        self.assertIn("out=None", tapstream.Engine.process.__doc__)
+
     def test_misaligned_samples_are_refused_with_the_remedy(self):
         records = np.zeros((2, 10), dtype=[("a", "u1"), ("x", "<f4")])
         self.assert_raises(ValueError, ["aligned", "ascontiguousarray"], self.engine.process,
