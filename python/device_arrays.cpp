@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 
 #include <string>
+#include <utility>
 
 namespace py = pybind11;
 
@@ -16,6 +17,7 @@ namespace {
 struct TorchApi {
   py::handle tensor;          // torch.Tensor
   py::handle float32;         // torch.float32
+  py::handle float64;         // torch.float64
   py::handle raw_stream;      // torch._C._cuda_getCurrentRawStream (null where absent)
   py::handle current_stream;  // torch.cuda.current_stream
 };
@@ -28,6 +30,7 @@ struct CupyApi {
   py::handle empty;               // cupy.empty
   py::handle ascontiguousarray;   // cupy.ascontiguousarray
   py::handle float32;             // numpy.dtype('float32')
+  py::handle float64;             // numpy.dtype('float64')
 };
 
 // The module `name` if something imported it, else null (imports nothing).
@@ -53,6 +56,7 @@ const TorchApi* torch_api() {
   if (!torch) return nullptr;
   api.tensor = keep(torch.attr("Tensor"));
   api.float32 = keep(torch.attr("float32"));
+  api.float64 = keep(torch.attr("float64"));
   const py::object c = torch.attr("_C");
   if (py::hasattr(c, "_cuda_getCurrentRawStream"))
     api.raw_stream = keep(c.attr("_cuda_getCurrentRawStream"));
@@ -75,6 +79,7 @@ const CupyApi* cupy_api() {
   api.empty = keep(cupy.attr("empty"));
   api.ascontiguousarray = keep(cupy.attr("ascontiguousarray"));
   api.float32 = py::dtype::of<float>().release();
+  api.float64 = py::dtype::of<double>().release();
   found = true;
   return &api;
 }
@@ -95,6 +100,8 @@ struct Names {
   py::handle ptr = py::str("ptr").release();
   py::handle device_id = py::str("device_id").release();
   py::handle cuda_stream = py::str("cuda_stream").release();
+  py::handle to = py::str("to").release();
+  py::handle astype = py::str("astype").release();
 };
 
 const Names& names() {
@@ -196,7 +203,68 @@ DeviceBlock cupy_block(const CupyApi& cupy, py::handle x, const char* what, bool
   return block;
 }
 
+std::string dimensions_error(const std::string& what, std::size_t dimensions) {
+  return what + ": expected a 1-D array of taps, got " + std::to_string(dimensions) + " dimensions";
+}
+
+DeviceBlock torch_taps(const TorchApi& torch, py::handle x, const std::string& what) {
+  const Names& n = names();
+  py::object taps = py::reinterpret_borrow<py::object>(x);
+  const py::object dtype = taps.attr(n.dtype);
+  if (dtype.is(torch.float64)) {
+    taps = taps.attr(n.detach)().attr(n.to)(torch.float32);
+  } else if (!dtype.is(torch.float32)) {
+    throw py::type_error(what + ": taps must be float32 or float64, got " +
+                         std::string(py::str(dtype)));
+  }
+  const py::tuple shape = taps.attr(n.shape);
+  if (shape.size() != 1) throw py::value_error(dimensions_error(what, shape.size()));
+  DeviceBlock block;
+  block.rows = 1;
+  block.columns = shape[0].cast<std::size_t>();
+  if (block.columns > 1 && py::tuple(taps.attr(n.stride)())[0].cast<py::ssize_t>() != 1)
+    taps = taps.attr(n.detach)().attr(n.contiguous)();
+  block.data = taps.attr(n.data_ptr)().cast<std::uintptr_t>();
+  block.device = taps.attr(n.get_device)().cast<int>();
+  block.array = std::move(taps);
+  return block;
+}
+
+DeviceBlock cupy_taps(const CupyApi& cupy, py::handle x, const std::string& what) {
+  const Names& n = names();
+  py::object taps = py::reinterpret_borrow<py::object>(x);
+  py::object memory = taps.attr(n.data);
+  const int device = memory.attr(n.device_id).cast<int>();
+  const py::object dtype = taps.attr(n.dtype);
+  if (dtype.is(cupy.float64) || dtype.equal(cupy.float64)) {
+    taps = on_cupy_device(cupy, device, [&] { return taps.attr(n.astype)(cupy.float32); });
+  } else if (!dtype.is(cupy.float32) && !dtype.equal(cupy.float32)) {
+    throw py::type_error(what + ": taps must be float32 or float64, got " +
+                         std::string(py::str(dtype)));
+  }
+  const py::tuple shape = taps.attr(n.shape);
+  if (shape.size() != 1) throw py::value_error(dimensions_error(what, shape.size()));
+  DeviceBlock block;
+  block.rows = 1;
+  block.columns = shape[0].cast<std::size_t>();
+  if (block.columns > 1 &&
+      py::tuple(taps.attr(n.strides))[0].cast<py::ssize_t>() != py::ssize_t(sizeof(float))) {
+    taps = on_cupy_device(cupy, device, [&] { return cupy.ascontiguousarray(taps); });
+  }
+  memory = taps.attr(n.data);
+  block.data = memory.attr(n.ptr).cast<std::uintptr_t>();
+  block.device = device;
+  block.array = std::move(taps);
+  return block;
+}
+
 }  // namespace
+
+DeviceBlock device_taps(DeviceArrayKind kind, py::handle x, const std::string& what) {
+  if (kind == DeviceArrayKind::torch) return torch_taps(*torch_api(), x, what);
+  if (kind == DeviceArrayKind::cupy) return cupy_taps(*cupy_api(), x, what);
+  throw py::type_error(what + ": not a PyTorch or CuPy array on a GPU");
+}
 
 DeviceArrayKind device_array_kind(py::handle x) {
   if (const TorchApi* torch = torch_api(); torch != nullptr && is_instance(x, torch->tensor)) {

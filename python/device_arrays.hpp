@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tapstream::python {
 
@@ -38,6 +39,11 @@ struct DeviceBlock {
 // place). TypeError for another dtype, ValueError for another number of
 // dimensions or order; `what` starts each message ("process").
 DeviceBlock device_block(DeviceArrayKind kind, pybind11::handle x, const char* what, bool copy);
+
+// x (of `kind`) as a filter's taps: 1-D float32 in device memory, C order
+// (float64 and other orders converted on the device). TypeError for another
+// dtype, ValueError for another number of dimensions, each naming `what`.
+DeviceBlock device_taps(DeviceArrayKind kind, pybind11::handle x, const std::string& what);
 
 // The current stream of `kind`'s library on GPU `device` (a cudaStream_t).
 std::uintptr_t current_stream(DeviceArrayKind kind, int device);

@@ -135,6 +135,26 @@ bool is_device_array(py::handle x) {
          (py::hasattr(x, "__cuda_array_interface__") || py::hasattr(x, "__dlpack__"));
 }
 
+// A set_paths key: an (input, output) pair of indices.
+std::pair<std::size_t, std::size_t> path_key(py::handle key) {
+  if (!py::isinstance<py::tuple>(key) || py::len(key) != 2) {
+    throw py::type_error("set_paths: keys are (input, output) pairs, got " +
+                         std::string(py::str(py::repr(key))));
+  }
+  const auto pair = py::reinterpret_borrow<py::tuple>(key);
+  const long long input = pair[0].cast<long long>(), output = pair[1].cast<long long>();
+  if (input < 0 || output < 0) {
+    throw py::value_error("set_paths: (" + std::to_string(input) + ", " + std::to_string(output) +
+                          ") is no path: indices count from 0");
+  }
+  return {std::size_t(input), std::size_t(output)};
+}
+
+std::string path_name(const std::pair<std::size_t, std::size_t>& pair) {
+  return "set_paths: input " + std::to_string(pair.first) + " -> output " +
+         std::to_string(pair.second);
+}
+
 class PyEngine {
  public:
   PyEngine(py::handle filters, const std::string& backend, std::size_t max_block,
@@ -305,22 +325,14 @@ class PyEngine {
   void set_paths(const py::dict& taps, bool crossfade) {
     bool on_device = false;
     for (const auto& entry : taps) on_device = on_device || is_device_array(entry.second);
-    if (on_device && set_paths_device(taps, crossfade)) return;
+    if (on_device) {
+      const std::optional<bool> read_here = set_paths_device_arrays(taps, crossfade);
+      if (read_here ? *read_here : set_paths_device(taps, crossfade)) return;
+    }
     std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> by_pair;
     for (const auto& [key, value] : taps) {
-      if (!py::isinstance<py::tuple>(key) || py::len(key) != 2) {
-        throw py::type_error("set_paths: keys are (input, output) pairs, got " +
-                             std::string(py::str(py::repr(key))));
-      }
-      const auto pair = key.cast<py::tuple>();
-      const long long input = pair[0].cast<long long>(), output = pair[1].cast<long long>();
-      if (input < 0 || output < 0) {
-        throw py::value_error("set_paths: (" + std::to_string(input) + ", " +
-                              std::to_string(output) + ") is no path: indices count from 0");
-      }
-      by_pair[{std::size_t(input), std::size_t(output)}] =
-          taps_from(value, "set_paths: input " + std::to_string(input) + " -> output " +
-                               std::to_string(output));
+      const auto pair = path_key(key);
+      by_pair[pair] = taps_from(value, path_name(pair));
     }
     const py::gil_scoped_release release;
     session_->set_paths(std::move(by_pair), crossfade);
@@ -329,6 +341,53 @@ class PyEngine {
   void reset() {
     const py::gil_scoped_release release;
     session_->reset();
+  }
+
+  // set_paths with CuPy arrays and PyTorch tensors on the GPU, read here:
+  // nullopt where some taps are anything else (set_paths_device takes them,
+  // through tapstream._device_arrays); false where the engine has no device
+  // path (the caller copies them to the host).
+  std::optional<bool> set_paths_device_arrays(const py::dict& taps, bool crossfade) {
+    std::vector<DeviceArrayKind> kinds;
+    kinds.reserve(taps.size());
+    for (const auto& entry : taps) {
+      kinds.push_back(device_array_kind(entry.second));
+      if (kinds.back() == DeviceArrayKind::none) return std::nullopt;
+    }
+    std::vector<DeviceBlock> kept;  // holds converted copies until the engine has read them
+    kept.reserve(taps.size());
+    std::map<std::pair<std::size_t, std::size_t>, std::span<const float>> by_pair;
+    DeviceArrayKind first = DeviceArrayKind::none, other = DeviceArrayKind::none;
+    std::size_t k = 0;
+    for (const auto& [key, value] : taps) {
+      const auto pair = path_key(key);
+      const std::string what = path_name(pair);
+      const DeviceArrayKind kind = kinds[k++];
+      DeviceBlock block = device_taps(kind, value, what);
+      if (!kept.empty() && block.device != kept.front().device) {
+        throw py::value_error(what + ": taps on GPU " + std::to_string(block.device) +
+                              ", others on GPU " + std::to_string(kept.front().device));
+      }
+      if (first == DeviceArrayKind::none) first = kind;
+      if (kind != first) other = kind;
+      by_pair[pair] = {reinterpret_cast<const float*>(block.data), block.columns};
+      kept.push_back(std::move(block));
+    }
+    if (kept.empty()) return std::nullopt;
+    const int device = kept.front().device;
+    if (device != device_) {
+      throw py::value_error("set_paths: the taps are on GPU " + std::to_string(device) +
+                            "; the engine runs on GPU " + std::to_string(device_));
+    }
+    // The engine waits (on the device) for one stream; the other library's is waited for here.
+    if (other != DeviceArrayKind::none) {
+      py::module_::import("tapstream._device_arrays")
+          .attr("_synchronize")(current_stream(other, device),
+                                other == DeviceArrayKind::torch ? "torch" : "cupy");
+    }
+    const std::uintptr_t stream = current_stream(first, device);
+    const py::gil_scoped_release release;
+    return session_->set_paths_device(by_pair, crossfade, reinterpret_cast<void*>(stream));
   }
 
   // set_paths with CUDA arrays: their device memory goes to the engine

@@ -281,6 +281,64 @@ TEST_F(CudaEngineTest, ProcessDeviceMatchesProcess) {
         << "channel " << c;
 }
 
+// process_device_after(): the caller's input is written on the caller's own
+// stream just before each call (after a long copy that keeps that stream busy),
+// so an engine that read it before the caller's work was done would filter
+// stale samples. Small calls of the engine's block (staged, one graph each on
+// the partitioned path) and calls of any size (unstaged) both match process().
+TEST_F(CudaEngineTest, DeviceCallsAfterTheCallersStreamMatchProcess) {
+  const std::uint64_t seed = announce("device calls after the caller's stream", 77);
+  struct Case {
+    const char* kernel;
+    std::size_t max_block;
+    bool random_sizes;
+  };
+  for (const Case& k :
+       {Case{"partitioned", 64, false}, Case{"auto", 64, false}, Case{"auto", 1500, true}}) {
+    const std::size_t channels = 8, frames = 12000;
+    const FilterBank bank = bank_for(channels, 9000, false, false, seed);
+    const Signals x = random_signals(channels, frames, seed + 1);
+    EngineOptions options;
+    options.max_block_frames = k.max_block;
+    options.kernel = k.kernel;
+    const auto sizes = k.random_sizes ? random_block_sizes(frames, k.max_block, seed + 2)
+                                      : std::vector<std::size_t>(frames / k.max_block, k.max_block);
+    auto host_engine = make_cuda_device_engine(bank, options);
+    const Signals want = run(*host_engine, x, sizes, Layout::planar);
+
+    auto engine = make_cuda_device_engine(bank, options);
+    cuda::Stream caller;
+    cuda::PinnedBuffer<float> planar(channels * frames);
+    for (std::size_t c = 0; c < channels; ++c)
+      std::copy(x[c].begin(), x[c].end(), planar.get() + c * frames);
+    cuda::DeviceBuffer<float> d_in(channels * frames), d_out(channels * frames);
+    cuda::DeviceBuffer<char> busy_from(std::size_t(64) << 20), busy_to(std::size_t(64) << 20);
+    ASSERT_EQ(cudaMemset(d_in.get(), 0, d_in.bytes()), cudaSuccess);
+    std::size_t start = 0;
+    for (const std::size_t n : sizes) {
+      ASSERT_EQ(cudaMemcpyAsync(busy_to.get(), busy_from.get(), busy_from.bytes(),
+                                cudaMemcpyDeviceToDevice, caller.get()),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy2DAsync(d_in.get() + start, frames * sizeof(float), planar.get() + start,
+                                  frames * sizeof(float), n * sizeof(float), channels,
+                                  cudaMemcpyHostToDevice, caller.get()),
+                cudaSuccess);
+      engine->process_device_after(d_in.get() + start, d_out.get() + start, n, frames,
+                                   caller.get());
+      start += n;
+    }
+    std::vector<float> out(channels * frames);
+    ASSERT_EQ(cudaMemcpy(out.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (std::size_t c = 0; c < channels; ++c)
+      EXPECT_LE(relative_error(std::span<const float>(out).subspan(c * frames, start),
+                               std::span<const float>(want[c]).first(start)),
+                1e-6)
+          << k.kernel << ", max_block " << k.max_block << ", channel " << c << ": "
+          << engine->description();
+  }
+}
+
 // Short filters over device blocks of a million frames take the streaming
 // tile kernel (cp.async double buffering, tiles walked by a grid sized to the
 // device): constant taps (shared filter) and, with 160 channels, taps in
