@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -320,6 +321,65 @@ class PyEngine {
     const RoutingMatrix next = matrix_of(filters);
     const py::gil_scoped_release release;
     session_->set_matrix(next, crossfade);
+  }
+
+  // set_paths(paths, crossfade, pairs): `paths` a dict of taps by pair, or
+  // with `pairs`, a 2-D array whose row k is the taps of pairs[k].
+  void set_paths_of(py::handle paths, bool crossfade, py::handle pairs) {
+    if (pairs.is_none()) {
+      if (!py::isinstance<py::dict>(paths)) {
+        throw py::type_error(
+            "set_paths: expected a dict {(input, output): taps}, or a 2-D array of taps with "
+            "pairs=[(input, output), ...], got " +
+            std::string(py::str(py::type::handle_of(paths).attr("__name__"))));
+      }
+      set_paths(py::reinterpret_borrow<py::dict>(paths), crossfade);
+      return;
+    }
+    std::vector<std::pair<std::size_t, std::size_t>> keys;
+    std::set<std::pair<std::size_t, std::size_t>> seen;
+    for (const py::handle key : pairs) {
+      keys.push_back(path_key(key));
+      if (!seen.insert(keys.back()).second) {
+        throw py::value_error("set_paths: (" + std::to_string(keys.back().first) + ", " +
+                              std::to_string(keys.back().second) + ") twice in pairs");
+      }
+    }
+    const auto check_rows = [&](std::size_t rows, std::size_t columns) {
+      if (rows != keys.size()) {
+        throw py::value_error("set_paths: " + std::to_string(rows) + " rows of taps for " +
+                              std::to_string(keys.size()) + " pairs");
+      }
+      if (columns == 0) throw py::value_error("set_paths: no taps (rows of 0 columns)");
+    };
+    if (const DeviceArrayKind kind = device_array_kind(paths); kind != DeviceArrayKind::none) {
+      const DeviceBlock rows = device_block(kind, paths, "set_paths: the rows of taps", true);
+      check_rows(rows.rows, rows.columns);
+      if (rows.device != device_) {
+        throw py::value_error("set_paths: the taps are on GPU " + std::to_string(rows.device) +
+                              "; the engine runs on GPU " + std::to_string(device_));
+      }
+      std::map<std::pair<std::size_t, std::size_t>, std::span<const float>> by_pair;
+      const auto* data = reinterpret_cast<const float*>(rows.data);
+      for (std::size_t k = 0; k < keys.size(); ++k)
+        by_pair[keys[k]] = {data + k * rows.columns, rows.columns};
+      const std::uintptr_t stream = current_stream(kind, rows.device);
+      {
+        const py::gil_scoped_release release;
+        if (session_->set_paths_device(by_pair, crossfade, reinterpret_cast<void*>(stream))) return;
+      }
+    }
+    // Host memory (device rows for an engine without a device path are copied here).
+    const auto rows = taps_rows(paths, "set_paths: the rows of taps");
+    check_rows(std::size_t(rows.shape(0)), std::size_t(rows.shape(1)));
+    std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> by_pair;
+    const auto columns = std::size_t(rows.shape(1));
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const float* row = rows.data() + k * columns;
+      by_pair[keys[k]] = std::vector<float>(row, row + columns);
+    }
+    const py::gil_scoped_release release;
+    session_->set_paths(std::move(by_pair), crossfade);
   }
 
   void set_paths(const py::dict& taps, bool crossfade) {
@@ -654,9 +714,12 @@ the same paths for a matrix engine). Takes effect at the next process(); with
 crossfade, its first engine block (min(frames, max_block) frames) fades from
 the old filters' output to the new ones', so the swap makes no click; the
 input history is kept, nothing is lost.)")
-      .def("set_paths", &PyEngine::set_paths, "paths"_a, "crossfade"_a = true,
-           R"(New taps for some paths: {(input, output): taps, ...}. Every other path,
-and every path's gain, delay and polarity, stays. Takes effect like
+      .def("set_paths", &PyEngine::set_paths_of, "paths"_a, "crossfade"_a = true,
+           "pairs"_a = py::none(),
+           R"(New taps for some paths: {(input, output): taps, ...}, or with
+pairs=[(input, output), ...] a 2-D array whose row k is the taps of pairs[k]
+(one array for many paths: a batch from a simulator, read in one go). Every
+other path, and every path's gain, delay and polarity, stays. Takes effect like
 set_filters; the engine transforms only the named paths, so many paths may
 change before every process() call. Taps may be CUDA arrays (CuPy, PyTorch,
 all on the engine's GPU): the CUDA engine then reads and transforms them on

@@ -57,6 +57,16 @@ std::vector<float> taps_from(py::handle taps, const std::string& what) {
   return {array.data(), array.data() + array.size()};
 }
 
+py::array_t<float, py::array::c_style | py::array::forcecast> taps_rows(py::handle rows,
+                                                                        const std::string& what) {
+  auto array = float_array(rows, what);
+  if (array.ndim() != 2) {
+    throw py::value_error(what + ": expected a 2-D array (a row of taps per pair), got " +
+                          std::to_string(array.ndim()) + " dimensions");
+  }
+  return array;
+}
+
 FilterBank bank_from(py::handle filters) {
   std::vector<std::vector<float>> taps;
   if (py::isinstance<py::list>(filters) || py::isinstance<py::tuple>(filters)) {

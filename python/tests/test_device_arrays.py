@@ -179,6 +179,30 @@ class DeviceArrayTest(unittest.TestCase):
     def test_paths_from_torch_tensors_replace_many_paths_every_block_exactly(self):
         self.check_paths_from_device_arrays("torch")
 
+    def check_rows_of_device_taps(self, name):
+        arrays = Arrays(name)
+        rng = np.random.default_rng(75)
+        say(f"seed 75, {name}")
+        pairs = [(i, o) for i in range(4) for o in range(2)]
+        matrix = tapstream.Matrix(4, 2, [(i, o, rng.standard_normal(500).astype(np.float32))
+                                         for i, o in pairs])
+        engines = [cuda_engine(matrix, max_block=128) for _ in range(2)]
+        x = rng.standard_normal((4, 1024)).astype(np.float32)
+        rows = rng.standard_normal((len(pairs), 400)).astype(np.float32)
+        engines[0].set_paths({pair: arrays.device(rows[k]) for k, pair in enumerate(pairs)})
+        engines[1].set_paths(arrays.device(rows), pairs=pairs)
+        y = [arrays.host(e.process(arrays.device(x))) for e in engines]
+        np.testing.assert_allclose(y[1], y[0], rtol=0, atol=1e-6)
+        with self.assertRaises(ValueError) as caught:
+            engines[1].set_paths(arrays.device(rows[:3]), pairs=pairs)
+        self.assertIn("3 rows of taps for 8 pairs", str(caught.exception))
+
+    def test_rows_of_cupy_taps_replace_the_pairs_paths(self):
+        self.check_rows_of_device_taps("cupy")
+
+    def test_rows_of_torch_taps_replace_the_pairs_paths(self):
+        self.check_rows_of_device_taps("torch")
+
     def test_device_and_host_taps_in_one_update_are_refused_naming_the_path(self):
         arrays = Arrays("cupy")
         engine = cuda_engine(tapstream.Matrix(1, 2, [(0, 0, np.ones(4, np.float32)),

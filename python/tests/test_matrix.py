@@ -78,6 +78,35 @@ class MatrixTest(unittest.TestCase):
         # Paths not named never change, not even in the fade.
         self.assertLessEqual(relative_error(y[1:], expected[1:]), 1e-5)
 
+    def test_set_paths_takes_rows_of_taps_for_a_list_of_pairs(self):
+        rng = np.random.default_rng(53)
+        say("seed 53")
+        h = [rng.standard_normal(300).astype(np.float32) for _ in range(3)]
+        matrix = tapstream.Matrix(2, 3, [(0, 0, h[0]), (1, 2, h[1], -6.0, 10), (0, 1, h[2])])
+        engines = [tapstream.Engine(matrix, backend="cpu", max_block=256, max_taps=600)
+                   for _ in range(2)]
+        x = rng.standard_normal((2, 4000)).astype(np.float32)
+        rows = rng.standard_normal((2, 450))  # float64 rows are taken as float32
+        engines[0].set_paths({(1, 2): rows[0].astype(np.float32),
+                              (0, 0): rows[1].astype(np.float32)})
+        engines[1].set_paths(rows, pairs=[(1, 2), (0, 0)])
+        y = [e.process(x) for e in engines]
+        np.testing.assert_array_equal(y[1], y[0])
+        np.testing.assert_array_equal(engines[1].matrix.paths[0][2], rows[1].astype(np.float32))
+        for call, kind, words in [
+                (lambda: engines[1].set_paths(rows, pairs=[(0, 0)]), ValueError,
+                 ["2 rows", "1 pairs"]),
+                (lambda: engines[1].set_paths(rows, pairs=[(0, 0), (0, 0)]), ValueError,
+                 ["(0, 0) twice"]),
+                (lambda: engines[1].set_paths(rows[0], pairs=[(0, 0)]), ValueError, ["2-D"]),
+                (lambda: engines[1].set_paths(rows), TypeError, ["dict", "pairs="]),
+                (lambda: engines[1].set_paths(rows, pairs=[(0, 0), (1, 1)]), ValueError,
+                 ["no path"])]:
+            with self.assertRaises(kind) as caught:
+                call()
+            for word in words:
+                self.assertIn(word, str(caught.exception))
+
     def test_set_paths_before_every_call_matches_the_piecewise_crossfaded_reference(self):
         rng = np.random.default_rng(52)
         say("seed 52")
