@@ -19,7 +19,8 @@ run. Cases (--engines):
 --form dict: set_paths({(i, o): taps, ...}), an array per path, as the
 README shows; --form rows: set_paths(taps, pairs=[(i, o), ...]), one 2-D
 array whose rows are the paths' taps (a batch from a simulator).
-The block is passed with out= (a preallocated output), as a warm loop does.
+The block is passed with out= (a preallocated output), as a warm loop does
+(a module that takes out= for NumPy blocks only returns a new array instead).
 
   PYTHONPATH=build/python python3 bench/python_updates.py --engines cupy torch host cpu \\
       --blocks 128 --taps 8192 [--every 1] [--outputs 2] [--form dict rows] [--json FILE]
@@ -98,6 +99,11 @@ def probe(args, case, form, sources, frames, taps, blocks, budget_us, rng):
     calls, updates = [], []
     which = 0
     set_paths, process = engine.set_paths, engine.process
+    try:
+        process(x, out=out)
+        call_with_out = True
+    except TypeError:  # a module that takes out= for NumPy blocks only
+        call_with_out = False
     next_start = clock()
     for i in range(warm + blocks):
         while clock() < next_start:
@@ -112,7 +118,10 @@ def probe(args, case, form, sources, frames, taps, blocks, budget_us, rng):
                 set_paths(sets[which])
             which ^= 1
         t1 = clock()
-        process(x, out=out)
+        if call_with_out:
+            process(x, out=out)
+        else:
+            process(x)
         t2 = clock()
         if i >= warm:
             calls.append((t2 - t0) / 1000.0)
