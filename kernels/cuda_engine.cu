@@ -326,16 +326,18 @@ class CudaEngineImpl final : public CudaEngine {
       synchronize();
       return;
     }
-    const std::size_t row = frames * sizeof(float), pitch = channel_stride * sizeof(float);
-    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(slot_in_[0].get(), row, d_in, pitch, row, channels_,
-                                           cudaMemcpyDeviceToDevice, stream));
+    // Copies as kernels: a small device-to-device cudaMemcpy2DAsync waits for a
+    // copy engine, several microseconds each way.
+    const auto stride = (long long)channel_stride, n = (long long)frames;
+    cuda::launch_copy_samples({d_in, stride, 1}, slot_in_[0].get(), n, 1, int(channels_),
+                              int(frames), stream);
     convolver_->quiesce();
     const SampleView x{slot_in_[0].get(), (long long)frames, 1};
     filter(0, x, slot_out_[0].get(), (long long)frames, 1, frames, 0, frames, false,
            staged_done_.get());
     convolver_->end_call();
-    TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(d_out, pitch, slot_out_[0].get(), row, row, channels_,
-                                           cudaMemcpyDeviceToDevice, stream));
+    cuda::launch_copy_samples({slot_out_[0].get(), n, 1}, d_out, stride, 1, int(channels_),
+                              int(frames), stream);
     done_[0].record(stream);
     if (small_calls_ == SmallCalls::event)
       done_[0].synchronize();

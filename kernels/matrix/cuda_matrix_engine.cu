@@ -55,6 +55,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_resources.hpp"
 #include "kernels/cufft_plan.hpp"
+#include "kernels/device/direct_kernels.hpp"
 #include "kernels/device/matrix_chunks.hpp"
 #include "kernels/device/matrix_mac.hpp"
 #include "kernels/device/path_spectra.hpp"
@@ -546,7 +547,7 @@ void CudaMatrixEngine::process(std::span<const float> in, std::span<float> out, 
 }
 
 // The input is copied on the device into the call's staging and the output
-// out of d_out_ (two strided copies), so that the call's graph holds the
+// out of d_out_ (two strided copy kernels), so that the call's graph holds the
 // engine's pointers, not the caller's (which change from call to call).
 bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, float* out,
                                       std::size_t out_stride, std::size_t frames, void* stream) {
@@ -561,13 +562,14 @@ bool CudaMatrixEngine::process_device(const float* in, std::size_t in_stride, fl
   // After what the caller enqueued, on the device: no host wait.
   caller_ready_.record(static_cast<cudaStream_t>(stream));
   caller_ready_.wait_on(s);
-  TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(device_call_.get() + chunk_bytes_, frames * sizeof(float),
-                                         in, in_stride * sizeof(float), frames * sizeof(float),
-                                         n_in, cudaMemcpyDeviceToDevice, s));
+  // Copies as kernels (a small device-to-device cudaMemcpy2DAsync waits for a copy engine).
+  const auto n = (long long)frames;
+  cuda::launch_copy_samples({in, (long long)in_stride, 1},
+                            reinterpret_cast<float*>(device_call_.get() + chunk_bytes_), n, 1,
+                            int(n_in), int(frames), s);
   run(shape);
-  TAPSTREAM_CUDA_CHECK(cudaMemcpy2DAsync(out, out_stride * sizeof(float), d_out_.get(),
-                                         frames * sizeof(float), frames * sizeof(float), n_out,
-                                         cudaMemcpyDeviceToDevice, s));
+  cuda::launch_copy_samples({d_out_.get(), n, 1}, out, (long long)out_stride, 1, int(n_out),
+                            int(frames), s);
   stream_.synchronize();
   return true;
 }
