@@ -116,6 +116,7 @@ class CudaEngineImpl final : public CudaEngine {
     int least_priority = 0, greatest_priority = 0;
     TAPSTREAM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
     for (int s = 0; s < options.streams; ++s) streams_.emplace_back(greatest_priority);
+    output_stream_ = Stream(greatest_priority);
     stream_priority_ = greatest_priority;
     slot_frames_ = std::min(max_block_frames_, kMaxSlotFrames);
     const std::size_t block_samples = channels_ * max_block_frames_;
@@ -305,6 +306,9 @@ class CudaEngineImpl final : public CudaEngine {
   // there, so that the convolver sees the same pointers every call and can
   // run it as one graph (it cannot hold a caller's pointers, which change
   // from call to call), then copied out; the wait is the small calls' spin.
+  // The copy out runs on a stream of its own after the output's event: on
+  // stream 0 it would wait for the whole graph, the tail steps the call
+  // starts included, which a host call does not wait for either.
   void process_device_after(const float* d_in, float* d_out, std::size_t frames,
                             std::size_t channel_stride, CUstream_st* after) override {
     finish_process();
@@ -333,12 +337,15 @@ class CudaEngineImpl final : public CudaEngine {
                               int(frames), stream);
     convolver_->quiesce();
     const SampleView x{slot_in_[0].get(), (long long)frames, 1};
-    filter(0, x, slot_out_[0].get(), (long long)frames, 1, frames, 0, frames, false,
-           staged_done_.get());
+    if (!filter(0, x, slot_out_[0].get(), (long long)frames, 1, frames, 0, frames, false,
+                staged_done_.get()))
+      staged_done_.record(stream);
     convolver_->end_call();
+    cudaStream_t out_stream = output_stream_.get();
+    staged_done_.wait_on(out_stream);
     cuda::launch_copy_samples({slot_out_[0].get(), n, 1}, d_out, stride, 1, int(channels_),
-                              int(frames), stream);
-    done_[0].record(stream);
+                              int(frames), out_stream);
+    done_[0].record(out_stream);
     if (small_calls_ == SmallCalls::event)
       done_[0].synchronize();
     else
@@ -641,7 +648,8 @@ class CudaEngineImpl final : public CudaEngine {
   std::vector<Event> done_;
   std::vector<Event> chunk_done_;
   Event caller_ready_;  // process_device_after: the caller's stream, recorded
-  Event staged_done_;   // process_device_after: the convolver's output (ends its graph)
+  Event staged_done_;   // process_device_after: the convolver's output (inside its graph)
+  Stream output_stream_;  // process_device_after: the copy out
   std::size_t slot_frames_ = 0;
   PinnedBuffer<float> pinned_in_, pinned_out_;
   std::vector<DeviceBuffer<float>> slot_in_, slot_out_;
