@@ -288,17 +288,9 @@ class CudaEngineImpl final : public CudaEngine {
 
   void process_device(const float* d_in, float* d_out, std::size_t frames,
                       std::size_t channel_stride) override {
-    finish_process();
-    check_frames(frames);
-    if (channel_stride < frames && channels_ > 1)
-      throw std::invalid_argument("process_device: channel_stride " +
-                                  std::to_string(channel_stride) + " is below frames " +
-                                  std::to_string(frames));
+    begin_device_call(frames, channel_stride);
     DeviceGuard guard(device_);
-    convolver_->quiesce();
-    const SampleView x{d_in, (long long)channel_stride, 1};
-    filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
-    convolver_->end_call();
+    filter_device(d_in, d_out, frames, channel_stride);
   }
 
   // A small call (within the zero-copy size) goes the way of a host one: its
@@ -311,22 +303,14 @@ class CudaEngineImpl final : public CudaEngine {
   // starts included, which a host call does not wait for either.
   void process_device_after(const float* d_in, float* d_out, std::size_t frames,
                             std::size_t channel_stride, CUstream_st* after) override {
-    finish_process();
-    check_frames(frames);
-    if (channel_stride < frames && channels_ > 1)
-      throw std::invalid_argument("process_device: channel_stride " +
-                                  std::to_string(channel_stride) + " is below frames " +
-                                  std::to_string(frames));
+    begin_device_call(frames, channel_stride);
     DeviceGuard guard(device_);
     cudaStream_t stream = streams_[0].get();
     // After what the caller enqueued, on the device: no host wait.
     caller_ready_.record(after);
     caller_ready_.wait_on(stream);
     if (channels_ * frames > tuning_.zero_copy_samples || frames > slot_frames_) {
-      convolver_->quiesce();
-      const SampleView x{d_in, (long long)channel_stride, 1};
-      filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
-      convolver_->end_call();
+      filter_device(d_in, d_out, frames, channel_stride);
       synchronize();
       return;
     }
@@ -497,6 +481,25 @@ class CudaEngineImpl final : public CudaEngine {
         break;  // resolved in the constructor
     }
     return "?";
+  }
+
+  // A device call's checks, after any host call still pending.
+  void begin_device_call(std::size_t frames, std::size_t channel_stride) {
+    finish_process();
+    check_frames(frames);
+    if (channel_stride < frames && channels_ > 1)
+      throw std::invalid_argument("process_device: channel_stride " +
+                                  std::to_string(channel_stride) + " is below frames " +
+                                  std::to_string(frames));
+  }
+
+  // A device call filtered where its block is (planar, `channel_stride` apart), on stream 0.
+  void filter_device(const float* d_in, float* d_out, std::size_t frames,
+                     std::size_t channel_stride) {
+    convolver_->quiesce();
+    const SampleView x{d_in, (long long)channel_stride, 1};
+    filter(0, x, d_out, (long long)channel_stride, 1, frames, 0, frames, false);
+    convolver_->end_call();
   }
 
   void note_enqueued(std::chrono::steady_clock::time_point call_start) {
