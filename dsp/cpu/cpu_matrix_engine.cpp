@@ -57,12 +57,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "dsp/cpu/cpu_cost_model.hpp"
+#include "dsp/cpu/cpu_matrix_plan.hpp"
 #include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/model/segment_delay.hpp"
@@ -76,67 +75,25 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// What partition p costs: a chunk of a call (the inputs' and outputs'
-// transforms and the head products) and a segment's tails (every path's
-// products with completed segments), in nanoseconds.
-struct PartitionCosts {
-  double chunk_ns = 0.0;
-  double tails_ns = 0.0;
-};
-
-// The transforms and products are priced by the CPU engines' measured cost
-// model (dsp/cpu/cpu_cost_model): FFT pairs by size, and a bin's multiply-add
-// in or out of cache by what a segment's pass walks (every path's spectra and
-// the inputs' delay line).
-PartitionCosts partition_costs(const RoutingMatrix& m, std::size_t p) {
-  const double bins = double(p + 1);
-  double tail_macs = 0.0, head_macs = 0.0, spectra_bins = 0.0;
-  std::size_t reach = 0;
-  for (const MatrixPath& path : m.paths()) {
-    const std::size_t k = partitions_reached(path.delay_frames, path.taps.size(), p);
-    const bool head = path.delay_frames < p;
-    tail_macs += double(head ? k - 1 : k) * bins;
-    head_macs += head ? bins : 0.0;
-    spectra_bins += double(k) * bins;
-    reach = std::max(reach, k + path.delay_frames / p);  // delay line segments read
-  }
-  const double working_bytes = 8.0 * (spectra_bins + double(m.inputs() * reach) * bins);
-  const double mac_ns = cpu_spectral_bin_ns(working_bytes);
-  return {double(m.inputs() + m.outputs()) * cpu_fft_pair_ns(2 * p) + head_macs * mac_ns,
-          tail_macs * mac_ns};
-}
-
-// Average cost per frame of calls of `block` frames with partition p.
-double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) {
-  const PartitionCosts costs = partition_costs(m, p);
-  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
-  return (chunks * costs.chunk_ns + double(block) / double(p) * costs.tails_ns) / double(block);
-}
-
-// The most a call of up to `block` frames costs with partition p: one chunk
-// more than it fills (it may straddle a segment boundary) and the tails of
-// every segment it completes.
-double worst_call_ns(const RoutingMatrix& m, std::size_t block, std::size_t p) {
-  const PartitionCosts costs = partition_costs(m, p);
-  return double(div_up(block, p) + 1) * costs.chunk_ns + double(div_up(block, p)) * costs.tails_ns;
-}
-
 // The share of a call's duration the engine may take inside an audio
 // callback (see the top), and the stream's rate when the options give none.
 constexpr double kCallbackShare = 0.5;
 constexpr double kDefaultRate = 48000.0;
 
-std::size_t best_partition(const RoutingMatrix& m, std::size_t block) {
-  std::size_t best = 16;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (std::size_t p = 16; p <= 65536; p *= 2) {
-    const double c = cost_per_frame(m, block, p);
-    if (c < best_cost) {
-      best_cost = c;
-      best = p;
-    }
-  }
-  return best;
+// The partition: EngineOptions::cpu.matrix_partition where given (a power of
+// two in the plan's range, checked here where it is read), else the cost
+// model's choice.
+std::size_t chosen_partition(const RoutingMatrix& matrix, const EngineOptions& options) {
+  const std::size_t forced = options.cpu.matrix_partition;
+  if (forced == 0)
+    return cpu_matrix_partition(CpuMatrixShape::of(matrix), options.max_block_frames);
+  if (forced < kCpuMatrixMinPartition || forced > kCpuMatrixMaxPartition ||
+      (forced & (forced - 1)) != 0)
+    throw std::invalid_argument("cpu matrix engine: matrix_partition " + std::to_string(forced) +
+                                " is not a power of two in " +
+                                std::to_string(kCpuMatrixMinPartition) + ".." +
+                                std::to_string(kCpuMatrixMaxPartition) + " (0: by the cost model)");
+  return forced;
 }
 
 // acc += x * h over `bins` interleaved complex bins (AVX-512, AVX2+FMA or
@@ -264,7 +221,7 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
     throw std::invalid_argument("cpu matrix engine: the matrix's longest path has " +
                                 std::to_string(matrix.max_filter_taps()) +
                                 " taps, more than max_taps " + std::to_string(max_taps_));
-  partition_ = best_partition(matrix, max_block_);
+  partition_ = chosen_partition(matrix, options);
   fft_ = fftw::RealFftPair::get(2 * partition_);
   bins_ = partition_ + 1;
   stride_ = fftw::padded_bins(2 * partition_) * 2;
@@ -290,7 +247,7 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   if (options.realtime_calls) {
     const double rate = options.sample_rate > 0 ? double(options.sample_rate) : kDefaultRate;
     const double call_ns = 1e9 * double(max_block_) / rate;
-    const double worst_ns = worst_call_ns(matrix, max_block_, partition_);
+    const double worst_ns = cpu_matrix_worst_call_ns(CpuMatrixShape::of(matrix), max_block_, partition_);
     in_callback_ = 2.0 * worst_ns <= kCallbackShare * call_ns;
     char text[200];
     std::snprintf(text, sizeof text,
