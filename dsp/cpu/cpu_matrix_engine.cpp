@@ -46,7 +46,15 @@
 // transforms of two chunks), doubled for a crossfade call (both banks), is
 // at most half the call's duration at the stream's rate, the other half being
 // the device's, the server's and the other clients'. Otherwise realtime() is
-// null and the live pipeline hands its periods to its engine thread.
+// null and the live pipeline hands its periods to its engine thread. The
+// placement is made once, for the matrix the engine starts with; a later
+// matrix or path update (longer paths, up to max_taps, or delays whose
+// remainders add a partition) may cost more a call, so in the callback each
+// one is priced the same way when it is posted and refused, naming the
+// numbers, where its worst call does not fit: it would make the callback
+// miss its deadline at every segment boundary. Sizing the placement for
+// max_taps instead would move matrices that never grow (the default
+// max_taps is 2048, SOFA's paths 512 taps) out of the callback.
 
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 
@@ -144,6 +152,7 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
     std::shared_ptr<const RoutingMatrix> matrix;
     std::vector<std::size_t> partitions;  // per path
     std::vector<std::size_t> skipped;     // per path: whole segments of its delay (q)
+    CpuMatrixShape shape;                 // what the calls cost, set_paths' taps included
     // Per path: partition j at j * stride_, scaled 1/N.
     std::vector<std::shared_ptr<const AlignedFloats>> spectra;
   };
@@ -181,6 +190,9 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   // --- the poster (set_matrix, set_paths, post_matrix, post_paths) -------
   // Frees the banks the calls retired.
   void free_retired();
+  // In the callback: throws std::invalid_argument, naming the numbers, where
+  // a call of `shape` would not fit the callback's share of a call.
+  void check_fits_callback(const CpuMatrixShape& shape) const;
   // Makes `bank` the one the next call takes; one posted and not yet taken
   // is freed (`merge_crossfade`: a crossfade it asked for carries over).
   void publish(std::unique_ptr<Bank> bank, bool merge_crossfade);
@@ -191,6 +203,7 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   std::shared_ptr<const fftw::RealFftPair> fft_;
   std::vector<std::vector<std::size_t>> paths_of_output_;
   bool in_callback_ = false;  // realtime() is offered (see the top)
+  double call_ns_ = 0.0;      // what a call of max_block_ frames lasts at the stream's rate
   std::string placement_;     // where it runs and why, for description()
 
   AlignedFloats windows_;                           // per input: 2P samples
@@ -247,7 +260,8 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   if (options.realtime_calls) {
     const double rate = options.sample_rate > 0 ? double(options.sample_rate) : kDefaultRate;
     const double call_ns = 1e9 * double(max_block_) / rate;
-    const double worst_ns = cpu_matrix_worst_call_ns(CpuMatrixShape::of(matrix), max_block_, partition_);
+    const double worst_ns = cpu_matrix_worst_call_ns(latest_.shape, max_block_, partition_);
+    call_ns_ = call_ns;
     in_callback_ = 2.0 * worst_ns <= kCallbackShare * call_ns;
     char text[200];
     std::snprintf(text, sizeof text,
@@ -295,6 +309,7 @@ std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixP
 CpuMatrixEngine::Filters CpuMatrixEngine::make_filters(const RoutingMatrix& m) const {
   Filters filters;
   filters.matrix = std::make_shared<const RoutingMatrix>(m);
+  filters.shape = CpuMatrixShape::of(m);
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
     filters.spectra.push_back(path_spectra(path, path.taps, time));
@@ -467,9 +482,26 @@ void CpuMatrixEngine::publish(std::unique_ptr<Bank> bank, bool merge_crossfade) 
   posted_.store(bank.release(), std::memory_order_release);
 }
 
+void CpuMatrixEngine::check_fits_callback(const CpuMatrixShape& shape) const {
+  if (!in_callback_) return;
+  const double worst_ns = cpu_matrix_worst_call_ns(shape, max_block_, partition_);
+  if (2.0 * worst_ns <= kCallbackShare * call_ns_) return;
+  char text[480];
+  std::snprintf(text, sizeof text,
+                "cpu matrix engine: the new filters' worst call (%.0f us by the cost model, twice "
+                "that for a crossfade) does not fit half of a %zu-frame call (%.0f us) in the "
+                "audio callback, where the engine runs since the matrix it started with fitted "
+                "(worst call %.0f us); the running filters keep running. Start with the new "
+                "filters (the engine then runs on a thread of its own) or use a longer period",
+                worst_ns / 1e3, max_block_, call_ns_ / 1e3,
+                cpu_matrix_worst_call_ns(latest_.shape, max_block_, partition_) / 1e3);
+  throw std::invalid_argument(text);
+}
+
 void CpuMatrixEngine::post_matrix(const RoutingMatrix& matrix, bool crossfade) {
   free_retired();
   check_matrix_swap(*latest_.matrix, matrix, max_taps_, max_delay_);
+  check_fits_callback(CpuMatrixShape::of(matrix));
   Filters filters = make_filters(matrix);
   latest_ = filters;
   publish(make_bank(std::move(filters), crossfade), false);
@@ -479,9 +511,13 @@ void CpuMatrixEngine::post_paths(std::span<const PathTaps> paths, bool crossfade
   free_retired();
   const RoutingMatrix& running = *latest_.matrix;
   check_path_taps(running.paths(), paths, max_taps_, max_delay_);
-  // Built before anything changes, so that a failure keeps what runs.
+  // Priced and built before anything changes, so that a failure keeps what runs.
+  CpuMatrixShape shape = latest_.shape;
+  for (const PathTaps& update : paths) shape.paths[update.path].taps = update.taps.size();
+  check_fits_callback(shape);
   AlignedFloats time(2 * partition_);
   Filters next = latest_;
+  next.shape = std::move(shape);
   for (const PathTaps& update : paths) {
     const MatrixPath& path = running.paths()[update.path];
     next.spectra[update.path] = path_spectra(path, update.taps, time);
