@@ -21,6 +21,11 @@
 //   matrix_delay_bench [--engines cpu,cuda] [--taps 4096] [--seconds 10] [--rounds 5]
 //                      [--max-delay 24000] [--blocks 64,256,16384] [--folded]
 //                      [--inputs 2] [--outputs 64] [--partitions 0,2048,4096]
+//                      [--delay-grid G]
+// (--delay-grid G: each delay rounded down to a multiple of G frames, so
+// that with partitions of G, or of 2G and paths of at most G taps, no
+// remainder adds a partition: what an engine that took the remainders
+// elsewhere at no cost would run, a bound on what removing them can save.)
 // (--inputs/--outputs: another full matrix, e.g. 8 -> 2 for HeSuVi's shape;
 // its "no delay" column is then that matrix's cost.)
 
@@ -64,9 +69,10 @@ std::vector<float> noise(std::size_t n, std::uint64_t seed, float scale) {
   return v;
 }
 
-// fold: the delays as leading zeros of the taps, for comparison.
+// fold: the delays as leading zeros of the taps, for comparison; grid: each
+// delay rounded down to a multiple of it (0: as drawn).
 RoutingMatrix make_matrix(std::size_t inputs, std::size_t outputs, std::size_t taps,
-                          std::size_t max_delay, bool fold = false) {
+                          std::size_t max_delay, bool fold = false, std::size_t grid = 0) {
   const std::size_t kInputs = inputs, kOutputs = outputs;
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<std::size_t> delay(0, max_delay);
@@ -78,6 +84,7 @@ RoutingMatrix make_matrix(std::size_t inputs, std::size_t outputs, std::size_t t
       p.output = o;
       p.taps = noise(taps, 100 + o * kInputs + i, 0.01f);
       p.delay_frames = max_delay == 0 ? 0 : delay(rng);
+      if (grid != 0) p.delay_frames -= p.delay_frames % grid;
       if (fold) {
         p.taps.insert(p.taps.begin(), p.delay_frames, 0.0f);
         p.delay_frames = 0;
@@ -123,7 +130,7 @@ std::vector<std::string> split(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t taps = 4096, max_delay = 24000, inputs = 2, outputs = 64;
+  std::size_t taps = 4096, max_delay = 24000, inputs = 2, outputs = 64, grid = 0;
   std::vector<std::string> engines = {"cpu"};
   std::vector<std::size_t> blocks = {64, 256, 16384};
   std::vector<std::size_t> partitions = {0};
@@ -159,6 +166,8 @@ int main(int argc, char** argv) {
       blocks.clear();
       for (const std::string& b : split(value))
         blocks.push_back(std::strtoul(b.c_str(), nullptr, 10));
+    } else if (key == "--delay-grid") {
+      grid = std::strtoul(value, nullptr, 10);
     } else if (key == "--partitions") {
       partitions.clear();
       for (const std::string& p : split(value))
@@ -176,7 +185,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const RoutingMatrix plain = make_matrix(inputs, outputs, taps, 0);
-  const RoutingMatrix delayed = make_matrix(inputs, outputs, taps, max_delay);
+  const RoutingMatrix delayed = make_matrix(inputs, outputs, taps, max_delay, false, grid);
   std::printf(
       "%zu -> %zu, %zu paths of %zu taps; delays 0..%zu frames (longest %zu); target: "
       "delays within %.0f %% of none\n",
