@@ -11,9 +11,21 @@
 // delays as leading zeros of the taps (what the engines ran before), one
 // round. Exit status 0 when every ratio is within the target, 1 otherwise.
 //
+// For the CPU engine each row is followed by the plans' work, counted
+// (dsp/cpu/cpu_matrix_plan: transforms and bin multiply-adds per second of
+// audio, and the cost model's price of them); --partitions runs the CPU
+// engine at each partition given (0: the cost model's choice,
+// EngineOptions::cpu.matrix_partition), to see whether the model picks the
+// measured optimum.
+//
 //   matrix_delay_bench [--engines cpu,cuda] [--taps 4096] [--seconds 10] [--rounds 5]
 //                      [--max-delay 24000] [--blocks 64,256,16384] [--folded]
-//                      [--inputs 2] [--outputs 64]
+//                      [--inputs 2] [--outputs 64] [--partitions 0,2048,4096]
+//                      [--delay-grid G]
+// (--delay-grid G: each delay rounded down to a multiple of G frames, so
+// that with partitions of G, or of 2G and paths of at most G taps, no
+// remainder adds a partition: what an engine that took the remainders
+// elsewhere at no cost would run, a bound on what removing them can save.)
 // (--inputs/--outputs: another full matrix, e.g. 8 -> 2 for HeSuVi's shape;
 // its "no delay" column is then that matrix's cost.)
 
@@ -30,6 +42,7 @@
 #include <vector>
 
 #include "daemon/engine_factory.hpp"
+#include "dsp/cpu/cpu_matrix_plan.hpp"
 #include "dsp/model/routing_matrix.hpp"
 
 namespace {
@@ -56,9 +69,10 @@ std::vector<float> noise(std::size_t n, std::uint64_t seed, float scale) {
   return v;
 }
 
-// fold: the delays as leading zeros of the taps, for comparison.
+// fold: the delays as leading zeros of the taps, for comparison; grid: each
+// delay rounded down to a multiple of it (0: as drawn).
 RoutingMatrix make_matrix(std::size_t inputs, std::size_t outputs, std::size_t taps,
-                          std::size_t max_delay, bool fold = false) {
+                          std::size_t max_delay, bool fold = false, std::size_t grid = 0) {
   const std::size_t kInputs = inputs, kOutputs = outputs;
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<std::size_t> delay(0, max_delay);
@@ -70,6 +84,7 @@ RoutingMatrix make_matrix(std::size_t inputs, std::size_t outputs, std::size_t t
       p.output = o;
       p.taps = noise(taps, 100 + o * kInputs + i, 0.01f);
       p.delay_frames = max_delay == 0 ? 0 : delay(rng);
+      if (grid != 0) p.delay_frames -= p.delay_frames % grid;
       if (fold) {
         p.taps.insert(p.taps.begin(), p.delay_frames, 0.0f);
         p.delay_frames = 0;
@@ -93,6 +108,17 @@ double cost(MatrixEngine& engine, bool cpu, std::size_t block, double seconds) {
   return ((cpu ? thread_seconds() : wall_seconds()) - start) / seconds;
 }
 
+// The plan's work, counted, and the cost model's price: one line.
+std::string plan_line(const RoutingMatrix& m, std::size_t block, std::size_t partition) {
+  const CpuMatrixWork w = cpu_matrix_work(CpuMatrixShape::of(m), block, partition, 48000.0);
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "P %5zu: %7.0f transforms/s (%zu-point), %6.1f M bin products/s, model %.4f s/s",
+                partition, w.forward_transforms + w.inverse_transforms, 2 * partition,
+                w.bin_products / 1e6, w.model_seconds);
+  return text;
+}
+
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> items;
   std::stringstream in(list);
@@ -104,9 +130,10 @@ std::vector<std::string> split(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t taps = 4096, max_delay = 24000, inputs = 2, outputs = 64;
+  std::size_t taps = 4096, max_delay = 24000, inputs = 2, outputs = 64, grid = 0;
   std::vector<std::string> engines = {"cpu"};
   std::vector<std::size_t> blocks = {64, 256, 16384};
+  std::vector<std::size_t> partitions = {0};
   double seconds = 10.0;
   int rounds = 5;
   bool folded_too = false;
@@ -139,20 +166,26 @@ int main(int argc, char** argv) {
       blocks.clear();
       for (const std::string& b : split(value))
         blocks.push_back(std::strtoul(b.c_str(), nullptr, 10));
+    } else if (key == "--delay-grid") {
+      grid = std::strtoul(value, nullptr, 10);
+    } else if (key == "--partitions") {
+      partitions.clear();
+      for (const std::string& p : split(value))
+        partitions.push_back(std::strtoul(p.c_str(), nullptr, 10));
     } else {
       std::fprintf(stderr, "unknown option %s\n", argv[a - 1]);
       return 2;
     }
   }
   if (taps == 0 || seconds <= 0 || rounds < 1 || blocks.empty() || engines.empty() || inputs == 0 ||
-      outputs == 0) {
+      outputs == 0 || partitions.empty()) {
     std::fprintf(stderr,
                  "--taps, --seconds, --rounds, --blocks, --engines, --inputs and --outputs must be "
                  "positive\n");
     return 2;
   }
   const RoutingMatrix plain = make_matrix(inputs, outputs, taps, 0);
-  const RoutingMatrix delayed = make_matrix(inputs, outputs, taps, max_delay);
+  const RoutingMatrix delayed = make_matrix(inputs, outputs, taps, max_delay, false, grid);
   std::printf(
       "%zu -> %zu, %zu paths of %zu taps; delays 0..%zu frames (longest %zu); target: "
       "delays within %.0f %% of none\n",
@@ -171,35 +204,48 @@ int main(int argc, char** argv) {
     }
     const bool cpu = backend == Backend::cpu;
     for (const std::size_t block : blocks) {
-      EngineOptions options;
-      options.max_block_frames = block;
-      options.max_taps = taps;
-      try {
-        const auto a = make_engine(backend, plain, options);
-        const auto b = make_engine(backend, delayed, options);
-        double best_a = 1e300, best_b = 1e300, folded = 0.0;
-        for (int r = 0; r < rounds; ++r) {
-          best_a = std::min(best_a, cost(*a, cpu, block, seconds));
-          best_b = std::min(best_b, cost(*b, cpu, block, seconds));
+      for (const std::size_t partition : partitions) {
+        if (!cpu && partition != 0) continue;
+        EngineOptions options;
+        options.max_block_frames = block;
+        options.max_taps = taps;
+        options.cpu.matrix_partition = partition;
+        try {
+          const auto a = make_engine(backend, plain, options);
+          const auto b = make_engine(backend, delayed, options);
+          double best_a = 1e300, best_b = 1e300, folded = 0.0;
+          for (int r = 0; r < rounds; ++r) {
+            best_a = std::min(best_a, cost(*a, cpu, block, seconds));
+            best_b = std::min(best_b, cost(*b, cpu, block, seconds));
+          }
+          if (folded_too) {
+            EngineOptions wide = options;
+            wide.max_taps = taps + max_delay;
+            const auto c =
+                make_engine(backend, make_matrix(inputs, outputs, taps, max_delay, true), wide);
+            folded = cost(*c, cpu, block, seconds);  // one round: it is slow
+          }
+          const double ratio = best_b / best_a;
+          const bool met = ratio <= kTarget;
+          all_met = all_met && met;
+          std::printf("%-5s %8zu  %14.4f  %14.4f  %7.3f  %-6s  %16.4f  %s | %s\n", name.c_str(),
+                      block, best_a, best_b, ratio, met ? "met" : "missed", folded,
+                      a->description().c_str(), b->description().c_str());
+          if (cpu) {
+            const std::size_t pa =
+                partition != 0 ? partition : cpu_matrix_partition(CpuMatrixShape::of(plain), block);
+            const std::size_t pb = partition != 0
+                                       ? partition
+                                       : cpu_matrix_partition(CpuMatrixShape::of(delayed), block);
+            std::printf("      no delay %s\n      delays   %s\n",
+                        plan_line(plain, block, pa).c_str(), plan_line(delayed, block, pb).c_str());
+          }
+        } catch (const std::exception& e) {
+          all_met = false;
+          std::printf("%-5s %8zu  failed: %s\n", name.c_str(), block, e.what());
         }
-        if (folded_too) {
-          EngineOptions wide = options;
-          wide.max_taps = taps + max_delay;
-          const auto c =
-              make_engine(backend, make_matrix(inputs, outputs, taps, max_delay, true), wide);
-          folded = cost(*c, cpu, block, seconds);  // one round: it is slow
-        }
-        const double ratio = best_b / best_a;
-        const bool met = ratio <= kTarget;
-        all_met = all_met && met;
-        std::printf("%-5s %8zu  %14.4f  %14.4f  %7.3f  %-6s  %16.4f  %s | %s\n", name.c_str(),
-                    block, best_a, best_b, ratio, met ? "met" : "missed", folded,
-                    a->description().c_str(), b->description().c_str());
-      } catch (const std::exception& e) {
-        all_met = false;
-        std::printf("%-5s %8zu  failed: %s\n", name.c_str(), block, e.what());
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   }
   std::printf("delays within %.0f %% of none at every call size measured: %s\n",

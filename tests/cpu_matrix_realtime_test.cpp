@@ -3,7 +3,9 @@
 // its output is the float64 reference of the matrix on a stream of periods
 // of random size, across a crossfaded swap and a per-path update; and the
 // callback neither allocates nor frees, while another thread posts matrices
-// and path updates as fast as it can build them.
+// and path updates as fast as it can build them. A swap or path update
+// whose worst call would not fit the callback is refused, naming the numbers,
+// and the running filters play on.
 
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu/cpu_matrix_engine.hpp"
+#include "dsp/cpu/cpu_matrix_plan.hpp"
 #include "tests/allocation_counter.hpp"
 #include "tests/matrix_support.hpp"
 
@@ -310,6 +313,77 @@ TEST(CpuMatrixRealtime, TheCallbackNeitherAllocatesNorFreesWhileMatricesAndPathU
   ASSERT_LE(settled_frame + exact_frames, frames) << "too little stream after the last post";
   EXPECT_LE(relative_error(out, 2, reference(last, stream), settled_frame, frames), 1e-5)
       << "after the last post";
+}
+
+TEST(CpuMatrixRealtime,
+     ASwapOrUpdateWhoseWorstCallWouldNotFitTheCallbackIsRefusedNamingTheNumbers) {
+  // Placed in the callback for 8 -> 2 paths of 64 taps; max_taps lets a
+  // swap bring 65536 taps a path, whose tails would take more than the
+  // callback's share of a 64-frame call at every segment boundary.
+  const std::uint64_t seed = 2403;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  constexpr std::size_t kLong = 65536, kPartition = 128;
+  const auto matrix = [&](std::size_t taps, std::uint64_t s) {
+    std::vector<MatrixPath> paths;
+    for (std::size_t i = 0; i < 8; ++i)
+      for (std::size_t o = 0; o < 2; ++o)
+        paths.push_back(make_path(i, o, random_signal(taps, s + 2 * i + o), -12.0));
+    return RoutingMatrix::make(8, 2, std::move(paths), kLong);
+  };
+  const RoutingMatrix running = matrix(64, seed), longer = matrix(kLong, seed + 100);
+  EngineOptions options;
+  options.max_block_frames = kBlock;
+  options.max_taps = kLong;
+  options.realtime_calls = true;
+  options.sample_rate = 48000;
+  options.cpu.matrix_partition = kPartition;  // the plan priced below
+  // The premise, by the engine's own cost model: the running matrix fits
+  // half of the call twice over (a crossfade runs two banks), the longer one
+  // does not.
+  const double half_call_ns = 0.5 * 1e9 * double(kBlock) / 48000.0;
+  ASSERT_LE(2 * cpu_matrix_worst_call_ns(CpuMatrixShape::of(running), kBlock, kPartition),
+            half_call_ns);
+  ASSERT_GT(2 * cpu_matrix_worst_call_ns(CpuMatrixShape::of(longer), kBlock, kPartition),
+            half_call_ns);
+
+  auto engine = make_cpu_matrix_engine(running, options);
+  RealtimeMatrixEngine* realtime = engine->realtime();
+  ASSERT_NE(realtime, nullptr) << engine->description();
+  const auto refused = [](const auto& post) {
+    try {
+      post();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(taken)");
+  };
+  const std::string whole = refused([&] { realtime->post_matrix(longer, true); });
+  std::printf("%s\n", whole.c_str());
+  EXPECT_NE(whole.find("worst call"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("64-frame call (1333 us)"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("running filters keep running"), std::string::npos) << whole;
+  std::vector<PathTaps> update;
+  for (std::size_t p = 0; p < longer.paths().size(); ++p)
+    update.push_back({p, longer.paths()[p].taps});
+  const std::string paths = refused([&] { realtime->post_paths(update, true); });
+  EXPECT_NE(paths.find("worst call"), std::string::npos) << paths;
+  // A few paths made longer fit, and are taken.
+  EXPECT_NO_THROW(realtime->post_paths(std::span<const PathTaps>(update).first(1), false));
+  const RoutingMatrix taken =
+      with_path_taps(running, std::span<const PathTaps>(update).first(1), kLong, 65536);
+
+  // The refused posts changed nothing: the stream is the taken matrix's, exactly.
+  const std::size_t frames = 6000;
+  const Stream stream = random_stream(8, frames, seed + 2);
+  std::vector<float> out(2 * frames, 0.0f);
+  const timespec far{std::numeric_limits<time_t>::max() / 2, 0};
+  for (std::size_t at = 0; at < frames; at += kBlock) {
+    const std::size_t n = std::min(kBlock, frames - at);
+    ASSERT_TRUE(realtime->process_by(
+        std::span<const float>(stream.interleaved.data() + 8 * at, 8 * n),
+        std::span<float>(out.data() + 2 * at, 2 * n), n, Layout::interleaved, far));
+  }
+  EXPECT_LE(relative_error(out, 2, reference(taken, stream), 0, frames), 1e-5);
 }
 
 }  // namespace

@@ -46,7 +46,15 @@
 // transforms of two chunks), doubled for a crossfade call (both banks), is
 // at most half the call's duration at the stream's rate, the other half being
 // the device's, the server's and the other clients'. Otherwise realtime() is
-// null and the live pipeline hands its periods to its engine thread.
+// null and the live pipeline hands its periods to its engine thread. The
+// placement is made once, for the matrix the engine starts with; a later
+// matrix or path update (longer paths, up to max_taps, or delays whose
+// remainders add a partition) may cost more a call, so in the callback each
+// one is priced the same way when it is posted and refused, naming the
+// numbers, where its worst call does not fit: it would make the callback
+// miss its deadline at every segment boundary. Sizing the placement for
+// max_taps instead would move matrices that never grow (the default
+// max_taps is 2048, SOFA's paths 512 taps) out of the callback.
 
 #include "dsp/cpu/cpu_matrix_engine.hpp"
 
@@ -57,12 +65,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "dsp/cpu/cpu_cost_model.hpp"
+#include "dsp/cpu/cpu_matrix_plan.hpp"
 #include "dsp/cpu/cpu_simd.hpp"
 #include "dsp/cpu/fftw_plan.hpp"
 #include "dsp/model/segment_delay.hpp"
@@ -76,67 +83,25 @@ std::size_t div_up(std::size_t n, std::size_t m) {
   return (n + m - 1) / m;
 }
 
-// What partition p costs: a chunk of a call (the inputs' and outputs'
-// transforms and the head products) and a segment's tails (every path's
-// products with completed segments), in nanoseconds.
-struct PartitionCosts {
-  double chunk_ns = 0.0;
-  double tails_ns = 0.0;
-};
-
-// The transforms and products are priced by the CPU engines' measured cost
-// model (dsp/cpu/cpu_cost_model): FFT pairs by size, and a bin's multiply-add
-// in or out of cache by what a segment's pass walks (every path's spectra and
-// the inputs' delay line).
-PartitionCosts partition_costs(const RoutingMatrix& m, std::size_t p) {
-  const double bins = double(p + 1);
-  double tail_macs = 0.0, head_macs = 0.0, spectra_bins = 0.0;
-  std::size_t reach = 0;
-  for (const MatrixPath& path : m.paths()) {
-    const std::size_t k = partitions_reached(path.delay_frames, path.taps.size(), p);
-    const bool head = path.delay_frames < p;
-    tail_macs += double(head ? k - 1 : k) * bins;
-    head_macs += head ? bins : 0.0;
-    spectra_bins += double(k) * bins;
-    reach = std::max(reach, k + path.delay_frames / p);  // delay line segments read
-  }
-  const double working_bytes = 8.0 * (spectra_bins + double(m.inputs() * reach) * bins);
-  const double mac_ns = cpu_spectral_bin_ns(working_bytes);
-  return {double(m.inputs() + m.outputs()) * cpu_fft_pair_ns(2 * p) + head_macs * mac_ns,
-          tail_macs * mac_ns};
-}
-
-// Average cost per frame of calls of `block` frames with partition p.
-double cost_per_frame(const RoutingMatrix& m, std::size_t block, std::size_t p) {
-  const PartitionCosts costs = partition_costs(m, p);
-  const double chunks = double(div_up(block, p)) + (block % p != 0 && block > p ? 1.0 : 0.0);
-  return (chunks * costs.chunk_ns + double(block) / double(p) * costs.tails_ns) / double(block);
-}
-
-// The most a call of up to `block` frames costs with partition p: one chunk
-// more than it fills (it may straddle a segment boundary) and the tails of
-// every segment it completes.
-double worst_call_ns(const RoutingMatrix& m, std::size_t block, std::size_t p) {
-  const PartitionCosts costs = partition_costs(m, p);
-  return double(div_up(block, p) + 1) * costs.chunk_ns + double(div_up(block, p)) * costs.tails_ns;
-}
-
 // The share of a call's duration the engine may take inside an audio
 // callback (see the top), and the stream's rate when the options give none.
 constexpr double kCallbackShare = 0.5;
 constexpr double kDefaultRate = 48000.0;
 
-std::size_t best_partition(const RoutingMatrix& m, std::size_t block) {
-  std::size_t best = 16;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (std::size_t p = 16; p <= 65536; p *= 2) {
-    const double c = cost_per_frame(m, block, p);
-    if (c < best_cost) {
-      best_cost = c;
-      best = p;
-    }
-  }
-  return best;
+// The partition: EngineOptions::cpu.matrix_partition where given (a power of
+// two in the plan's range, checked here where it is read), else the cost
+// model's choice.
+std::size_t chosen_partition(const RoutingMatrix& matrix, const EngineOptions& options) {
+  const std::size_t forced = options.cpu.matrix_partition;
+  if (forced == 0)
+    return cpu_matrix_partition(CpuMatrixShape::of(matrix), options.max_block_frames);
+  if (forced < kCpuMatrixMinPartition || forced > kCpuMatrixMaxPartition ||
+      (forced & (forced - 1)) != 0)
+    throw std::invalid_argument("cpu matrix engine: matrix_partition " + std::to_string(forced) +
+                                " is not a power of two in " +
+                                std::to_string(kCpuMatrixMinPartition) + ".." +
+                                std::to_string(kCpuMatrixMaxPartition) + " (0: by the cost model)");
+  return forced;
 }
 
 // acc += x * h over `bins` interleaved complex bins (AVX-512, AVX2+FMA or
@@ -187,6 +152,7 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
     std::shared_ptr<const RoutingMatrix> matrix;
     std::vector<std::size_t> partitions;  // per path
     std::vector<std::size_t> skipped;     // per path: whole segments of its delay (q)
+    CpuMatrixShape shape;                 // what the calls cost, set_paths' taps included
     // Per path: partition j at j * stride_, scaled 1/N.
     std::vector<std::shared_ptr<const AlignedFloats>> spectra;
   };
@@ -224,6 +190,9 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   // --- the poster (set_matrix, set_paths, post_matrix, post_paths) -------
   // Frees the banks the calls retired.
   void free_retired();
+  // In the callback: throws std::invalid_argument, naming the numbers, where
+  // a call of `shape` would not fit the callback's share of a call.
+  void check_fits_callback(const CpuMatrixShape& shape) const;
   // Makes `bank` the one the next call takes; one posted and not yet taken
   // is freed (`merge_crossfade`: a crossfade it asked for carries over).
   void publish(std::unique_ptr<Bank> bank, bool merge_crossfade);
@@ -234,6 +203,7 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   std::shared_ptr<const fftw::RealFftPair> fft_;
   std::vector<std::vector<std::size_t>> paths_of_output_;
   bool in_callback_ = false;  // realtime() is offered (see the top)
+  double call_ns_ = 0.0;      // what a call of max_block_ frames lasts at the stream's rate
   std::string placement_;     // where it runs and why, for description()
 
   AlignedFloats windows_;                           // per input: 2P samples
@@ -264,7 +234,7 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
     throw std::invalid_argument("cpu matrix engine: the matrix's longest path has " +
                                 std::to_string(matrix.max_filter_taps()) +
                                 " taps, more than max_taps " + std::to_string(max_taps_));
-  partition_ = best_partition(matrix, max_block_);
+  partition_ = chosen_partition(matrix, options);
   fft_ = fftw::RealFftPair::get(2 * partition_);
   bins_ = partition_ + 1;
   stride_ = fftw::padded_bins(2 * partition_) * 2;
@@ -290,7 +260,8 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   if (options.realtime_calls) {
     const double rate = options.sample_rate > 0 ? double(options.sample_rate) : kDefaultRate;
     const double call_ns = 1e9 * double(max_block_) / rate;
-    const double worst_ns = worst_call_ns(matrix, max_block_, partition_);
+    const double worst_ns = cpu_matrix_worst_call_ns(latest_.shape, max_block_, partition_);
+    call_ns_ = call_ns;
     in_callback_ = 2.0 * worst_ns <= kCallbackShare * call_ns;
     char text[200];
     std::snprintf(text, sizeof text,
@@ -338,6 +309,7 @@ std::shared_ptr<const AlignedFloats> CpuMatrixEngine::path_spectra(const MatrixP
 CpuMatrixEngine::Filters CpuMatrixEngine::make_filters(const RoutingMatrix& m) const {
   Filters filters;
   filters.matrix = std::make_shared<const RoutingMatrix>(m);
+  filters.shape = CpuMatrixShape::of(m);
   AlignedFloats time(2 * partition_);
   for (const MatrixPath& path : m.paths()) {
     filters.spectra.push_back(path_spectra(path, path.taps, time));
@@ -510,9 +482,26 @@ void CpuMatrixEngine::publish(std::unique_ptr<Bank> bank, bool merge_crossfade) 
   posted_.store(bank.release(), std::memory_order_release);
 }
 
+void CpuMatrixEngine::check_fits_callback(const CpuMatrixShape& shape) const {
+  if (!in_callback_) return;
+  const double worst_ns = cpu_matrix_worst_call_ns(shape, max_block_, partition_);
+  if (2.0 * worst_ns <= kCallbackShare * call_ns_) return;
+  char text[480];
+  std::snprintf(text, sizeof text,
+                "cpu matrix engine: the new filters' worst call (%.0f us by the cost model, twice "
+                "that for a crossfade) does not fit half of a %zu-frame call (%.0f us) in the "
+                "audio callback, where the engine runs since the matrix it started with fitted "
+                "(worst call %.0f us); the running filters keep running. Start with the new "
+                "filters (the engine then runs on a thread of its own) or use a longer period",
+                worst_ns / 1e3, max_block_, call_ns_ / 1e3,
+                cpu_matrix_worst_call_ns(latest_.shape, max_block_, partition_) / 1e3);
+  throw std::invalid_argument(text);
+}
+
 void CpuMatrixEngine::post_matrix(const RoutingMatrix& matrix, bool crossfade) {
   free_retired();
   check_matrix_swap(*latest_.matrix, matrix, max_taps_, max_delay_);
+  check_fits_callback(CpuMatrixShape::of(matrix));
   Filters filters = make_filters(matrix);
   latest_ = filters;
   publish(make_bank(std::move(filters), crossfade), false);
@@ -522,9 +511,13 @@ void CpuMatrixEngine::post_paths(std::span<const PathTaps> paths, bool crossfade
   free_retired();
   const RoutingMatrix& running = *latest_.matrix;
   check_path_taps(running.paths(), paths, max_taps_, max_delay_);
-  // Built before anything changes, so that a failure keeps what runs.
+  // Priced and built before anything changes, so that a failure keeps what runs.
+  CpuMatrixShape shape = latest_.shape;
+  for (const PathTaps& update : paths) shape.paths[update.path].taps = update.taps.size();
+  check_fits_callback(shape);
   AlignedFloats time(2 * partition_);
   Filters next = latest_;
+  next.shape = std::move(shape);
   for (const PathTaps& update : paths) {
     const MatrixPath& path = running.paths()[update.path];
     next.spectra[update.path] = path_spectra(path, update.taps, time);

@@ -45,6 +45,10 @@ struct CpuEngineOptions {
   // for the uniform engine's large blocks, the caller alone for the
   // non-uniform engine's in-call head (dsp/cpu/cpu_nonuniform_engine.cpp says why).
   std::size_t threads = 0;
+  // The CPU matrix engine's partition in frames (a power of two in
+  // 16..65536, checked where the engine is built); 0 = by the cost model.
+  // For measuring the plans the model did not choose.
+  std::size_t matrix_partition = 0;
 };
 
 // How the CUDA engine's small calls (zero-copy, direct form) reach the device
