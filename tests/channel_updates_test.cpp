@@ -165,8 +165,8 @@ TEST(NonUniformChannelUpdates, ChangedChannelsPlayAsAWholeBankSwapAndTheOthersAs
   const std::size_t channels = 8, taps = 8000, block = 64, calls = 260;
   const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
   const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
-  // Two updates back to back (the second supersedes the first before it
-  // plays: both channels' sets must fade), then two far apart.
+  // Two updates on consecutive calls (the second offered right after the
+  // first's install call), then two far apart.
   testing::Schedule schedule;
   schedule[10][1] = testing::random_signal(7500, seed + 1);
   schedule[10][4] = testing::random_signal(40, seed + 2);

@@ -1034,7 +1034,8 @@ void NonUniformCpuEngine::retire(std::unique_ptr<TailBank> bank) {
 }
 
 bool NonUniformCpuEngine::take_offered_bank(bool crossfade) {
-  if (replaced_ || free_retired_slots() == 0) return false;
+  if (replaced_ || prepared_.load(std::memory_order_relaxed) == nullptr) return false;
+  if (free_retired_slots() == 0) return false;  // a later call, once the preparer freed one
   // Every tail worker has the newest bank offered (its serial is published
   // after the bank is placed in prepared_)...
   const std::uint64_t offered = offered_serial_.load(std::memory_order_acquire);
