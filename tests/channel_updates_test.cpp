@@ -399,6 +399,33 @@ TEST(NonUniformChannelUpdates, UpdatesAndWholeBanksPostedWhileCallsRunEndOnTheLa
   }
 }
 
+// reset() installs an update its workers have adopted, unfaded: the fresh
+// stream plays it from its first call; one posted after the reset plays from
+// the next call, faded over it, as in a stream never reset.
+TEST(NonUniformChannelUpdates, AnUpdateBeforeAResetPlaysFromTheFreshStreamsFirstCall) {
+  const std::uint64_t seed = announce("non-uniform update before a reset", 2537);
+  const std::size_t channels = 3, taps = 8000, block = 64, calls = 180;
+  const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
+  const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
+  const auto engine = testing::diagonal_engine(nonuniform(), matrix, block, taps);
+  const std::vector<std::size_t> sizes(calls, block);
+  testing::run_with_updates(*engine, inputs, std::vector<std::size_t>(40, block), {});
+  const std::vector<float> h = testing::random_signal(taps - 30, seed + 1);
+  const std::vector<PathTaps> update{{1, h}};
+  engine->set_paths(update, true);
+  settle_matrix(*engine);
+  engine->reset();
+  testing::Schedule schedule;  // after the reset: channel 2 at call 90
+  schedule[90][2] = testing::random_signal(taps / 2, seed + 2);
+  const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule,
+                                             testing::settled_updates(settle_matrix));
+  std::vector<PathTaps> all{{1, h}};
+  const RoutingMatrix reset_with = with_path_taps(matrix, all, taps);
+  const auto want = testing::piecewise_reference(reset_with, inputs, sizes, schedule);
+  for (std::size_t c = 0; c < channels; ++c)
+    EXPECT_LE(testing::relative_error(got[c], want[c]), 1e-5) << "channel " << c;
+}
+
 TEST(NonUniformChannelUpdates, BadChannelsAreRefusedNamingTheChannelAndTheEngineRunsOnUnchanged) {
   const std::uint64_t seed = announce("non-uniform bad channels", 2529);
   testing::expect_bad_channels_refused(nonuniform(), 8000, 64, seed);

@@ -310,6 +310,8 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
     std::int64_t last_block = -1;
     // adopted->serial, published once its catch-up is written (release).
     std::atomic<std::uint64_t> adopted_serial{0};
+    // Raised while the worker adopts a bank (see reset()).
+    std::atomic<bool> adopting{false};
   };
 
   std::unique_ptr<TailBank> prepare(const FilterBank& bank) const;
@@ -399,6 +401,9 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   std::unique_ptr<TailBank> replaced_;
   // frames_ at the start of the latest call (for the workers' catch-ups).
   std::atomic<std::uint64_t> call_frame_{0};
+  // Raised by reset() while it clears what a catch-up writes: no worker
+  // adopts a bank meanwhile (seq_cst with Segment::adopting).
+  std::atomic<bool> resetting_{false};
   // Retired banks and, per segment, the jobs queued before they retired;
   // fixed slots (`dispatched` sized at construction), so that retiring one
   // allocates nothing.
@@ -793,6 +798,12 @@ void NonUniformCpuEngine::adopt_offer(Segment& seg) {
   // (superseded or replaced only once this worker has adopted its successor).
   const std::uint64_t serial = offered_serial_.load(std::memory_order_acquire);
   if (serial <= seg.adopted_serial.load(std::memory_order_relaxed)) return;
+  seg.adopting.store(true);
+  if (resetting_.load()) {  // after it, woken again
+    seg.adopting.store(false);
+    seg.adopting.notify_all();
+    return;
+  }
   const TailBank* bank = offered_.load(std::memory_order_acquire);
   // A bank built after ours takes over from it; one built in place of ours
   // (superseding it before it played) from ours' base.
@@ -801,6 +812,8 @@ void NonUniformCpuEngine::adopt_offer(Segment& seg) {
   catch_up(seg, *bank, call_frame_.load(std::memory_order_acquire));
   seg.adopted_serial.store(bank->serial, std::memory_order_release);
   seg.adopted_serial.notify_all();
+  seg.adopting.store(false, std::memory_order_release);
+  seg.adopting.notify_all();
 }
 
 void NonUniformCpuEngine::catch_up(Segment& seg, const TailBank& bank, std::uint64_t playing_from) {
@@ -1117,6 +1130,12 @@ void NonUniformCpuEngine::reset() {
       seg->adopted_serial.wait(a, std::memory_order_acquire);
     }
   }
+  // A bank offered since is adopted after the reset (its catch-up would
+  // write what is cleared here), and plays from a later call.
+  resetting_.store(true);
+  for (const auto& seg : segments_) {
+    while (seg->adopting.load()) seg->adopting.wait(true);
+  }
   quiesce();
   for (Retired& r : retired_) r.bank.reset();  // no job is queued
   take_offered_bank(false);
@@ -1133,6 +1152,11 @@ void NonUniformCpuEngine::reset() {
   call_frame_.store(0, std::memory_order_release);
   overloaded_ = false;
   mute_until_ = 0;
+  resetting_.store(false);
+  for (auto& seg : segments_) {  // to adopt what came meanwhile
+    seg->wake.fetch_add(1, std::memory_order_release);
+    seg->wake.notify_one();
+  }
 }
 
 void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
