@@ -117,7 +117,8 @@
 // after `installed_serial_` (release/acquire) shows it), and frames from
 // the latest call's start on, which the call that will install it has not
 // read. process() stores `call_frame_` (release) at each call's start, after
-// its install. post_filters() (another thread than process()'s) touches
+// its install. reset() clears the rings and delay lines only once no worker
+// adopts (resetting_ and each Segment::adopting, seq_cst both ways). post_filters() (another thread than process()'s) touches
 // only the request pointer and the preparer's wake counter. `done` is a
 // DeadlineCounter (dsp/realtime/deadline_counter.hpp), whose
 // release/acquire pair is the one described above.
