@@ -13,7 +13,8 @@
 #    channel and an eighth of them, on the live engine, with p99.9 under half
 #    the period (the update's post in the call, its transform on the
 #    preparer, its catch-up on the tail workers).
-# Prints PASS/FAIL lines and the numbers; about 3 minutes.
+# 3. the same-period load test for 2 minutes, where jackd is installed.
+# Prints PASS/FAIL lines and the numbers; about 6 minutes.
 set -uo pipefail
 bin=$(cd "${1:?binaries folder}" && pwd)
 out=${2:?results folder}
@@ -44,5 +45,16 @@ for fraction in 1 0.125; do
   verdict "bench updates --diagonal --live --fraction $fraction" $rc
   tail -3 "$out/updates-$fraction.txt"
 done
+# 3. The same-period load test (8 ch x 65536 taps, 64-frame periods, a whole-bank
+#    swap every 3 s: each swap's catch-up is now one burst per tail worker), 2
+#    minutes, where jackd and the test are there (run as root for --realtime).
+if [ -x "$bin/daemon_load_test" ] && [ -x /usr/bin/jackd ]; then
+  TAPSTREAM_LOAD_SECONDS=120 timeout 400 "$bin/daemon_load_test" \
+    --gtest_filter='DaemonLoad.ZeroLatency*' >"$out/daemon_load_zero.log" 2>&1
+  verdict "daemon_load_test ZeroLatency (120 s)" $?
+  grep -E "^summary" "$out/daemon_load_zero.log"
+else
+  echo "SKIP daemon_load_test ZeroLatency: no $bin/daemon_load_test or no /usr/bin/jackd"
+fi
 echo "results in $out"
 exit $status
