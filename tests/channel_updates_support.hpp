@@ -79,6 +79,20 @@ inline Signals channel_inputs(std::size_t channels, std::size_t frames, std::uin
   return inputs;
 }
 
+// Waits for what an engine prepares on threads of its own (null: nothing to
+// wait for), so that runs repeat: the checks below call it after each update.
+using Settle = std::function<void(MatrixEngine&)>;
+
+// Applies `updates` (crossfade on), then settles.
+inline std::function<void(MatrixEngine&, const std::vector<PathTaps>&)> settled_updates(
+    const Settle& settle) {
+  if (!settle) return {};
+  return [settle](MatrixEngine& engine, const std::vector<PathTaps>& updates) {
+    engine.set_paths(updates, /*crossfade=*/true);
+    settle(engine);
+  };
+}
+
 inline std::size_t total(const std::vector<std::size_t>& sizes) {
   std::size_t n = 0;
   for (const std::size_t s : sizes) n += s;
@@ -90,13 +104,14 @@ inline std::size_t total(const std::vector<std::size_t>& sizes) {
 // its update and plays its new filter from the call after that on.
 inline void expect_updates_match_reference(const EngineMaker& make, std::size_t channels,
                                            std::size_t max_taps, std::size_t max_block,
-                                           std::size_t frames, std::uint64_t seed) {
+                                           std::size_t frames, std::uint64_t seed,
+                                           const Settle& settle = {}) {
   const RoutingMatrix matrix = channel_matrix(channels, max_taps, seed);
   const std::vector<std::size_t> sizes = random_block_sizes(frames, max_block, seed + 1);
   const Signals inputs = channel_inputs(channels, frames, seed);
   const Schedule schedule = channel_updates(matrix, sizes.size(), 3, 3, max_taps, seed + 2);
   const auto engine = diagonal_engine(make, matrix, max_block, max_taps);
-  const auto got = run_with_updates(*engine, inputs, sizes, schedule);
+  const auto got = run_with_updates(*engine, inputs, sizes, schedule, settled_updates(settle));
   const auto want = piecewise_reference(matrix, inputs, sizes, schedule);
   for (std::size_t c = 0; c < channels; ++c)
     EXPECT_LE(relative_error(got[c], want[c]), 1e-5) << "channel " << c;
@@ -105,13 +120,14 @@ inline void expect_updates_match_reference(const EngineMaker& make, std::size_t 
 // Many channels (half of them) change before every call.
 inline void expect_many_channels_every_call(const EngineMaker& make, std::size_t channels,
                                             std::size_t max_taps, std::size_t block,
-                                            std::size_t calls, std::uint64_t seed) {
+                                            std::size_t calls, std::uint64_t seed,
+                                            const Settle& settle = {}) {
   const RoutingMatrix matrix = channel_matrix(channels, max_taps, seed);
   const std::vector<std::size_t> sizes(calls, block);
   const Signals inputs = channel_inputs(channels, calls * block, seed);
   const Schedule schedule = channel_updates(matrix, calls, 1, channels / 2 + 1, max_taps, seed + 3);
   const auto engine = diagonal_engine(make, matrix, block, max_taps);
-  const auto got = run_with_updates(*engine, inputs, sizes, schedule);
+  const auto got = run_with_updates(*engine, inputs, sizes, schedule, settled_updates(settle));
   const auto want = piecewise_reference(matrix, inputs, sizes, schedule);
   for (std::size_t c = 0; c < channels; ++c)
     EXPECT_LE(relative_error(got[c], want[c]), 1e-5) << "channel " << c;
@@ -120,7 +136,8 @@ inline void expect_many_channels_every_call(const EngineMaker& make, std::size_t
 // Two updates before one call add up (a channel named in both takes the
 // later taps), also on top of a whole matrix swapped in before them.
 inline void expect_updates_before_a_call_add_up(const EngineMaker& make, std::size_t max_taps,
-                                                std::size_t block, std::uint64_t seed) {
+                                                std::size_t block, std::uint64_t seed,
+                                                const Settle& settle = {}) {
   const std::size_t channels = 4, calls = 16;
   const RoutingMatrix matrix = channel_matrix(channels, max_taps, seed);
   const Signals inputs = channel_inputs(channels, calls * block, seed);
@@ -143,6 +160,7 @@ inline void expect_updates_before_a_call_add_up(const EngineMaker& make, std::si
                            const std::vector<PathTaps> first{{0, a}, {1, b}}, second{{1, c}};
                            e.set_paths(first, true);
                            e.set_paths(second, true);
+                           if (settle) settle(e);
                            return;
                          }
                          // Call 9: the whole matrix, then {2: d} on top of it before the call.
@@ -152,6 +170,7 @@ inline void expect_updates_before_a_call_add_up(const EngineMaker& make, std::si
                          e.set_matrix(with_path_taps(matrix, all, max_taps), true);
                          const std::vector<PathTaps> on_top{{2, d}};
                          e.set_paths(on_top, true);
+                         if (settle) settle(e);
                        });
   const auto want =
       piecewise_reference(matrix, inputs, std::vector<std::size_t>(calls, block), schedule);
@@ -162,7 +181,8 @@ inline void expect_updates_before_a_call_add_up(const EngineMaker& make, std::si
 // A channel no update names plays exactly as in a run without updates.
 inline void expect_untouched_channels_bit_identical(const EngineMaker& make, std::size_t channels,
                                                     std::size_t max_taps, std::size_t max_block,
-                                                    std::size_t frames, std::uint64_t seed) {
+                                                    std::size_t frames, std::uint64_t seed,
+                                                    const Settle& settle = {}) {
   const RoutingMatrix matrix = channel_matrix(channels, max_taps, seed);
   const std::vector<std::size_t> sizes = random_block_sizes(frames, max_block, seed + 1);
   const Signals inputs = channel_inputs(channels, frames, seed);
@@ -172,7 +192,7 @@ inline void expect_untouched_channels_bit_identical(const EngineMaker& make, std
   const auto still =
       run_with_updates(*diagonal_engine(make, matrix, max_block, max_taps), inputs, sizes, {});
   const auto moving = run_with_updates(*diagonal_engine(make, matrix, max_block, max_taps), inputs,
-                                       sizes, schedule);
+                                       sizes, schedule, settled_updates(settle));
   EXPECT_EQ(still[untouched], moving[untouched]);
   EXPECT_NE(still[0], moving[0]);  // the others did change
 }

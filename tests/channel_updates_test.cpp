@@ -6,11 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "channel_updates_support.hpp"
@@ -98,9 +102,10 @@ TEST(UniformChannelUpdates, AOneFilterBankTakesTheWholeBankFallbackAndThenUpdate
 
 // The non-uniformly partitioned engine (the live engine: head in the call,
 // tails on threads of their own), as the factory makes it for calls in an
-// audio callback. Its swaps take effect when every tail segment has the new
-// bank (dsp/cpu/cpu_nonuniform_engine.cpp), a per-channel update's too; the
-// tests wait for its preparer before the next call, so that runs repeat.
+// audio callback. Its preparer and tail workers make an update ready on
+// threads of their own, and the first call after that installs it
+// (dsp/cpu/cpu_nonuniform_engine.cpp); the tests wait for them before the
+// next call, so that runs repeat and the update plays from that call on.
 EngineMaker nonuniform() {
   return [](const FilterBank& bank, std::size_t max_block, std::size_t max_taps) {
     EngineOptions options;
@@ -118,6 +123,24 @@ void wait_for_preparer(Engine& engine) {
   ASSERT_TRUE(testing::wait_until(
       testing::long_wait, [&] { return !realtime->preparing_filters(); },
       "the engine's preparer done", std::chrono::milliseconds(1)));
+}
+
+void settle_matrix(MatrixEngine& engine) {
+  RealtimeMatrixEngine* realtime = engine.realtime();
+  ASSERT_NE(realtime, nullptr);
+  ASSERT_TRUE(testing::wait_until(
+      testing::long_wait, [&] { return !realtime->preparing_matrix(); },
+      "the engine's preparer and tail workers done", std::chrono::milliseconds(1)));
+}
+
+// The filters of the tests below reach several tail segments, which an
+// update used to reach only at their own switch frames, up to the last
+// segment's first tap after the call it was due for.
+void expect_several_tail_segments(std::size_t taps) {
+  const testing::Signals one(1, std::vector<float>(taps, 0.5f));
+  const auto engine = nonuniform()(FilterBank::per_channel(one), 64, taps);
+  const std::string plan = engine->description();
+  ASSERT_GE(std::count(plan.begin(), plan.end(), '+'), 2) << plan;
 }
 
 // Runs `inputs` in calls of `block`; before call k, `update(engine, k)`.
@@ -142,8 +165,8 @@ TEST(NonUniformChannelUpdates, ChangedChannelsPlayAsAWholeBankSwapAndTheOthersAs
   const std::size_t channels = 8, taps = 8000, block = 64, calls = 260;
   const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
   const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
-  // Two updates back to back (the second supersedes the first before it
-  // plays: both channels' sets must fade), then two far apart.
+  // Two updates on consecutive calls (the second offered right after the
+  // first's install call), then two far apart.
   testing::Schedule schedule;
   schedule[10][1] = testing::random_signal(7500, seed + 1);
   schedule[10][4] = testing::random_signal(40, seed + 2);
@@ -238,6 +261,169 @@ TEST(NonUniformChannelUpdates, PostedChannelsReachTheRealtimeFaceOnlyTheirChanne
                                     std::span<const double>(want).subspan(from)),
             1e-5);
   EXPECT_NE(got[2], still[2]);
+}
+
+TEST(NonUniformChannelUpdates, UpdatesAtRandomCallSplitsPlayFromTheNextCallAsTheFloat64Reference) {
+  const std::uint64_t seed = announce("non-uniform updates at the next call", 2531);
+  expect_several_tail_segments(8000);
+  testing::expect_updates_match_reference(nonuniform(), 6, 8000, 64, 30000, seed, settle_matrix);
+}
+
+TEST(NonUniformChannelUpdates, HalfTheChannelsChangingBeforeEveryCallMatchTheFloat64Reference) {
+  const std::uint64_t seed = announce("non-uniform updates every call", 2532);
+  testing::expect_many_channels_every_call(nonuniform(), 12, 6000, 64, 220, seed, settle_matrix);
+}
+
+TEST(NonUniformChannelUpdates, UpdatesBeforeOneCallAddUpAlsoOnAWholeMatrixPendingBeforeThem) {
+  const std::uint64_t seed = announce("non-uniform updates before one call", 2533);
+  testing::expect_updates_before_a_call_add_up(nonuniform(), 6000, 64, seed, settle_matrix);
+}
+
+TEST(NonUniformChannelUpdates, ChannelsNoUpdateNamesStayBitIdenticalToARunWithoutUpdates) {
+  const std::uint64_t seed = announce("non-uniform untouched channels", 2534);
+  testing::expect_untouched_channels_bit_identical(nonuniform(), 5, 6000, 64, 16000, seed,
+                                                   settle_matrix);
+}
+
+// The audio thread's face: updates posted before every call (and a whole
+// matrix among them) crossfade over that call and play from the next on,
+// against the float64 reference, with every call in time.
+TEST(NonUniformChannelUpdates, UpdatesPostedBeforeEveryCallPlayFromThatCallOnTheRealtimeFace) {
+  const std::uint64_t seed = announce("non-uniform posted every call", 2535);
+  const std::size_t channels = 6, taps = 8000, block = 64, calls = 200;
+  const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
+  const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
+  testing::Schedule schedule = testing::channel_updates(matrix, calls, 1, 2, taps, seed + 1);
+  for (std::size_t c = 0; c < channels; ++c)  // call 77: every channel, as a whole matrix
+    schedule[77][c] = testing::random_signal(1 + (c * 1231) % (taps - 20), seed + 50 + c);
+  const auto engine = testing::diagonal_engine(nonuniform(), matrix, block, taps);
+  RealtimeMatrixEngine* realtime = engine->realtime();
+  ASSERT_NE(realtime, nullptr);
+  std::vector<float> in(channels * block), out(channels * block);
+  testing::Signals got(channels, std::vector<float>(calls * block));
+  timespec far{};
+  clock_gettime(CLOCK_MONOTONIC, &far);
+  far.tv_sec += 3600;  // unpaced: every tail is waited for
+  for (std::size_t call = 0; call < calls; ++call) {
+    if (const auto found = schedule.find(call); found != schedule.end()) {
+      std::vector<PathTaps> updates;
+      for (const auto& [c, t] : found->second) updates.push_back({c, t});
+      if (updates.size() == channels) {
+        realtime->post_matrix(with_path_taps(matrix, updates, taps), true);
+      } else {
+        realtime->post_paths(updates, true);
+      }
+      settle_matrix(*engine);
+    }
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t f = 0; f < block; ++f) in[c * block + f] = inputs[c][call * block + f];
+    ASSERT_TRUE(realtime->process_by(in, out, block, Layout::planar, far)) << "call " << call;
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t f = 0; f < block; ++f) got[c][call * block + f] = out[c * block + f];
+  }
+  const auto want = testing::piecewise_reference(matrix, inputs,
+                                                 std::vector<std::size_t>(calls, block), schedule);
+  for (std::size_t c = 0; c < channels; ++c)
+    EXPECT_LE(testing::relative_error(got[c], want[c]), 1e-5) << "channel " << c;
+}
+
+// Updates and whole banks posted from another thread while calls run, none
+// waited for: none is lost (the output ends as the last filters' exactly),
+// whatever the order in which they meet the calls and the tail workers.
+TEST(NonUniformChannelUpdates, UpdatesAndWholeBanksPostedWhileCallsRunEndOnTheLastFilters) {
+  const std::uint64_t seed = announce("non-uniform posted while calls run", 2536);
+  const std::size_t channels = 4, taps = 8000, block = 64, calls = 700;
+  const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
+  const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
+  const auto engine = testing::diagonal_engine(nonuniform(), matrix, block, taps);
+  RealtimeMatrixEngine* realtime = engine->realtime();
+  ASSERT_NE(realtime, nullptr);
+  std::vector<std::vector<float>> now;
+  for (const MatrixPath& p : matrix.paths()) now.push_back(p.taps);
+  std::atomic<std::size_t> calls_done{0};
+  std::atomic<bool> posted_all{false};
+  std::thread poster([&] {
+    std::mt19937_64 rng(seed + 1);
+    for (std::size_t k = 0; k < 60; ++k) {
+      // Wait for a few calls (random), so that posts meet calls at random points.
+      const std::size_t after = calls_done.load() + rng() % 3;
+      while (calls_done.load() < after && calls_done.load() < 400) std::this_thread::yield();
+      if (k % 10 == 9) {
+        std::vector<PathTaps> all;
+        for (std::size_t c = 0; c < channels; ++c) {
+          now[c] = testing::random_signal(1 + rng() % (taps - 20), seed + 1000 + k * 8 + c);
+          all.push_back({c, now[c]});
+        }
+        realtime->post_matrix(with_path_taps(matrix, all, taps), true);
+      } else {
+        const std::size_t c = rng() % channels;
+        now[c] = testing::random_signal(1 + rng() % (taps - 20), seed + 2000 + k);
+        const std::vector<PathTaps> one{{c, now[c]}};
+        realtime->post_paths(one, true);
+      }
+    }
+    posted_all.store(true);
+  });
+  std::vector<float> in(channels * block), out(channels * block);
+  testing::Signals got(channels, std::vector<float>(calls * block));
+  timespec far{};
+  clock_gettime(CLOCK_MONOTONIC, &far);
+  far.tv_sec += 3600;
+  for (std::size_t call = 0; call < calls; ++call) {
+    if (call == 450) {  // the posts are over (the poster stops waiting at call 400)
+      ASSERT_TRUE(testing::wait_until(
+          testing::long_wait, [&] { return posted_all.load(); }, "the poster done",
+          std::chrono::milliseconds(1)));
+      settle_matrix(*engine);
+    }
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t f = 0; f < block; ++f) in[c * block + f] = inputs[c][call * block + f];
+    ASSERT_TRUE(realtime->process_by(in, out, block, Layout::planar, far)) << "call " << call;
+    calls_done.store(call + 1);
+    for (std::size_t c = 0; c < channels; ++c)
+      for (std::size_t f = 0; f < block; ++f) got[c][call * block + f] = out[c * block + f];
+  }
+  poster.join();
+  // Call 450 installs whatever was still on its way; from the call after it
+  // on, the last filters' convolution of the whole input.
+  const std::size_t from = 451 * block;
+  for (std::size_t c = 0; c < channels; ++c) {
+    MatrixPath path = matrix.paths()[c].without_taps();
+    path.taps = now[c];
+    const std::vector<double> want =
+        testing::reference_convolution(inputs[c], path.effective_taps());
+    EXPECT_LE(testing::relative_error(std::span<const float>(got[c]).subspan(from),
+                                      std::span<const double>(want).subspan(from)),
+              1e-5)
+        << "channel " << c;
+  }
+}
+
+// reset() installs an update its workers have adopted, unfaded: the fresh
+// stream plays it from its first call; one posted after the reset plays from
+// the next call, faded over it, as in a stream never reset.
+TEST(NonUniformChannelUpdates, AnUpdateBeforeAResetPlaysFromTheFreshStreamsFirstCall) {
+  const std::uint64_t seed = announce("non-uniform update before a reset", 2537);
+  const std::size_t channels = 3, taps = 8000, block = 64, calls = 180;
+  const RoutingMatrix matrix = testing::channel_matrix(channels, taps, seed);
+  const testing::Signals inputs = testing::channel_inputs(channels, calls * block, seed);
+  const auto engine = testing::diagonal_engine(nonuniform(), matrix, block, taps);
+  const std::vector<std::size_t> sizes(calls, block);
+  testing::run_with_updates(*engine, inputs, std::vector<std::size_t>(40, block), {});
+  const std::vector<float> h = testing::random_signal(taps - 30, seed + 1);
+  const std::vector<PathTaps> update{{1, h}};
+  engine->set_paths(update, true);
+  settle_matrix(*engine);
+  engine->reset();
+  testing::Schedule schedule;  // after the reset: channel 2 at call 90
+  schedule[90][2] = testing::random_signal(taps / 2, seed + 2);
+  const auto got = testing::run_with_updates(*engine, inputs, sizes, schedule,
+                                             testing::settled_updates(settle_matrix));
+  std::vector<PathTaps> all{{1, h}};
+  const RoutingMatrix reset_with = with_path_taps(matrix, all, taps);
+  const auto want = testing::piecewise_reference(reset_with, inputs, sizes, schedule);
+  for (std::size_t c = 0; c < channels; ++c)
+    EXPECT_LE(testing::relative_error(got[c], want[c]), 1e-5) << "channel " << c;
 }
 
 TEST(NonUniformChannelUpdates, BadChannelsAreRefusedNamingTheChannelAndTheEngineRunsOnUnchanged) {

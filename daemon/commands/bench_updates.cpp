@@ -19,7 +19,12 @@
 // DiagonalEngine, whose per-channel updates cost the named channels only),
 // and the search is over N; --kernel picks the CUDA per-channel engine's
 // path ("partitioned": the one that takes per-channel updates natively);
-// --fraction replaces only that share of the paths at each update.
+// --fraction replaces only that share of the paths at each update; --live
+// makes the engines as the live daemon makes them for calls in an audio
+// callback (EngineOptions::realtime_calls: on the CPU, a filter per channel
+// then runs on the non-uniformly partitioned engine, whose preparer and tail
+// workers take an update off the call, which plays it from the first call
+// after they have it).
 // Prints a table and writes JSON (--json).
 
 #include "daemon/commands/bench_updates.hpp"
@@ -56,6 +61,7 @@ struct UpdatesArgs {
   bool diagonal = false;    // N -> N, path c: c -> c (paths = N)
   std::string kernel = "auto";
   double fraction = 1.0;  // share of the paths each update replaces
+  bool live = false;      // EngineOptions::realtime_calls
   double rate = 48000.0;
   std::size_t measure_blocks = 10000;
   std::size_t probe_blocks = 1000;
@@ -139,6 +145,8 @@ Probe probe(const UpdatesArgs& args, const std::string& variant, std::size_t sou
   options.max_block_frames = frames;
   options.max_taps = taps;
   options.kernel = args.kernel;
+  options.realtime_calls = args.live;
+  options.sample_rate = int(args.rate);
   const bool on_device = variant == "cuda-device";
   const std::string backend = variant == "cpu" ? "cpu" : "cuda";
   const std::unique_ptr<MatrixEngine> engine = make_engine(parse_backend(backend), matrix, options);
@@ -303,6 +311,7 @@ std::string json_for(const UpdatesArgs& args, const std::vector<Cell>& cells,
                                          {"diagonal", args.diagonal},
                                          {"kernel", args.kernel},
                                          {"fraction", args.fraction},
+                                         {"live", args.live},
                                          {"measure_blocks", args.measure_blocks},
                                          {"probe_blocks", args.probe_blocks},
                                          {"paced", true},
@@ -397,6 +406,8 @@ std::function<int()> add_bench_updates(CLI::App& bench) {
                       "The CUDA per-channel engine's path (auto, partitioned, ...)");
   updates->add_option("--fraction", args->fraction, "Share of the paths each update replaces")
       ->check(number_between(1e-6, 1, "of the paths"));
+  updates->add_flag("--live", args->live,
+                    "Engines as the live daemon makes them for calls in an audio callback");
   updates->add_option("--rate", args->rate, "Sample rate in Hz")
       ->check(number_between(1, 1e7, "Hz"));
   updates->add_option("--measure-blocks", args->measure_blocks, "Blocks timed at the count found")

@@ -28,29 +28,46 @@
 //   caller alone copies the input in and the output out, so that nothing
 //   the pool's threads touch belongs to the caller of process().
 //
-// Swaps: a new bank's spectra are built on a preparer thread (lowest
-// priority), never in process(). When one is ready at frame F, every tail job
-// from then on computes both banks, each into its own ring slot; segment s has
-// the new bank's output from frame floor(F / P) * P + T on, so from S' = the
-// latest of those the new bank is complete. The first call starting at or
-// after S' swaps the head engine's filters too and blends the two banks'
-// totals over that call exactly as the uniform engine does; until then the old
-// bank plays whole. A swap thus takes effect up to about max_taps frames late,
-// and no input sample is lost or repeated. Banks are freed once no queued job
-// can still read them.
+// Swaps and updates: a new bank's spectra are built on a preparer thread
+// (lowest priority), never in process(), and take effect at the first call
+// after the tail workers have it, crossfaded over that call, exactly: from
+// the call after it on, the output is the new filters' causal convolution of
+// the whole input. A bank's tail output goes, per channel, to one of two
+// ring slots (TailBank::slot): its base's (the bank it takes over from) for
+// a channel it leaves alone, the other one for a channel it changes.
+// 1. The preparer offers the bank (prepared_, offered_): in place of the
+//    latest one it offered if process() has not taken that yet (the bank
+//    then carries that one's changes too), else once the call that installed
+//    that one has played.
+// 2. Each tail worker adopts it between two jobs: it computes, for the
+//    channels the bank changes, the output of the blocks it has already run
+//    that may still play (from the latest call's start on) into their new
+//    slots, from the frequency-domain delay line, which keeps the input
+//    spectra those blocks need (Segment::slots); its jobs from then on
+//    compute the bank, and the bank it takes over from for the channels it
+//    changes until the install call has played.
+// 3. The first call that finds every worker has adopted it installs it: the
+//    head engine's filters (built by the preparer too) and the bank swap,
+//    and the call blends the two banks' totals of the changed channels as
+//    the uniform engine does, the others playing on bit for bit. Once that
+//    call has played, the bank it replaced retires, and the preparer may
+//    offer the next.
+// So the audio thread only swaps and crossfades; a bank ready between two
+// calls plays from the next one unless a worker is still inside a job then
+// (a long segment's), when it plays from the first call after that job. No
+// input sample is lost or repeated. Requests posted while one is prepared
+// add up (post_request()), and so do banks offered before a call takes
+// them, so that none is lost and every channel changed fades. Banks are
+// freed once no queued job can still read them.
 //
 // Per-channel updates (set_channel_filters, post_channel_filters) cost their
 // channels only: a bank's filters are shared per channel (TailChannel, and
 // the head engine's own), so the preparer builds the bank of an update from
-// the latest bank it built, transforming the named channels alone, and
-// marks them; a job that computes both banks computes an unmarked channel
-// once (its filter is the same object in both) and copies the frames into
-// the other ring slot; the swap call crossfades the marked channels only
-// (head and tails), the others playing on bit for bit. An update takes
-// effect as a whole bank does (at the switch frame above). Its marks are
-// those of the bank it is built on too while that one has not played (it
-// was superseded, or has not reached its switch), so that no channel an
-// earlier update changed misses its crossfade.
+// the latest bank it offered, transforming the named channels alone, and
+// marks them; the workers catch up and compute twice the marked channels
+// only (an unmarked one has the same filter object and slot in both
+// banks), and the install call crossfades them only (head and tails). A
+// whole bank marks every channel.
 //
 // Inside an audio callback (RealtimeEngine::process_by, same-period live
 // mode) nothing waits past the period's deadline. A tail job not done by then
@@ -85,11 +102,26 @@
 // them before anything they use changes. The rings they read stay valid:
 // until then the only tail jobs dispatched are that call's, which write at
 // most T + one call past the frames it reads, inside the ring (see its size).
-// The preparer hands a finished bank over by an atomic pointer
-// exchange (release/acquire) and takes requests the same way; post_filters()
-// (another thread than process()'s) touches only that request pointer and the
-// preparer's wake counter. `done` is a DeadlineCounter (dsp/realtime/deadline_counter.hpp),
-// whose release/acquire pair is the one described above.
+// Banks: the preparer writes a bank whole, then places it in prepared_ (a
+// pointer exchange, release; process() takes it with an exchange, acquire,
+// and gives it back the same way if it is not yet adopted), then stores
+// offered_ and offered_serial_ (release). A worker loads offered_serial_,
+// then offered_ (acquire): the bank it finds is that one or newer, and
+// alive: a bank is freed only once every worker has adopted a later one
+// (superseded_, retired_). It writes its catch-up, then its
+// `adopted_serial` (release); process() installs a bank only after an
+// acquire load of every worker's shows it, and reads the new slots after
+// that. The catch-up writes only ring slots no call reads before the
+// install (the other slot than the playing one, of the changed channels;
+// the install call before has played, since the preparer offers a bank
+// after `installed_serial_` (release/acquire) shows it), and frames from
+// the latest call's start on, which the call that will install it has not
+// read. process() stores `call_frame_` (release) at each call's start, after
+// its install. reset() clears the rings and delay lines only once no worker
+// adopts (resetting_ and each Segment::adopting, seq_cst both ways). post_filters() (another thread than process()'s) touches
+// only the request pointer and the preparer's wake counter. `done` is a
+// DeadlineCounter (dsp/realtime/deadline_counter.hpp), whose
+// release/acquire pair is the one described above.
 
 #include <pthread.h>
 #include <sched.h>
@@ -135,14 +167,22 @@ struct TailChannel {
   std::vector<std::size_t> parts;      // [segment]
 };
 
-// Spectra of one bank's tail segments; immutable once built (by the preparer).
+// Spectra of one bank's tail segments; immutable once offered (by the preparer).
 struct TailBank {
   bool shared = false;
   std::vector<std::shared_ptr<const TailChannel>> stored;  // per stored filter
-  // Per channel, nonzero where this bank differs from the one it replaces
-  // (a per-channel update); empty: every channel (a whole bank).
+  // Per channel, nonzero where this bank differs from `base` (a per-channel
+  // update); empty: every channel (a whole bank).
   std::vector<unsigned char> changed;
-  std::uint64_t serial = 0;  // the preparer's count of banks made
+  // Per channel, the output ring slot (0 or 1) this bank's tails go to: its
+  // base's, flipped where it changes the channel, so that the two banks of a
+  // crossfade never share a channel's slot and an unchanged channel is
+  // computed once.
+  std::vector<unsigned char> slot;
+  // The bank this one takes over from (installed, or to be installed before
+  // it); null for the first. Compared, never read, by the workers.
+  const TailBank* base = nullptr;
+  std::uint64_t serial = 0;  // the preparer's count of banks offered
   // The head engine's filters (made by the preparer; null for the first
   // bank). A retiring bank carries the head filters the swap freed.
   std::unique_ptr<PreparedHeadFilters> head_filters;
@@ -165,8 +205,7 @@ FilterBank head_bank(const FilterBank& bank, std::size_t head_taps) {
 }
 
 struct Job {
-  std::uint64_t block = 0;                 // m: input frames [mP, (m+1)P)
-  std::array<const TailBank*, 2> banks{};  // per ring slot, null: not needed
+  std::uint64_t block = 0;  // m: input frames [mP, (m+1)P)
 };
 
 constexpr std::size_t kJobSlots = 16;  // queued jobs per segment
@@ -215,8 +254,15 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   void post_filters(const FilterBank& bank, bool crossfade) override;
   bool set_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
   bool post_channel_filters(std::span<const PathTaps> channels, bool crossfade) override;
+  // Also while a bank offered is not yet adopted by every tail worker: the
+  // next call installs what was posted before it and is no longer preparing.
   bool preparing_filters() const override {
-    return prepare_request_.load() != nullptr || preparing_.load();
+    if (prepare_request_.load() != nullptr || preparing_.load()) return true;
+    const std::uint64_t offered = offered_serial_.load(std::memory_order_acquire);
+    for (const auto& seg : segments_) {
+      if (seg->adopted_serial.load(std::memory_order_acquire) < offered) return true;
+    }
+    return false;
   }
 
   std::size_t channels() const override { return channels_; }
@@ -241,8 +287,11 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
     std::size_t count = 0;      // partitions
     std::size_t first_tap = 0;  // T
     std::size_t blocks = 0;     // 32-bin blocks of P + 1 bins
+    // Input spectra the delay line keeps: `count` for a job, and as many more
+    // as a catch-up reaches back (see catch_up()).
+    std::size_t slots = 0;
     std::shared_ptr<const fftw::RealFftPair> fft;
-    AlignedFloats fdl;                 // per channel of the group: blocks * count * 64
+    AlignedFloats fdl;                 // per channel of the group: blocks * slots * 64
     std::size_t ring = 0;              // output ring frames (a power of two)
     std::array<AlignedFloats, 2> out;  // per slot, per channel of the group: ring frames
     // worker scratch
@@ -254,12 +303,30 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
     std::atomic<std::uint64_t> wake{0};
     std::atomic<int> thread_id{0};
     std::thread thread;
+    // The worker's own: the newest offered bank it computes (`adopted`) and
+    // the one that bank takes over from, computed too until the crossfade
+    // between them has played; the last block its jobs ran (-1: none).
+    const TailBank* adopted = nullptr;
+    const TailBank* adopted_base = nullptr;
+    std::int64_t last_block = -1;
+    // adopted->serial, published once its catch-up is written (release).
+    std::atomic<std::uint64_t> adopted_serial{0};
+    // Raised while the worker adopts a bank (see reset()).
+    std::atomic<bool> adopting{false};
   };
 
   std::unique_ptr<TailBank> prepare(const FilterBank& bank) const;
   std::shared_ptr<const TailChannel> prepare_channel(std::span<const float> taps) const;
   void worker(Segment& seg, int nice_level);
   void run_job(Segment& seg, const Job& job);
+  // The worker's: takes the offered bank if it is newer than its own, after
+  // computing it over the blocks already run whose output may still play.
+  void adopt_offer(Segment& seg);
+  void catch_up(Segment& seg, const TailBank& bank, std::uint64_t playing_from);
+  // The output of `filter` for block m of the delay line, channel `local` of
+  // the group, into `ring` (the channel's ring slot), its frames from `from` on.
+  void segment_output(Segment& seg, std::size_t local, std::uint64_t m, const TailChannel& filter,
+                      float* ring, std::uint64_t from);
   void follow_caller_priority();
   // One call; deadline null: wait for tails as long as it takes (never late).
   // False: late (`out` holds silence).
@@ -274,9 +341,14 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   bool wait_until_tails_can_take(std::size_t n, const timespec& deadline) const;
   bool tails_idle() const;
   void dispatch(std::uint64_t frames_before, std::uint64_t frames_after);
-  void take_prepared_bank();
+  // process()'s thread: installs the offered bank once every tail worker has
+  // adopted it (false: none installed); `crossfade` false in a fresh stream.
+  bool take_offered_bank(bool crossfade);
+  // Once the call that installed a bank has played: retires the bank it
+  // replaced and tells the preparer.
+  void complete_install();
   // Parks a bank until no queued job reads it (a free slot is guaranteed by
-  // take_prepared_bank()).
+  // take_offered_bank()).
   void retire(std::unique_ptr<TailBank> bank);
   std::size_t free_retired_slots() const;
   void free_unused_banks();
@@ -323,13 +395,16 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
   bool call_job_in_flight_ = false;
   bool head_call_open_ = false;
 
-  // Banks: `current_` plays in ring slot `slot_`; `next_` (when a swap is
-  // under way) fills slot 1 - slot_ and takes over at the call that starts
-  // at or after `switch_frame_`.
+  // Banks: `current_` plays, channel c from its ring slot current_->slot[c];
+  // `replaced_`, the bank it took over from, until the call that installed
+  // it (and crossfaded from it) has played.
   std::unique_ptr<TailBank> current_;
-  std::unique_ptr<TailBank> next_;
-  std::size_t slot_ = 0;
-  std::uint64_t switch_frame_ = 0;
+  std::unique_ptr<TailBank> replaced_;
+  // frames_ at the start of the latest call (for the workers' catch-ups).
+  std::atomic<std::uint64_t> call_frame_{0};
+  // Raised by reset() while it clears what a catch-up writes: no worker
+  // adopts a bank meanwhile (seq_cst with Segment::adopting).
+  std::atomic<bool> resetting_{false};
   // Retired banks and, per segment, the jobs queued before they retired;
   // fixed slots (`dispatched` sized at construction), so that retiring one
   // allocates nothing.
@@ -355,21 +430,44 @@ class NonUniformCpuEngine final : public Engine, public RealtimeEngine {
     std::vector<std::vector<float>> taps;
     bool crossfade = true;
   };
-  // The preparer's bank for `request`, built on the latest one it made.
-  std::unique_ptr<TailBank> prepare_request(const Request& request);
+  // The preparer's bank for `request`, built on the latest one it offered;
+  // `supersedes`: on top of that one's changes too (it has not been taken).
+  std::unique_ptr<TailBank> prepare_request(const Request& request, bool supersedes);
+  // The preparer's: offers `bank` in place of the latest one where
+  // `supersedes` and that one is still not taken, else after it, once the
+  // call that installs it has played; `again` where process() gave the
+  // latest one back meanwhile (the bank must then be built on top of it).
+  enum class Offered { yes, again, stopped };
+  Offered offer(std::unique_ptr<TailBank> bank, bool supersedes);
+  // The preparer's: waits until the latest bank has played its install call
+  // (yes), or is offered again (again), freeing what waits to be freed meanwhile.
+  Offered wait_until_latest_installed();
+  void free_superseded();
   // Posts `request`, merged into one the preparer has not started yet (a
   // whole bank supersedes it; channels add to it).
   void post_request(std::unique_ptr<Request> request);
-  // The preparer's own: the latest bank it made (shared filters, their head
-  // filters, marks and serial), which the next per-channel update builds on.
+  // The preparer's own: the latest bank it offered (shared filters, their
+  // head filters, marks, ring slots, base and serial), which the next
+  // per-channel update builds on; banks it superseded, until every worker
+  // has adopted the bank that superseded them (the serial).
+  const TailBank* latest_bank_ = nullptr;
   std::vector<std::shared_ptr<const TailChannel>> latest_stored_;
   bool latest_shared_ = false;
   std::vector<unsigned char> latest_changed_;
+  std::vector<unsigned char> latest_slot_;
+  const TailBank* latest_base_ = nullptr;
+  std::vector<unsigned char> latest_base_slot_;
   bool latest_crossfade_ = true;
   std::uint64_t latest_serial_ = 0;
   std::unique_ptr<PreparedHeadFilters> latest_head_;
-  // The serial of the bank process() switched to last (the preparer reads it).
+  std::vector<std::pair<std::unique_ptr<TailBank>, std::uint64_t>> superseded_;
+  // The serial of the bank whose install call process() has played last
+  // (release: the preparer then offers the next).
   std::atomic<std::uint64_t> installed_serial_{0};
+  // The bank offered to the workers (they read it only while it is newer
+  // than theirs) and its serial.
+  std::atomic<const TailBank*> offered_{nullptr};
+  std::atomic<std::uint64_t> offered_serial_{0};
   // The posting thread's: whether the last whole bank posted is one shared
   // filter (then per-channel updates are refused: a whole bank).
   bool posted_shared_ = false;
@@ -429,8 +527,12 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
       seg->count = p.count;
       seg->first_tap = p.first_tap;
       seg->blocks = div_up(p.partition_frames + 1, simd::kBlockBins);
+      // A catch-up recomputes the blocks whose output ends after the latest
+      // call's start, up to the last one that call may have dispatched: at
+      // most (T + one call) / P + 1 of them (see catch_up()).
+      seg->slots = p.count + div_up(p.first_tap + max_block_, p.partition_frames) + 1;
       seg->fft = fftw::RealFftPair::get(2 * p.partition_frames);
-      seg->fdl = AlignedFloats(seg->channels * seg->blocks * seg->count * simd::kBlockFloats);
+      seg->fdl = AlignedFloats(seg->channels * seg->blocks * seg->slots * simd::kBlockFloats);
       // A job writes [mP + T, mP + T + P) while the caller reads frames at or
       // after (m + 1)P: the ring must hold T + P + one call.
       seg->ring = std::bit_ceil(p.first_tap + p.partition_frames + 2 * max_block_);
@@ -457,12 +559,17 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
   tails_new_ = AlignedFloats(channels_ * max_block_);
 
   current_ = prepare(bank);
+  current_->slot.assign(channels_, 0);
   EngineOptions head_options = options;
   head_options.max_taps = head.end_tap();
   const FilterBank first_head = head_bank(bank, head.end_tap());
   head_ = make_cpu_head_engine(first_head, head_options, threads);
   posted_shared_ = latest_shared_ = bank.is_shared();
+  latest_bank_ = current_.get();
   latest_stored_ = current_->stored;
+  latest_slot_ = current_->slot;
+  latest_changed_.assign(channels_, 0);
+  for (const auto& seg : segments_) seg->adopted = current_.get();
   if (!latest_shared_) latest_head_ = head_->prepare_filters(first_head);
   call_tasks_ = std::min(channels_, threads == 1 ? std::size_t{1} : kHeadTasksPerThread * threads);
   channels_per_task_ = div_up(channels_, call_tasks_);
@@ -481,6 +588,7 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
       const std::uint64_t seen = prepare_wake_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
       delete graveyard_.exchange(nullptr, std::memory_order_acq_rel);
+      free_superseded();
       // Raised before the request is taken, so that preparing_filters() never
       // sees neither (seq_cst).
       preparing_.store(true);
@@ -490,10 +598,11 @@ NonUniformCpuEngine::NonUniformCpuEngine(const FilterBank& bank, const EngineOpt
         prepare_wake_.wait(seen, std::memory_order_acquire);
         continue;
       }
-      std::unique_ptr<TailBank> ready = prepare_request(*request);
-      // A result the engine has not taken yet is superseded by this one.
-      std::unique_ptr<TailBank> superseded(
-          prepared_.exchange(ready.release(), std::memory_order_acq_rel));
+      for (;;) {
+        // On top of the latest bank while process() has not taken it.
+        const bool supersedes = prepared_.load(std::memory_order_acquire) == latest_bank_;
+        if (offer(prepare_request(*request, supersedes), supersedes) != Offered::again) break;
+      }
       preparing_.store(false);
     }
   });
@@ -505,6 +614,7 @@ NonUniformCpuEngine::~NonUniformCpuEngine() {
   delete prepare_request_.exchange(nullptr);
   delete prepared_.exchange(nullptr);
   delete graveyard_.exchange(nullptr);
+  superseded_.clear();
 }
 
 void NonUniformCpuEngine::stop_workers() {
@@ -560,7 +670,8 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare(const FilterBank& bank) c
   return tb;
 }
 
-std::unique_ptr<TailBank> NonUniformCpuEngine::prepare_request(const Request& request) {
+std::unique_ptr<TailBank> NonUniformCpuEngine::prepare_request(const Request& request,
+                                                               bool supersedes) {
   std::unique_ptr<TailBank> ready;
   if (request.bank) {
     ready = prepare(*request.bank);
@@ -568,12 +679,11 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare_request(const Request& re
         head_->prepare_filters(head_bank(*request.bank, plan_.segments.front().end_tap()));
     ready->crossfade = request.crossfade;
   } else {
-    // On the latest bank; its marks too while it has not played.
-    const bool base_pending = installed_serial_.load(std::memory_order_acquire) < latest_serial_;
+    // On the latest bank; its marks too where it supersedes it.
     ready = std::make_unique<TailBank>();
     ready->stored = latest_stored_;
-    if (base_pending) ready->changed = latest_changed_;
-    if (!base_pending) ready->changed.assign(channels_, 0);
+    if (supersedes) ready->changed = latest_changed_;
+    if (!supersedes) ready->changed.assign(channels_, 0);
     const std::size_t head_taps = plan_.segments.front().end_tap();
     std::vector<PathTaps> heads;
     for (std::size_t u = 0; u < request.channels.size(); ++u) {
@@ -584,18 +694,83 @@ std::unique_ptr<TailBank> NonUniformCpuEngine::prepare_request(const Request& re
       heads.push_back({c, std::span<const float>(taps).first(std::min(taps.size(), head_taps))});
     }
     count_transformed(request.channels.size());
-    ready->head_filters = head_->prepare_channel_filters(*latest_head_, heads, base_pending);
-    ready->crossfade = base_pending ? latest_crossfade_ || request.crossfade : request.crossfade;
+    ready->head_filters = head_->prepare_channel_filters(*latest_head_, heads, supersedes);
+    ready->crossfade = supersedes ? latest_crossfade_ || request.crossfade : request.crossfade;
   }
-  latest_stored_ = ready->stored;
-  latest_shared_ = ready->shared;
-  latest_changed_ = ready->changed;
-  latest_crossfade_ = ready->crossfade;
-  ready->serial = ++latest_serial_;
-  // A copy (shared filters, same marks) for the next update to build on.
-  latest_head_ =
-      latest_shared_ ? nullptr : head_->prepare_channel_filters(*ready->head_filters, {}, true);
+  ready->slot.assign(channels_, 0);
   return ready;
+}
+
+NonUniformCpuEngine::Offered NonUniformCpuEngine::offer(std::unique_ptr<TailBank> bank,
+                                                        bool supersedes) {
+  const auto flip = [&](const std::vector<unsigned char>& base_slot) {
+    for (std::size_t c = 0; c < channels_; ++c)
+      bank->slot[c] = static_cast<unsigned char>(base_slot[c] ^ (bank->changes(c) ? 1 : 0));
+  };
+  bank->serial = latest_serial_ + 1;
+  // A copy (shared filters, same marks) for the next update to build on,
+  // made before process() may take the bank.
+  std::unique_ptr<PreparedHeadFilters> head_copy =
+      bank->shared ? nullptr : head_->prepare_channel_filters(*bank->head_filters, {}, true);
+  bool placed = false;
+  if (supersedes) {
+    // In place of the latest bank, from that bank's base, unless process()
+    // took it meanwhile.
+    bank->base = latest_base_;
+    flip(latest_base_slot_);
+    TailBank* expected = const_cast<TailBank*>(latest_bank_);
+    placed = prepared_.compare_exchange_strong(expected, bank.get(), std::memory_order_acq_rel);
+    // A worker may still be computing it: freed once all have adopted this one.
+    if (placed) superseded_.emplace_back(expected, bank->serial);
+  }
+  if (!placed) {
+    // After the latest bank (with its marks too where this was built to
+    // supersede it: those channels then fade between equal filters), once
+    // its install call has played: nothing reads the ring slots this one
+    // fills then.
+    bank->base = latest_bank_;
+    flip(latest_slot_);
+    if (const Offered waited = wait_until_latest_installed(); waited != Offered::yes) return waited;
+    prepared_.store(bank.get(), std::memory_order_release);
+    latest_base_slot_ = latest_slot_;
+  }
+  latest_bank_ = bank.get();
+  latest_serial_ = bank->serial;
+  latest_base_ = bank->base;
+  latest_stored_ = bank->stored;
+  latest_shared_ = bank->shared;
+  latest_changed_ = bank->changed;
+  latest_slot_ = bank->slot;
+  latest_crossfade_ = bank->crossfade;
+  latest_head_ = std::move(head_copy);
+  const TailBank* offered = bank.release();  // owned through prepared_ now
+  offered_.store(offered, std::memory_order_release);
+  offered_serial_.store(latest_serial_, std::memory_order_release);
+  for (auto& seg : segments_) {
+    seg->wake.fetch_add(1, std::memory_order_release);
+    seg->wake.notify_one();
+  }
+  return Offered::yes;
+}
+
+NonUniformCpuEngine::Offered NonUniformCpuEngine::wait_until_latest_installed() {
+  for (;;) {
+    const std::uint64_t seen = prepare_wake_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return Offered::stopped;
+    // process() may wait for a retired slot this frees before it installs.
+    delete graveyard_.exchange(nullptr, std::memory_order_acq_rel);
+    free_superseded();
+    if (installed_serial_.load(std::memory_order_acquire) >= latest_serial_) return Offered::yes;
+    if (prepared_.load(std::memory_order_acquire) == latest_bank_) return Offered::again;
+    prepare_wake_.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void NonUniformCpuEngine::free_superseded() {
+  std::uint64_t adopted = ~std::uint64_t{0};
+  for (const auto& seg : segments_)
+    adopted = std::min(adopted, seg->adopted_serial.load(std::memory_order_acquire));
+  std::erase_if(superseded_, [&](const auto& s) { return s.second <= adopted; });
 }
 
 void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
@@ -608,8 +783,10 @@ void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
     // it and the wait below returns at once.
     const std::uint64_t seen = seg.wake.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
+    adopt_offer(seg);
     for (std::uint64_t index = seg.done.value();
          index < seg.dispatched.load(std::memory_order_acquire); ++index) {
+      adopt_offer(seg);
       run_job(seg, seg.jobs[index % kJobSlots]);
       seg.done.advance(index + 1);
     }
@@ -617,12 +794,102 @@ void NonUniformCpuEngine::worker(Segment& seg, int nice_level) {
   }
 }
 
+void NonUniformCpuEngine::adopt_offer(Segment& seg) {
+  // The serial first: offered_ is then that bank or a newer one, alive
+  // (superseded or replaced only once this worker has adopted its successor).
+  const std::uint64_t serial = offered_serial_.load(std::memory_order_acquire);
+  if (serial <= seg.adopted_serial.load(std::memory_order_relaxed)) return;
+  seg.adopting.store(true);
+  if (resetting_.load()) {  // after it, woken again
+    seg.adopting.store(false);
+    seg.adopting.notify_all();
+    return;
+  }
+  const TailBank* bank = offered_.load(std::memory_order_acquire);
+  // A bank built after ours takes over from it; one built in place of ours
+  // (superseding it before it played) from ours' base.
+  if (bank->base == seg.adopted) seg.adopted_base = seg.adopted;
+  seg.adopted = bank;
+  catch_up(seg, *bank, call_frame_.load(std::memory_order_acquire));
+  seg.adopted_serial.store(bank->serial, std::memory_order_release);
+  seg.adopted_serial.notify_all();
+  seg.adopting.store(false, std::memory_order_release);
+  seg.adopting.notify_all();
+}
+
+void NonUniformCpuEngine::catch_up(Segment& seg, const TailBank& bank, std::uint64_t playing_from) {
+  // No call from now on starts before `playing_from` (the latest call's
+  // start), and the bank plays from a later call on: its output for the
+  // channels it changes is due from there in its ring slots. Blocks from
+  // now on compute it in run_job(); the blocks run before it (up to the
+  // last the latest call may have dispatched) are computed here, from the
+  // delay line, which still holds their input (see Segment::slots).
+  const auto p = std::int64_t(seg.partition), t = std::int64_t(seg.first_tap);
+  const auto from = std::int64_t(playing_from);
+  std::int64_t first = from >= t ? (from - t) / p : 0;  // the first whose output ends after `from`
+  const std::int64_t last = std::min(seg.last_block, (from + std::int64_t(max_block_)) / p - 1);
+  // (Never binding but after a reset, when last_block is of the stream before.)
+  first = std::max(first, seg.last_block - std::int64_t(seg.slots - seg.count));
+  if (first > last) return;
+  for (std::size_t ch = seg.first_channel; ch < seg.first_channel + seg.channels; ++ch) {
+    if (!bank.changes(ch)) continue;
+    const std::size_t local = ch - seg.first_channel;
+    float* ring = seg.out[bank.slot[ch]].data() + local * seg.ring;
+    for (std::int64_t m = first; m <= last; ++m)
+      segment_output(seg, local, std::uint64_t(m), bank.of(ch), ring, playing_from);
+  }
+}
+
+void NonUniformCpuEngine::segment_output(Segment& seg, std::size_t local, std::uint64_t m,
+                                         const TailChannel& filter, float* ring,
+                                         std::uint64_t from) {
+  const std::size_t p = seg.partition;
+  const std::size_t fdl_stride = seg.slots * simd::kBlockFloats;
+  const std::size_t slot = m % seg.slots;
+  float* fdl = seg.fdl.data() + local * seg.blocks * fdl_stride;
+  const std::uint64_t out_start = m * p + seg.first_tap;
+  // Frames before `from` are left as they are (a catch-up's first block may
+  // start before the frames it is due for).
+  const std::size_t skip =
+      from > out_start ? std::size_t(std::min<std::uint64_t>(from - out_start, p)) : 0;
+  if (skip == p) return;
+  const std::size_t k = filter.parts[seg.index];
+  const float* time = nullptr;
+  if (k != 0) {
+    const float* h = filter.spectra[seg.index].data();
+    const std::size_t h_stride = k * simd::kBlockFloats;
+    simd::delay_line_products(fdl, fdl_stride, seg.slots, (slot + seg.slots - 1) % seg.slots,
+                              h + simd::kBlockFloats, h_stride, k - 1, seg.products.data(),
+                              seg.blocks);
+    simd::multiply_add(fdl + slot * simd::kBlockFloats, fdl_stride, h, h_stride,
+                       seg.products.data(), seg.spectrum.data(), seg.blocks);
+    seg.fft->inverse(seg.spectrum.data(), seg.time.data());
+    time = seg.time.data() + p;
+  }
+  const std::size_t at = (out_start + skip) & (seg.ring - 1);
+  const std::size_t n = p - skip;
+  const std::size_t first_run = std::min(n, seg.ring - at);
+  if (time == nullptr) {
+    std::memset(ring + at, 0, first_run * sizeof(float));
+    std::memset(ring, 0, (n - first_run) * sizeof(float));
+  } else {
+    std::memcpy(ring + at, time + skip, first_run * sizeof(float));
+    std::memcpy(ring, time + skip + first_run, (n - first_run) * sizeof(float));
+  }
+}
+
 void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
   const std::size_t p = seg.partition;
-  const std::size_t fdl_stride = seg.count * simd::kBlockFloats;
-  const std::size_t slot = job.block % seg.count;
+  const std::size_t fdl_stride = seg.slots * simd::kBlockFloats;
+  const std::size_t slot = job.block % seg.slots;
   const std::uint64_t window_start = job.block * p + in_ring_ - p;  // (m - 1)P, kept >= 0
-  const std::uint64_t out_start = job.block * p + seg.first_tap;
+  // The adopted bank, and until its install call has played the bank it
+  // takes over from (that call crossfades from it; before it, it plays).
+  const TailBank& bank = *seg.adopted;
+  const TailBank* base = seg.adopted_base;
+  if (base != nullptr && installed_serial_.load(std::memory_order_acquire) >= bank.serial) {
+    base = nullptr;
+  }
   for (std::size_t ch = seg.first_channel; ch < seg.first_channel + seg.channels; ++ch) {
     const std::size_t local = ch - seg.first_channel;
     const float* in = input_.data() + ch * in_ring_;
@@ -631,44 +898,18 @@ void NonUniformCpuEngine::run_job(Segment& seg, const Job& job) {
     std::memcpy(seg.window.data(), in + first, run * sizeof(float));
     std::memcpy(seg.window.data() + run, in, (2 * p - run) * sizeof(float));
     float* fdl = seg.fdl.data() + local * seg.blocks * fdl_stride;
-    float* x_slot = fdl + slot * simd::kBlockFloats;
     seg.fft->forward(seg.window.data(), seg.spectrum.data());
-    simd::to_blocks(seg.spectrum.data(), x_slot, fdl_stride, seg.blocks);
-    const std::size_t at = out_start & (seg.ring - 1);
-    const std::size_t first_run = std::min(p, seg.ring - at);
-    // A channel whose filter both banks share (a per-channel update left it
-    // alone) is computed once and its frames copied into the other slot.
-    const bool same = job.banks[0] != nullptr && job.banks[1] != nullptr &&
-                      &job.banks[0]->of(ch) == &job.banks[1]->of(ch);
-    for (std::size_t b = 0; b < 2; ++b) {
-      const TailBank* bank = job.banks[b];
-      if (bank == nullptr) continue;
-      float* out = seg.out[b].data() + local * seg.ring;
-      if (same && b == 1) {
-        const float* computed = seg.out[0].data() + local * seg.ring;
-        std::memcpy(out + at, computed + at, first_run * sizeof(float));
-        std::memcpy(out, computed, (p - first_run) * sizeof(float));
-        continue;
-      }
-      const TailChannel& filter = bank->of(ch);
-      const std::size_t k = filter.parts[seg.index];
-      if (k == 0) {
-        std::memset(out + at, 0, first_run * sizeof(float));
-        std::memset(out, 0, (p - first_run) * sizeof(float));
-        continue;
-      }
-      const float* h = filter.spectra[seg.index].data();
-      const std::size_t h_stride = k * simd::kBlockFloats;
-      simd::delay_line_products(fdl, fdl_stride, seg.count, (slot + seg.count - 1) % seg.count,
-                                h + simd::kBlockFloats, h_stride, k - 1, seg.products.data(),
-                                seg.blocks);
-      simd::multiply_add(x_slot, fdl_stride, h, h_stride, seg.products.data(), seg.spectrum.data(),
-                         seg.blocks);
-      seg.fft->inverse(seg.spectrum.data(), seg.time.data());
-      std::memcpy(out + at, seg.time.data() + p, first_run * sizeof(float));
-      std::memcpy(out, seg.time.data() + p + first_run, (p - first_run) * sizeof(float));
+    simd::to_blocks(seg.spectrum.data(), fdl + slot * simd::kBlockFloats, fdl_stride, seg.blocks);
+    // A channel the bank leaves alone has the base's filter in the base's
+    // slot: computed once.
+    if (base != nullptr && bank.changes(ch)) {
+      segment_output(seg, local, job.block, base->of(ch),
+                     seg.out[base->slot[ch]].data() + local * seg.ring, 0);
     }
+    segment_output(seg, local, job.block, bank.of(ch),
+                   seg.out[bank.slot[ch]].data() + local * seg.ring, 0);
   }
+  seg.last_block = std::int64_t(job.block);
 }
 
 void NonUniformCpuEngine::follow_caller_priority() {
@@ -801,27 +1042,45 @@ void NonUniformCpuEngine::retire(std::unique_ptr<TailBank> bank) {
     r.bank = std::move(bank);
     return;
   }
-  // Unreachable (take_prepared_bank() keeps a slot for each retirement); were
+  // Unreachable (take_offered_bank() keeps a slot for each retirement); were
   // it reached, freeing here would still be correct, only slow.
   quiesce();
 }
 
-void NonUniformCpuEngine::take_prepared_bank() {
-  if (prepared_.load(std::memory_order_relaxed) == nullptr) return;
-  // A slot for the bank it supersedes and one for the bank it replaces when
-  // it takes over; else it waits in prepared_ for the preparer to free some.
-  if (free_retired_slots() < (next_ ? 2u : 1u)) return;
-  std::unique_ptr<TailBank> ready(prepared_.exchange(nullptr, std::memory_order_acq_rel));
-  if (!ready) return;
-  if (next_) retire(std::move(next_));  // superseded before it played
-  next_ = std::move(ready);
-  // Segment s computes the new bank from its next job on, block
-  // floor(frames_ / P), whose output starts at that block's start + T.
-  switch_frame_ = frames_;
+bool NonUniformCpuEngine::take_offered_bank(bool crossfade) {
+  if (replaced_ || prepared_.load(std::memory_order_relaxed) == nullptr) return false;
+  if (free_retired_slots() == 0) return false;  // a later call, once the preparer freed one
+  // Every tail worker has the newest bank offered (its serial is published
+  // after the bank is placed in prepared_)...
+  const std::uint64_t offered = offered_serial_.load(std::memory_order_acquire);
   for (const auto& seg : segments_) {
-    switch_frame_ = std::max<std::uint64_t>(
-        switch_frame_, frames_ / seg->partition * seg->partition + seg->first_tap);
+    if (seg->adopted_serial.load(std::memory_order_acquire) < offered) return false;
   }
+  TailBank* ready = prepared_.exchange(nullptr, std::memory_order_acq_rel);
+  if (ready == nullptr) return false;
+  // ... unless a newer one superseded it since: given back (ours while
+  // taken: the preparer supersedes only what prepared_ holds).
+  if (ready->serial != offered) {
+    prepared_.store(ready, std::memory_order_release);
+    prepare_wake_.fetch_add(1, std::memory_order_release);
+    prepare_wake_.notify_one();
+    return false;
+  }
+  std::unique_ptr<TailBank> bank(ready);
+  // The head filters this frees ride with the retiring bank to the preparer.
+  current_->head_filters =
+      head_->install_filters(std::move(bank->head_filters), crossfade && bank->crossfade);
+  replaced_ = std::move(current_);
+  current_ = std::move(bank);
+  return crossfade && current_->crossfade;
+}
+
+void NonUniformCpuEngine::complete_install() {
+  if (!replaced_) return;
+  retire(std::move(replaced_));
+  installed_serial_.store(current_->serial, std::memory_order_release);
+  prepare_wake_.fetch_add(1, std::memory_order_release);
+  prepare_wake_.notify_one();
 }
 
 void NonUniformCpuEngine::free_unused_banks() {
@@ -847,18 +1106,7 @@ void NonUniformCpuEngine::dispatch(std::uint64_t before, std::uint64_t after) {
     for (std::uint64_t m = before / p; (m + 1) * p <= after; ++m) {
       const std::uint64_t index = seg.dispatched.load(std::memory_order_relaxed);
       if (index >= kJobSlots) seg.done.wait_at_least(index - kJobSlots + 1);  // slot free
-      Job& job = seg.jobs[index % kJobSlots];
-      job.block = m;
-      job.banks = {};
-      const std::uint64_t out = m * p + seg.first_tap;
-      if (next_) {
-        // The old bank until the crossfade call (which ends before
-        // switch_frame_ + 2 calls), the new one from switch_frame_ on.
-        if (out < switch_frame_ + 2 * max_block_) job.banks[slot_] = current_.get();
-        if (out + p > switch_frame_) job.banks[slot_ ^ 1] = next_.get();
-      } else {
-        job.banks[slot_] = current_.get();
-      }
+      seg.jobs[index % kJobSlots].block = m;
       seg.dispatched.store(index + 1, std::memory_order_release);
       seg.wake.fetch_add(1, std::memory_order_release);
       seg.wake.notify_one();
@@ -873,15 +1121,27 @@ void NonUniformCpuEngine::quiesce() {
 
 void NonUniformCpuEngine::reset() {
   finish_call_job(nullptr);
-  quiesce();
-  take_prepared_bank();
-  if (next_) {  // nothing to crossfade from in a fresh stream
-    // What the install hands back no call uses: freed here, off the audio path.
-    head_->install_filters(std::move(next_->head_filters), false).reset();
-    installed_serial_.store(next_->serial, std::memory_order_release);
-    current_ = std::move(next_);
+  complete_install();
+  // A bank offered plays from the fresh stream on, not faded in, once every
+  // worker has it (nothing of its catch-up is left to write then).
+  const std::uint64_t offered = offered_serial_.load(std::memory_order_acquire);
+  for (const auto& seg : segments_) {
+    for (std::uint64_t a = seg->adopted_serial.load(std::memory_order_acquire); a < offered;
+         a = seg->adopted_serial.load(std::memory_order_acquire)) {
+      seg->adopted_serial.wait(a, std::memory_order_acquire);
+    }
   }
+  // A bank offered since is adopted after the reset (its catch-up would
+  // write what is cleared here), and plays from a later call.
+  resetting_.store(true);
+  for (const auto& seg : segments_) {
+    while (seg->adopting.load()) seg->adopting.wait(true);
+  }
+  quiesce();
   for (Retired& r : retired_) r.bank.reset();  // no job is queued
+  take_offered_bank(false);
+  complete_install();
+  for (Retired& r : retired_) r.bank.reset();
   head_->reset();
   input_.zero();
   for (auto& seg : segments_) {
@@ -890,8 +1150,14 @@ void NonUniformCpuEngine::reset() {
     seg->base = seg->dispatched.load(std::memory_order_relaxed);
   }
   frames_ = 0;
+  call_frame_.store(0, std::memory_order_release);
   overloaded_ = false;
   mute_until_ = 0;
+  resetting_.store(false);
+  for (auto& seg : segments_) {  // to adopt what came meanwhile
+    seg->wake.fetch_add(1, std::memory_order_release);
+    seg->wake.notify_one();
+  }
 }
 
 void NonUniformCpuEngine::process(std::span<const float> in, std::span<float> out,
@@ -958,6 +1224,7 @@ bool NonUniformCpuEngine::finish_call_job(const timespec* deadline) {
     head_->end_call();
     head_call_open_ = false;
   }
+  complete_install();  // that call has played
   return true;
 }
 
@@ -992,6 +1259,7 @@ void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
     float* new_tails = tails_new_.data() + ch * n;
     // Only the channels the new bank changes fade (see the top).
     const bool fading = call_fading_ && current_->changes(ch);
+    const std::size_t slot = current_->slot[ch];
     if (fading) {
       count_faded(1);
       std::fill(old_tails, old_tails + n, 0.0f);
@@ -1009,10 +1277,10 @@ void NonUniformCpuEngine::call_task(bool adding_tails, std::size_t task,
         for (std::size_t f = run; f < n; ++f) dst[f] += src[f - run];
       };
       if (fading) {
-        add(slot_ ^ 1, old_tails);
-        add(slot_, new_tails);
+        add(slot ^ 1, old_tails);
+        add(slot, new_tails);
       } else {
-        add(slot_, y);
+        add(slot, y);
       }
     }
     if (fading) {  // the same blend as the head's: w = (i + 1) / n
@@ -1037,18 +1305,8 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
     frames_ += frames;
     return false;
   }
-  take_prepared_bank();
-  bool fading = false;
-  if (next_ && frames_ >= switch_frame_) {
-    // The head filters this frees ride with the retiring bank to the preparer.
-    current_->head_filters =
-        head_->install_filters(std::move(next_->head_filters), next_->crossfade);
-    fading = next_->crossfade;
-    installed_serial_.store(next_->serial, std::memory_order_release);
-    retire(std::move(current_));
-    current_ = std::move(next_);
-    slot_ ^= 1;
-  }
+  const bool fading = take_offered_bank(true);
+  call_frame_.store(frames_, std::memory_order_release);
 
   // Overload: resume once every worker is idle; start one when the tails
   // cannot take this call by its deadline (without one, dispatch() waits).
@@ -1120,6 +1378,7 @@ bool NonUniformCpuEngine::run_call(std::span<const float> in, std::span<float> o
   const std::uint64_t before = frames_;
   frames_ += n;
   if (!overloaded_) dispatch(before, frames_);
+  if (!call_job_in_flight_) complete_install();  // else once it is done
   free_unused_banks();
   return !late;
 }
