@@ -631,12 +631,14 @@ TEST(LiveZeroLatency, AnEngineInTheCallbackRaisesACallbackThreadTheDeviceLeftAtN
     EXPECT_EQ(after, 0);
     EXPECT_FALSE(scheduling.raised);
     EXPECT_EQ(scheduling.raise_error, EPERM) << "a refusal is reported, for the log";
+    EXPECT_FALSE(pipeline.realtime_granted());
     GTEST_SKIP() << "SCHED_FIFO refused here (no rtprio): only the refusal was checked";
   }
   EXPECT_EQ(after, 23) << "the callback's thread runs at the pipeline's realtime_priority";
   EXPECT_TRUE(scheduling.raised);
   EXPECT_EQ(scheduling.priority, 23);
   EXPECT_EQ(scheduling.raise_error, 0);
+  EXPECT_TRUE(pipeline.realtime_granted()) << "the thread that runs the engine is real-time";
 }
 
 TEST(LiveZeroLatency, ACallbackThreadTheDeviceMadeRealTimeKeepsTheDevicesPriority) {

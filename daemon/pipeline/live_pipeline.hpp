@@ -273,7 +273,13 @@ class LivePipeline {
   std::string engine_description() const;
   std::size_t engine_max_taps() const { return engine_max_taps_; }
   std::size_t engine_max_delay_frames() const { return engine_max_delay_frames_; }
-  bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
+  // The thread that runs the engine got real-time scheduling: the engine
+  // thread, or with the engine in the callback, the callback's thread (the
+  // device's priority, or the one it raised itself to).
+  bool realtime_granted() const {
+    return in_callback_ ? callback_priority_.load(std::memory_order_relaxed) > 0
+                        : realtime_granted_.load(std::memory_order_acquire);
+  }
 
   LiveStats stats() const;
   // Any thread: see CallbackScheduling.
