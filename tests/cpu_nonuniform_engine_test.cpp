@@ -692,26 +692,36 @@ TEST(CpuNonUniformEngine, HeadThreadsLateAtTheDeadlinePlaySilenceAndLaterCallsSt
     }
     want.push_back(std::move(y));
   }
-  StarvedThreadsCpu cpu;
-  if (!cpu.usable) GTEST_SKIP() << "needs two CPUs it may move threads between";
-  auto engine = nonuniform_on_threads(FilterBank::shared(h, channels), block, taps, 3);
-  ASSERT_NE(engine->description().find("on 3 threads"), std::string::npos) << engine->description();
-  cpu.start();
-  const DeadlineRun run = run_with_deadlines(
-      *engine, x, want, block, seed,
-      [&](std::size_t call, std::size_t) {
-        if (call < 200) return monotonic_after(std::chrono::nanoseconds(0));
-        cpu.stop();
-        // Not a wait for a condition: a device's pace, the caller idling
-        // between periods.
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-        return monotonic_after(std::chrono::seconds(30));
-      },
-      8192);
-  std::printf("%zu of %zu calls late, longest run %zu\n", run.late_calls, run.calls,
-              run.longest_late_run);
-  if (cpu.realtime) {
-    EXPECT_GT(run.late_calls, 0u) << "no call was late";
+  // A run in which the hog starved nothing (another suite's real-time
+  // threads beside it on a loaded machine can take its CPU time) tests
+  // nothing late: it is run again, on a fresh engine, up to three times.
+  bool realtime = false;
+  DeadlineRun run;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    StarvedThreadsCpu cpu;
+    if (!cpu.usable) GTEST_SKIP() << "needs two CPUs it may move threads between";
+    auto engine = nonuniform_on_threads(FilterBank::shared(h, channels), block, taps, 3);
+    ASSERT_NE(engine->description().find("on 3 threads"), std::string::npos)
+        << engine->description();
+    cpu.start();
+    run = run_with_deadlines(
+        *engine, x, want, block, seed,
+        [&](std::size_t call, std::size_t) {
+          if (call < 200) return monotonic_after(std::chrono::nanoseconds(0));
+          cpu.stop();
+          // Not a wait for a condition: a device's pace, the caller idling
+          // between periods.
+          std::this_thread::sleep_for(std::chrono::microseconds(500));
+          return monotonic_after(std::chrono::seconds(30));
+        },
+        8192);
+    realtime = cpu.realtime;
+    std::printf("attempt %d: %zu of %zu calls late, longest run %zu\n", attempt, run.late_calls,
+                run.calls, run.longest_late_run);
+    if (!realtime || run.late_calls > 0 || HasFailure()) break;
+  }
+  if (realtime) {
+    EXPECT_GT(run.late_calls, 0u) << "no call was late in three runs";
   }
 }
 
