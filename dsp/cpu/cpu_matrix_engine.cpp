@@ -235,7 +235,7 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
       max_delay_(std::max({options.max_delay_frames, matrix.max_delay_frames(),
                            options.max_block_frames == 0
                                ? std::size_t(1)
-                               : chosen_partition(matrix, options) - 1})),
+                               : best_partition(matrix, options.max_block_frames) - 1})),
       n_in_(matrix.inputs()),
       n_out_(matrix.outputs()),
       n_paths_(matrix.paths().size()) {
