@@ -123,6 +123,44 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
+def thread_counters(pid):
+    """Each thread of the daemon: its CPU ticks, context switches (involuntary:
+    preempted) and page faults so far, from /proc."""
+    counters = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        base = "/proc/%d/task/%s/" % (pid, tid)
+        try:
+            with open(base + "status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            with open(base + "stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        counters[int(tid)] = {
+            "involuntary_switches": int(status["nonvoluntary_ctxt_switches"]),
+            "voluntary_switches": int(status["voluntary_ctxt_switches"]),
+            "minor_faults": int(fields[7]), "major_faults": int(fields[9]),
+            "cpu_ticks": int(fields[11]) + int(fields[12])}
+    return counters
+
+
+def callback_thread(before, after, tid):
+    """What the callback's thread went through between two thread_counters():
+    `tid` from the status's "scheduling" block, else (a build without it) the
+    thread that used the most CPU, which is the callback when the engine runs
+    in it."""
+    common = [t for t in after if t in before]
+    if not common:
+        return None
+    guessed = not tid or tid not in common
+    if guessed:
+        tid = max(common, key=lambda t: after[t]["cpu_ticks"] - before[t]["cpu_ticks"])
+    delta = {k: after[tid][k] - before[tid][k] for k in after[tid]}
+    delta["thread"] = tid
+    delta["guessed_by_cpu"] = guessed
+    return delta
+
+
 def ctl_status(tapstream, socket, env):
     out = subprocess.run([tapstream, "ctl", "--socket", socket, "status"], env=env,
                          capture_output=True, text=True, timeout=20)
@@ -181,9 +219,10 @@ def run_daemon(args, work, matrix, inputs, max_taps):
     jackd = None
     if args.endpoint == "jack":
         jackd = subprocess.Popen(
-            ["jackd", "-n", name, "--realtime" if args.realtime else "--no-realtime",
-             "-p", str(max(4096, 2 * inputs + 64)), "-d",
-             "dummy", "-r", str(RATE), "-p", str(args.period), "-C", str(inputs), "-P", "2"],
+            ["jackd", "-n", name, "--realtime" if args.realtime else "--no-realtime"] +
+            (["-P", str(args.jackd_priority)] if args.realtime and args.jackd_priority else []) +
+            ["-p", str(max(4096, 2 * inputs + 64)), "-d", "dummy", "-r", str(RATE), "-p",
+             str(args.period), "-C", str(inputs), "-P", "2"],
             env=env, stdout=subprocess.DEVNULL, stderr=open(jackd_err, "w"))
     daemon = None
     try:
@@ -203,11 +242,15 @@ def run_daemon(args, work, matrix, inputs, max_taps):
         if daemon.poll() is not None:
             raise RuntimeError("the daemon exited:\n" + read(daemon_err))
         time.sleep(args.settle)
+        load_before = os.getloadavg()
         before = ctl_status(args.tapstream, socket, env)
+        counters0 = thread_counters(daemon.pid)
         cpu0, t0 = cpu_seconds(daemon.pid), time.monotonic()
         time.sleep(args.seconds)
         cpu1, t1 = cpu_seconds(daemon.pid), time.monotonic()
+        counters1 = thread_counters(daemon.pid)
         after = ctl_status(args.tapstream, socket, env)
+        load_after = os.getloadavg()
     finally:
         for child in (daemon, jackd):
             if child is not None and child.poll() is None:
@@ -235,18 +278,37 @@ def run_daemon(args, work, matrix, inputs, max_taps):
         "blocks": blocks,
         "latency_frames": after.get("latency_frames"),
         "processing_us": processing,
+        # The callback's scheduling as the daemon reports it, and what its
+        # thread went through during the measurement (preemptions, faults).
+        "scheduling": after.get("scheduling"),
+        "callback_thread": callback_thread(
+            counters0, counters1, (after.get("scheduling") or {}).get("callback_thread", 0)),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
     }
 
 
 def describe(r):
     p = r["processing_us"]
+    rt = r.get("scheduling") or {}
+    thread = r.get("callback_thread")
+    callback = ""
+    if rt.get("callback_thread"):
+        callback = "; callback %s%s" % (
+            "SCHED_FIFO %d" % rt["callback_priority"] if rt.get("callback_priority") else
+            "normal priority", " (raised by tapstream)" if rt.get("callback_raised") else "")
+    if thread:
+        callback += "; callback thread%s preempted %d times, %d minor / %d major faults" % (
+            " (the busiest)" if thread["guessed_by_cpu"] else "",
+            thread["involuntary_switches"], thread["minor_faults"], thread["major_faults"])
     return ("%d paths, %.1f s (%.1f s of audio): CPU %.2f %% of one core per second of audio "
             "(%.2f %% of the wall clock), late periods %d, underruns %d, blocks %d; block p50 "
-            "%.1f p99.9 %.1f max %.1f us of %.1f; %s"
+            "%.1f p99.9 %.1f max %.1f us of %.1f%s; load %.2f -> %.2f; %s"
             % (r["paths"], r["seconds"], r["audio_seconds"],
                r["cpu_percent_of_one_core_at_real_time"], r["cpu_percent_of_one_core"],
                r["late_periods"], r["underruns"], r["blocks"], p.get("p50", 0), p.get("p999", 0),
-               p.get("max", 0), p.get("block_period", 0), r["engine"]))
+               p.get("max", 0), p.get("block_period", 0), callback,
+               r["load_average_before"][0], r["load_average_after"][0], r["engine"]))
 
 
 def main():
@@ -265,11 +327,20 @@ def main():
     parser.add_argument("--max-sources", type=int, default=65536)
     parser.add_argument("--endpoint", default="jack", choices=["jack", "files"])
     parser.add_argument("--realtime", action="store_true",
-                        help="jackd --realtime: JACK's threads and the daemon's callback at "
-                             "SCHED_FIFO, as a live setup runs (needs the privilege)")
+                        help="jackd --realtime: JACK's threads and its clients' process threads "
+                             "at SCHED_FIFO (the daemon's callback at the server's client "
+                             "priority), as a live setup runs (needs the privilege); without "
+                             "it the daemon raises its callback itself where the engine runs "
+                             "in it")
+    parser.add_argument("--jackd-priority", type=int, default=0,
+                        help="with --realtime: jackd -P (0: JACK's default, 10; its clients "
+                             "run 5 below)")
     parser.add_argument("--floor", action="store_true",
                         help="also run the same layout with 1-tap filters (the daemon's floor: "
                              "everything but the filtering), in the same invocation")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="sofa: repeat the run (and its floor, with --floor) this many "
+                             "times, alternated: filters, floor, filters, floor")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.endpoint == "jack" and shutil.which("jackd") is None:
@@ -323,22 +394,27 @@ def main():
                 return r["late_periods"] == 0 and r["underruns"] == 0
 
             if not args.search:
-                ok = attempt(args.sources)
-                if args.floor:
-                    floor_dir = os.path.join(work, "floor")
-                    os.mkdir(floor_dir)
-                    r = run_daemon(args, floor_dir,
-                                   sofa_matrix(floor_dir, hrir_pair(floor_dir, 1), args.sources),
-                                   args.sources, 1)
-                    r["sources"] = args.sources
-                    r["floor"] = True
-                    results["runs"].append(r)
-                    print("  floor, %d sources of 1-tap filters: %s" % (args.sources, describe(r)))
+                ok = True
+                for round_index in range(args.rounds):
+                    ok = attempt(args.sources) and ok
+                    if args.floor:
+                        floor_dir = os.path.join(work, "floor-%d" % round_index)
+                        os.mkdir(floor_dir)
+                        r = run_daemon(args, floor_dir,
+                                       sofa_matrix(floor_dir, hrir_pair(floor_dir, 1),
+                                                   args.sources),
+                                       args.sources, 1)
+                        r["sources"] = args.sources
+                        r["floor"] = True
+                        results["runs"].append(r)
+                        print("  floor, %d sources of 1-tap filters: %s"
+                              % (args.sources, describe(r)))
+                        sys.stdout.flush()
+                late = [r["late_periods"] for r in results["runs"] if not r.get("floor")]
                 print("%s sofa: %d sources -> binaural, %d-tap HRIRs, %s engine, %d-frame "
-                      "periods: %d late periods over %.0f s (target 0)"
+                      "periods: %s late periods over %.0f s (target 0)"
                       % ("PASS" if ok else "FAIL", args.sources, taps, args.engine, args.period,
-                         results["runs"][0]["late_periods"] if results["runs"] else -1,
-                         args.seconds))
+                         ", ".join(str(n) for n in late) or "-", args.seconds))
             else:
                 good, bad = 0, 0
                 n = args.sources

@@ -101,6 +101,7 @@ files = ["a.txt", "sub/../b.txt"]
 gain_db = -6
 watch = false
 max_taps = 8192
+max_delay_frames = 24000
 ignore_sample_rate = true
 [engine]
 backend = "cpu"
@@ -128,6 +129,7 @@ file = "sub/tapstream.log"
   EXPECT_EQ(config.gain_db, -6.0);
   EXPECT_FALSE(config.watch_filters);
   EXPECT_EQ(config.engine.max_taps, 8192u);
+  EXPECT_EQ(config.engine.max_delay_frames, 24000u);
   EXPECT_TRUE(config.ignore_filter_sample_rate);
   EXPECT_EQ(config.backend, Backend::cpu);
   EXPECT_EQ(config.engine.algorithm, Algorithm::fft);
@@ -365,6 +367,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"MaxTapsNegative",
                 "[filter]\nfile = \"a.txt\"\nmax_taps = -5\n",
                 {"filter.max_taps = -5", "between 0"},
+                false},
+        BadCase{"MaxDelayOverTheMatrixBound",
+                "[filter]\nfile = \"a.txt\"\nmax_delay_frames = 5000000\n",
+                {"filter.max_delay_frames = 5000000", "between 0 and 4194304"},
                 false},
         BadCase{"UnknownBackend",
                 "[engine]\nbackend = \"gpu\"\n",

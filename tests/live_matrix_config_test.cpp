@@ -6,14 +6,19 @@
 #include <gtest/gtest.h>
 #include <sndfile.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "daemon/config/config.hpp"
 #include "daemon/control/swapper.hpp"
+#include "daemon/engine_factory.hpp"
+#include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/files/coefficient_file.hpp"
 #include "dsp/files/sound_file.hpp"
 #include "tests/process_support.hpp"
@@ -178,6 +183,48 @@ TEST_F(LiveMatrixConfigTest, APathLongerThanMaxTapsIsRefusedNamingMaxTapsAndItsD
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(LiveMatrixConfigTest, ASwapBeyondTheCpuDelayLineIsRefusedNamingMaxDelayFrames) {
+  // The CPU delay line reaches the starting matrix's longest delay (3 frames
+  // here) or [filter] max_delay_frames; a swap that needs more is refused,
+  // naming the key to raise, as max_taps is.
+  const auto refusal_of_a_longer_delay = [&](const std::string& filter) {
+    write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"");
+    const LiveConfig config = parse("block_frames = 64\n", "max_taps = 100\n" + filter);
+    RoutingMatrix matrix = load_configured_matrix(config);
+    EngineOptions engine = config.engine;
+    engine.max_block_frames = config.block_frames;
+    LivePipelineOptions options;
+    options.block_frames = config.block_frames;
+    options.realtime = false;
+    LivePipeline pipeline(make_engine(Backend::cpu, matrix, engine), options);
+    Swapper swapper(pipeline, config, std::move(matrix));
+    pipeline.start();
+    // A device's stream, unpaced: the engine takes a swap between blocks.
+    std::atomic<bool> streaming{true};
+    std::thread device([&] {
+      std::vector<float> in(2 * 64, 0.0f), out(4 * 64);
+      while (streaming.load()) {
+        pipeline.offer_input(in.data(), 64);
+        pipeline.take_output(out.data(), 64);
+        std::this_thread::sleep_for(std::chrono::microseconds(500));  // pacing, not a wait
+      }
+    });
+    write_matrix("input = 0\noutput = 1\nfile = \"high.txt\"\ndelay_frames = 4800");
+    const std::string result = swapper.load(LoadRequest::whole_matrix(dir_ / "m.toml"));
+    streaming.store(false);
+    device.join();
+    pipeline.stop();
+    return result;
+  };
+  const std::string refused = refusal_of_a_longer_delay("");
+  EXPECT_NE(refused.find("path 1 (input 0 -> output 1): a delay of 4800 frames"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("raise [filter] max_delay_frames in"), std::string::npos) << refused;
+  EXPECT_EQ(refusal_of_a_longer_delay("max_delay_frames = 4800\n"), "")
+      << "a delay line started for 4800 frames takes it";
 }
 
 TEST_F(LiveMatrixConfigTest, TheLayoutFormsRunLiveGivingTheStreamTheirChannelsAndRates) {

@@ -5,8 +5,10 @@
 // a device that changes its period is followed.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/model/diagonal_engine.hpp"
+#include "dsp/realtime/thread_priority.hpp"
 #include "tests/reference.hpp"
 #include "tests/wait_for.hpp"
 
@@ -579,6 +582,108 @@ TEST(LiveZeroLatency, TheSwapThreadSleepsUntilAMatrixIsPostedAndThenHandsItOver)
       RoutingMatrix::diagonal(FilterBank::shared(random_signal(300, 62), 1))));
   EXPECT_TRUE(pipeline.mailbox().wait_acknowledged(sequence, std::chrono::seconds(30)));
   pipeline.stop();
+}
+
+// Whether this test process may make a thread SCHED_FIFO (root, or an rtprio limit).
+bool realtime_allowed() {
+  bool granted = false;
+  std::thread probe([&] { granted = raise_own_priority(1) == 0; });
+  probe.join();
+  return granted;
+}
+
+// Calls the pipeline as a device would, `calls` periods of `block` frames, from
+// a thread of its own that first runs at `device_priority` (0: normal, as a
+// JACK server without -R leaves it); returns that thread's priority after them.
+int callback_thread_priority_after(LivePipeline& pipeline, std::size_t block, int calls,
+                                   int device_priority) {
+  const std::size_t channels = pipeline.channels();
+  std::vector<float> x(channels * block, 0.25f), y(channels * block, 0.0f);
+  int after = -1;
+  std::thread device([&] {
+    if (device_priority > 0 && raise_own_priority(device_priority) != 0) return;
+    for (int i = 0; i < calls; ++i) {
+      LivePipeline::device_callback(x.data(), y.data(), block, &pipeline);
+    }
+    after = own_realtime_priority();
+  });
+  device.join();
+  return after;
+}
+
+TEST(LiveZeroLatency, AnEngineInTheCallbackRaisesACallbackThreadTheDeviceLeftAtNormalPriority) {
+  // The callback does the engine thread's work, so it is owed the engine
+  // thread's SCHED_FIFO priority: at normal priority any process preempts it
+  // in the middle of a period (docs/performance.md, SOFA).
+  const std::size_t channels = 2, block = 64;
+  LivePipelineOptions options = zero_options(block);
+  options.realtime = true;
+  options.realtime_priority = 23;
+  LivePipeline pipeline(callback_engine(random_signal(300, 5), channels, block), options);
+  ASSERT_TRUE(pipeline.engine_in_callback()) << pipeline.engine_description();
+  pipeline.start();
+  EXPECT_EQ(pipeline.callback_scheduling().thread_id, 0) << "no callback yet";
+  const int after = callback_thread_priority_after(pipeline, block, 3, 0);
+  pipeline.stop();
+  const CallbackScheduling scheduling = pipeline.callback_scheduling();
+  EXPECT_NE(scheduling.thread_id, 0);
+  if (!realtime_allowed()) {
+    EXPECT_EQ(after, 0);
+    EXPECT_FALSE(scheduling.raised);
+    EXPECT_EQ(scheduling.raise_error, EPERM) << "a refusal is reported, for the log";
+    EXPECT_FALSE(pipeline.realtime_granted());
+    GTEST_SKIP() << "SCHED_FIFO refused here (no rtprio): only the refusal was checked";
+  }
+  EXPECT_EQ(after, 23) << "the callback's thread runs at the pipeline's realtime_priority";
+  EXPECT_TRUE(scheduling.raised);
+  EXPECT_EQ(scheduling.priority, 23);
+  EXPECT_EQ(scheduling.raise_error, 0);
+  EXPECT_TRUE(pipeline.realtime_granted()) << "the thread that runs the engine is real-time";
+}
+
+TEST(LiveZeroLatency, ACallbackThreadTheDeviceMadeRealTimeKeepsTheDevicesPriority) {
+  // JACK's process thread under jackd -R runs at the server's client priority:
+  // tapstream does not move it (its helpers follow it instead).
+  if (!realtime_allowed()) GTEST_SKIP() << "SCHED_FIFO refused here (no rtprio)";
+  const std::size_t channels = 2, block = 64;
+  LivePipelineOptions options = zero_options(block);
+  options.realtime = true;
+  options.realtime_priority = 23;
+  LivePipeline pipeline(callback_engine(random_signal(300, 6), channels, block), options);
+  ASSERT_TRUE(pipeline.engine_in_callback());
+  pipeline.start();
+  EXPECT_EQ(callback_thread_priority_after(pipeline, block, 3, 5), 5);
+  pipeline.stop();
+  const CallbackScheduling scheduling = pipeline.callback_scheduling();
+  EXPECT_FALSE(scheduling.raised);
+  EXPECT_EQ(scheduling.priority, 5);
+}
+
+TEST(LiveZeroLatency, TheCallbackThreadIsLeftAloneWhenTheEngineIsNotInItOrRealTimeIsOff) {
+  const std::size_t channels = 2, block = 64;
+  {  // The engine on its own thread (which asks for real-time priority itself).
+    LivePipelineOptions options = zero_options(block);
+    options.realtime = true;
+    options.engine_in_callback = false;
+    LivePipeline pipeline(callback_engine(random_signal(300, 7), channels, block), options);
+    ASSERT_FALSE(pipeline.engine_in_callback());
+    pipeline.start();
+    EXPECT_EQ(callback_thread_priority_after(pipeline, block, 3, 0), 0);
+    pipeline.stop();
+    EXPECT_FALSE(pipeline.callback_scheduling().raised);
+    EXPECT_EQ(pipeline.callback_scheduling().raise_error, 0) << "not asked";
+  }
+  {  // The engine in the callback, real-time scheduling not wanted.
+    LivePipelineOptions options = zero_options(block);
+    options.realtime = false;
+    LivePipeline pipeline(callback_engine(random_signal(300, 8), channels, block), options);
+    ASSERT_TRUE(pipeline.engine_in_callback());
+    pipeline.start();
+    EXPECT_EQ(callback_thread_priority_after(pipeline, block, 3, 0), 0);
+    pipeline.stop();
+    EXPECT_FALSE(pipeline.callback_scheduling().raised);
+    EXPECT_EQ(pipeline.callback_scheduling().raise_error, 0) << "not asked";
+  }
 }
 
 }  // namespace

@@ -320,6 +320,7 @@ TEST(RoutingMatrix, SwapThatMovesDelaysCrossfadesOneBlockAndIsExactAfter) {
   EngineOptions options;
   options.max_block_frames = 1024;
   options.max_taps = 1200;
+  options.max_delay_frames = 60001;  // the swap's longest delay, more than `before`'s
   const auto engine = make_cpu_matrix_engine(before, options);
   std::vector<float> in(2 * frames), out(2 * frames);
   for (std::size_t f = 0; f < frames; ++f)
@@ -372,6 +373,40 @@ TEST(RoutingMatrix, SwapBeyondTheDelayLineIsRefusedNamingThePathAndKeepsTheRunni
   for (int i = 0; i < 2; ++i) engine->process(in, out, 64, Layout::planar);
   EXPECT_NEAR(out[100 - 64 - 1], 0.0f, 1e-6);
   EXPECT_NEAR(out[100 - 64], 1.0f, 1e-6) << "the running matrix (delay 100) still runs";
+}
+
+TEST(RoutingMatrix, TheCpuDelayLineReachesOnlyWhatTheMatrixAndTheOptionsAsk) {
+  // Each call writes a segment of every input into the delay line, so a
+  // reserve nobody asked for is memory the callback walks through: 64 inputs
+  // with a 65536-frame reserve were 35 MB of cold pages (docs/performance.md).
+  std::vector<MatrixPath> paths;
+  for (std::size_t i = 0; i < 64; ++i) {
+    for (std::size_t o = 0; o < 2; ++o) paths.push_back(make_path(i, o, random_signal(512, i), 0, 0));
+  }
+  const RoutingMatrix sources = RoutingMatrix::make(64, 2, std::move(paths));
+  EngineOptions options;
+  options.max_block_frames = 64;
+  options.realtime_calls = true;
+  const auto engine = make_cpu_matrix_engine(sources, options);
+  const std::size_t reach = engine->max_delay_frames();
+  EXPECT_GT(reach, 0u) << "0 would mean an engine that folds delays into taps";
+  EXPECT_LT(reach, 512u) << "no segment of delay beyond a partition: " << engine->description();
+  try {
+    std::vector<MatrixPath> delayed = sources.paths();
+    delayed[3].delay_frames = 4800;
+    engine->set_matrix(RoutingMatrix::make(64, 2, std::move(delayed)), false);
+    ADD_FAILURE() << "a delay beyond the delay line was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a delay of 4800"), std::string::npos) << e.what();
+  }
+
+  options.max_delay_frames = 4800;  // what [filter] max_delay_frames asks for
+  const auto reserved = make_cpu_matrix_engine(sources, options);
+  EXPECT_GE(reserved->max_delay_frames(), 4800u);
+  EXPECT_LT(reserved->max_delay_frames(), 65536u);
+  std::vector<MatrixPath> delayed = sources.paths();
+  delayed[3].delay_frames = 4800;
+  EXPECT_NO_THROW(reserved->set_matrix(RoutingMatrix::make(64, 2, std::move(delayed)), false));
 }
 
 void write_text(const std::filesystem::path& file, const std::string& text) {

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <cerrno>
 #include <thread>
 
 namespace tapstream {
@@ -36,6 +37,23 @@ TEST(ThreadPriority, AThreadReadsItsOwnRealtimePriorityAndSeesItChange) {
   EXPECT_EQ(before, 0) << "a new thread of this test runs at normal priority";
   if (!granted) GTEST_SKIP() << "SCHED_FIFO refused here (no rtprio): the change is not seen";
   EXPECT_EQ(after, 7);
+}
+
+TEST(ThreadPriority, AThreadRaisesItselfToTheAskedPriorityOrGetsTheRefusalsErrno) {
+  int before = -1, error = -1, after = -1;
+  std::thread callback([&] {
+    before = own_realtime_priority();
+    error = raise_own_priority(11);
+    after = own_realtime_priority();
+  });
+  callback.join();
+  EXPECT_EQ(before, 0);
+  if (error != 0) {
+    EXPECT_EQ(error, EPERM);
+    EXPECT_EQ(after, 0) << "refused: the thread keeps its normal priority";
+    GTEST_SKIP() << "SCHED_FIFO refused here (no rtprio): only the refusal was checked";
+  }
+  EXPECT_EQ(after, 11);
 }
 
 }  // namespace

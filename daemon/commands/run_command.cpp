@@ -19,7 +19,6 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +55,7 @@
 #include "daemon/pipeline/device_change.hpp"
 #include "daemon/pipeline/live_pipeline.hpp"
 #include "dsp/files/coefficient_file.hpp"
+#include "dsp/realtime/memory_lock.hpp"
 
 namespace tapstream {
 
@@ -442,6 +442,36 @@ bool follow_device_change(const DeviceChange& change, const LivePipeline& pipeli
   return true;
 }
 
+// The device callback's scheduling, once it is known and whenever it changes.
+void log_callback_scheduling(const LivePipeline& pipeline, CallbackScheduling& reported,
+                             std::size_t period_frames) {
+  const CallbackScheduling now = pipeline.callback_scheduling();
+  if (now.thread_id == 0 ||
+      (now.thread_id == reported.thread_id && now.priority == reported.priority &&
+       now.raise_error == reported.raise_error)) {
+    return;
+  }
+  reported = now;
+  const double period_us = 1e6 * double(period_frames) / pipeline.sample_rate();
+  if (now.raise_error != 0) {
+    spdlog::warn(
+        "audio callback: real-time scheduling refused ({}): the engine runs in the device's "
+        "callback at normal priority, where any process on the machine may preempt it for "
+        "milliseconds of a {:.0f} us period (late periods); run the JACK server real-time "
+        "(jackd -R) or grant rtprio (limits.d, LimitRTPRIO= in a system unit)",
+        std::strerror(now.raise_error), period_us);
+  } else if (now.raised) {
+    spdlog::info(
+        "audio callback: SCHED_FIFO priority {}, raised by tapstream: the engine runs in the "
+        "device's callback, which the device left at normal priority",
+        now.priority);
+  } else if (now.priority > 0) {
+    spdlog::info("audio callback: SCHED_FIFO priority {}, the device's", now.priority);
+  } else {
+    spdlog::info("audio callback: normal priority; the engine runs on its own thread");
+  }
+}
+
 void log_xruns(const LiveStats& now, LiveStats& reported) {
   if (now.late_periods != reported.late_periods) {
     spdlog::warn("late periods: {} (their output missed the deadline and played as silence)",
@@ -493,6 +523,12 @@ DaemonStatus make_status(const LivePipeline& pipeline, const Swapper& swapper,
   status.rejected_swaps = swapper.rejected();
   status.uptime_s = std::chrono::duration<double>(Clock::now() - started).count();
   status.processing = pipeline.processing_times().summary();
+  const CallbackScheduling callback = pipeline.callback_scheduling();
+  status.callback_thread = callback.thread_id;
+  status.callback_priority = callback.priority;
+  status.callback_raised = callback.raised;
+  status.callback_raise_error =
+      callback.raise_error != 0 ? std::strerror(callback.raise_error) : "";
   return status;
 }
 
@@ -738,8 +774,11 @@ int run_daemon(RunArgs args) {
   // 10-minute run of swaps every 3 s. A fixed threshold maps every large
   // block by itself and unmaps it when freed.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-  if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) {
-    spdlog::debug("mlockall refused: pages of the audio path may be swapped out");
+  const MemoryLock memory_lock = lock_all_memory();
+  if (memory_lock.locked) {
+    spdlog::debug("{}", describe(memory_lock));
+  } else {
+    spdlog::warn("{}", describe(memory_lock));
   }
 
   std::unique_ptr<LivePipeline> live;
@@ -895,8 +934,10 @@ int run_daemon(RunArgs args) {
 
   ApiHooks hooks = make_api_hooks(swapper, args, log_ring);
   hooks.status = [&] {
-    return make_status(pipeline, swapper, swapper.config(), devices.input_name(),
-                       devices.output_name(), started);
+    DaemonStatus status = make_status(pipeline, swapper, swapper.config(), devices.input_name(),
+                                      devices.output_name(), started);
+    status.memory_locked = memory_lock.locked;
+    return status;
   };
   hooks.reload = reload_configuration;
   hooks.stop = [&] {
@@ -972,6 +1013,7 @@ int run_daemon(RunArgs args) {
 
   const bool device_into_file = !config.input.is_file() && config.output.is_file();
   LiveStats reported{};
+  CallbackScheduling reported_scheduling{};
   bool stopping = false;
   int exit_status = exit_code::ok;
   while (!stopping) {
@@ -1042,6 +1084,7 @@ int run_daemon(RunArgs args) {
       return 1;
     }
     log_xruns(pipeline.stats(), reported);
+    log_callback_scheduling(pipeline, reported_scheduling, pipeline.device_period_frames());
     // Not behind a reload that waits for the engine: the next tick will do.
     if (std::unique_lock lock(reload_mutex, std::try_to_lock); lock) follow_filter_files();
     if (files && files->finished()) {

@@ -17,6 +17,7 @@
 #include "dsp/files/rate_file_name.hpp"
 #include "dsp/files/regular_file.hpp"
 #include "dsp/model/engine_tuning.hpp"
+#include "dsp/model/routing_matrix.hpp"
 
 namespace tapstream {
 namespace {
@@ -123,7 +124,7 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
   }
   reader.check_known(*table, "filter",
                      {"file", "files", "matrix", "gain_db", "watch", "max_taps",
-                      "ignore_sample_rate", "resample"});
+                      "max_delay_frames", "ignore_sample_rate", "resample"});
   const toml::node* file = table->get("file");
   const toml::node* files = table->get("files");
   const toml::node* matrix = table->get("matrix");
@@ -179,6 +180,10 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
   if (auto max_taps = reader.integer(*table, "filter", "max_taps", 0, 1 << 20)) {
     config.engine.max_taps = static_cast<std::size_t>(*max_taps);
     config.max_taps_given = true;
+  }
+  if (auto max_delay = reader.integer(*table, "filter", "max_delay_frames", 0,
+                                      std::int64_t(RoutingMatrix::kMaxDelayFrames))) {
+    config.engine.max_delay_frames = static_cast<std::size_t>(*max_delay);
   }
 }
 

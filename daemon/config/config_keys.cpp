@@ -56,6 +56,8 @@ const std::vector<ConfigKey>& config_keys() {
        [](C a, C b) {
          return a.max_taps_given == b.max_taps_given && a.engine.max_taps == b.engine.max_taps;
        }},
+      {"filter.max_delay_frames", restart,
+       [](C a, C b) { return a.engine.max_delay_frames == b.engine.max_delay_frames; }},
       {"engine.backend", restart, [](C a, C b) { return a.backend == b.backend; }},
       {"engine.algorithm", restart,
        [](C a, C b) { return a.engine.algorithm == b.engine.algorithm; }},

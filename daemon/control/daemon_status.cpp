@@ -50,6 +50,13 @@ Json status_document(const DaemonStatus& status) {
   json["swaps"] = status.swaps;
   json["rejected_swaps"] = status.rejected_swaps;
   json["uptime_s"] = status.uptime_s;
+  // What real-time scheduling and memory the audio path got (the causes a
+  // late period's cure depends on: docs/performance.md, SOFA).
+  json["scheduling"] = {{"callback_thread", status.callback_thread},
+                        {"callback_priority", status.callback_priority},
+                        {"callback_raised", status.callback_raised},
+                        {"callback_raise_error", status.callback_raise_error},
+                        {"memory_locked", status.memory_locked}};
   const auto& p = status.processing;
   json["processing_us"] = {
       {"blocks", p.count},

@@ -55,6 +55,13 @@ struct DaemonStatus {
   std::uint64_t rejected_swaps = 0;
   double uptime_s = 0;
   LatencyStats::Summary processing;  // engine time per block
+  // The device callback's thread (LivePipeline::callback_scheduling) and
+  // whether the process's memory is locked (dsp/realtime/memory_lock.hpp).
+  int callback_thread = 0;           // its thread id; 0: no callback yet (or file endpoints)
+  int callback_priority = 0;         // SCHED_FIFO/RR priority; 0: normal
+  bool callback_raised = false;      // raised by tapstream (the engine runs in it)
+  std::string callback_raise_error;  // why raising it was refused; empty: not refused
+  bool memory_locked = false;
 };
 
 // The status document of `status` (an object, without "ok").

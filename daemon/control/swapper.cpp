@@ -194,6 +194,16 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
     for (std::size_t p = 0; p < next->paths().size(); ++p) {
       const MatrixPath& path = next->paths()[p];
       const bool folded = max_delay == 0 && path.delay_frames > 0;
+      if (!folded && path.delay_frames > max_delay) {
+        const LiveConfig config = this->config();
+        throw std::invalid_argument(fmt::format(
+            "{}a delay of {} frames, more than the {} the engine's delay line was started with "
+            "(the starting matrix's longest delay or [filter] max_delay_frames, whichever is "
+            "more); raise [filter] max_delay_frames in {} and restart tapstream (a running "
+            "engine cannot grow)",
+            per_channel_ ? std::string() : RoutingMatrix::describe_path(p, path) + ": ",
+            path.delay_frames, max_delay, where_configured(config)));
+      }
       const std::size_t taps = path.taps.size() + (folded ? path.delay_frames : 0);
       if (taps <= max_taps) continue;
       const LiveConfig config = this->config();

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -411,7 +412,29 @@ void LivePipeline::note_callback_priority() noexcept {
   if (callback_priority_seen_ && ++callback_calls_since_priority_ < kPriorityRereadCalls) return;
   callback_priority_seen_ = true;
   callback_calls_since_priority_ = 0;
-  callback_priority_.store(own_realtime_priority(), std::memory_order_relaxed);
+  int priority = own_realtime_priority();
+  // The engine's work runs in this thread: it is owed the priority the engine
+  // thread would have had. A JACK server without -R or PortAudio's ALSA
+  // thread leaves it at normal priority, where any process on the machine
+  // preempts it in the middle of a period. A refusal is not asked again.
+  if (priority == 0 && in_callback_ && options_.realtime &&
+      callback_raise_.load(std::memory_order_relaxed) >= 0) {
+    const int error = raise_own_priority(options_.realtime_priority);
+    if (error == 0) priority = own_realtime_priority();
+    callback_raise_.store(error == 0 ? priority : -error, std::memory_order_relaxed);
+  }
+  callback_thread_id_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
+  callback_priority_.store(priority, std::memory_order_relaxed);
+}
+
+CallbackScheduling LivePipeline::callback_scheduling() const {
+  CallbackScheduling s;
+  s.thread_id = callback_thread_id_.load(std::memory_order_relaxed);
+  s.priority = callback_priority_.load(std::memory_order_relaxed);
+  const int raise = callback_raise_.load(std::memory_order_relaxed);
+  s.raised = raise > 0;
+  s.raise_error = raise < 0 ? -raise : 0;
+  return s;
 }
 
 void LivePipeline::device_callback(const float* input, float* output, std::size_t frames,

@@ -127,8 +127,11 @@ struct LivePipelineOptions {
   std::size_t block_frames = 256;   // frames per Engine::process call
   std::size_t margin_frames = 256;  // safety margin of the output ring, beyond one block
   bool crossfade = true;            // crossfade one block when a new bank is installed
-  bool realtime = true;             // ask for SCHED_FIFO on the engine thread
-  int realtime_priority = 60;       // at most; kept below the device callback's own
+  // Ask for SCHED_FIFO realtime_priority on the engine thread; with the
+  // engine in the callback, on a callback thread the device left at normal
+  // priority (it does the engine thread's work: dsp/realtime/thread_priority.hpp).
+  bool realtime = true;
+  int realtime_priority = 60;  // at most; the engine thread keeps below the callback's own
   // zero mode with the engine in the callback: builds the engine for calls of
   // up to the given block (the new period), with the running filters, when
   // the device's period changes (see above; called on the swap thread, may
@@ -162,6 +165,15 @@ struct LiveStats {
                                        // engine as 0)
   std::uint64_t period_changes = 0;    // device periods that changed while running
   std::uint64_t replans = 0;           // engines re-planned for a new period
+};
+
+// The device callback's thread as the callback last saw it (LivePipelineOptions::realtime).
+struct CallbackScheduling {
+  int thread_id = 0;    // its thread (gettid); 0 before the first call
+  int priority = 0;     // its SCHED_FIFO or SCHED_RR priority; 0: not real-time
+  bool raised = false;  // tapstream raised it (the engine runs in a thread the device left
+                        // at normal priority)
+  int raise_error = 0;  // the errno that refused raising it (EPERM: no rtprio); 0: none
 };
 
 class LivePipeline {
@@ -261,9 +273,17 @@ class LivePipeline {
   std::string engine_description() const;
   std::size_t engine_max_taps() const { return engine_max_taps_; }
   std::size_t engine_max_delay_frames() const { return engine_max_delay_frames_; }
-  bool realtime_granted() const { return realtime_granted_.load(std::memory_order_acquire); }
+  // The thread that runs the engine got real-time scheduling: the engine
+  // thread, or with the engine in the callback, the callback's thread (the
+  // device's priority, or the one it raised itself to).
+  bool realtime_granted() const {
+    return in_callback_ ? callback_priority_.load(std::memory_order_relaxed) > 0
+                        : realtime_granted_.load(std::memory_order_acquire);
+  }
 
   LiveStats stats() const;
+  // Any thread: see CallbackScheduling.
+  CallbackScheduling callback_scheduling() const;
   // Engine time per block, swap included (recorded by the engine thread).
   const LatencyStats& processing_times() const { return processing_times_; }
   // Timestamps of the recent periods, blocks and calls (any thread may dump them).
@@ -300,7 +320,8 @@ class LivePipeline {
   bool spin_for_input() noexcept;
   void request_realtime();
   // Device callback: records its thread's real-time priority (first call,
-  // then now and then: dsp/realtime/thread_priority.hpp).
+  // then now and then: dsp/realtime/thread_priority.hpp), after raising it
+  // when the engine runs in it and the device left it at normal priority.
   void note_callback_priority() noexcept;
   // Engine thread: moves itself just below the callback's priority.
   void follow_callback_priority();
@@ -378,9 +399,14 @@ class LivePipeline {
   SettlingPeriod output_period_;  // output side's calls (a stream without input)
   bool callback_priority_seen_ = false;
   unsigned callback_calls_since_priority_ = 0;
-  // Written once by the callback, read by the engine thread (relaxed: a
-  // priority to follow, nothing else depends on it); 0: not real-time.
+  // Written by the callback, read by the engine thread and the control side
+  // (relaxed: a priority to follow or report, nothing else depends on it);
+  // 0: not real-time.
   std::atomic<int> callback_priority_{0};
+  std::atomic<int> callback_thread_id_{0};
+  // The callback's raise of its own priority: 0 not tried, > 0 the priority
+  // granted, < 0 the errno that refused it (not asked again).
+  std::atomic<int> callback_raise_{0};
 
   // Engine thread only.
   int applied_callback_priority_ = 0;

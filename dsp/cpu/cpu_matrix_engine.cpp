@@ -224,8 +224,18 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
 CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOptions& options)
     : max_block_(options.max_block_frames),
       max_taps_(options.max_taps == 0 ? matrix.max_filter_taps() : options.max_taps),
-      max_delay_(
-          std::max({options.max_delay_frames, matrix.max_delay_frames(), std::size_t(65536)})),
+      // No reach beyond what is asked: each call writes a segment of every
+      // input into the delay line, so its memory is walked through once per
+      // reach; a 65536-frame reserve for 64 inputs was 35 MB of cold pages a
+      // call stepped into, and on the dev VM 2-4x the late periods of a
+      // compact line (docs/performance.md, SOFA). Delays under a partition
+      // cost no segment (their remainder is folded into the taps), so the
+      // reach is at least that: never 0, which would mean an engine that
+      // folds delays (MatrixEngine::max_delay_frames).
+      max_delay_(std::max({options.max_delay_frames, matrix.max_delay_frames(),
+                           options.max_block_frames == 0
+                               ? std::size_t(1)
+                               : chosen_partition(matrix, options) - 1})),
       n_in_(matrix.inputs()),
       n_out_(matrix.outputs()),
       n_paths_(matrix.paths().size()) {

@@ -18,10 +18,17 @@
 //   its own scheduling (the pipeline's engine thread its SCHED_FIFO
 //   realtime_priority, which a buffered stream needs whatever the device's
 //   callback runs at; the engine's workers their niceness below the caller).
+// - A served thread that does the engine's work itself (the device callback
+//   with the engine inside it) is owed what the engine thread would have had:
+//   when it is not real-time (a JACK server without -R, PortAudio's ALSA
+//   thread), it raises itself to SCHED_FIFO realtime_priority with
+//   raise_own_priority(), on its first call; a thread the device made
+//   real-time keeps the device's priority.
 //
 // The priority is read with system calls, not pthread_getschedparam, which
 // takes glibc's per-thread lock: a callback must never wait on a lock.
 
+#include <errno.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -37,6 +44,15 @@ inline int own_realtime_priority() noexcept {
   sched_param param{};
   if (policy < 0 || sched_getparam(0, &param) != 0) return 0;
   return policy == SCHED_FIFO || policy == SCHED_RR ? param.sched_priority : 0;
+}
+
+// Makes the calling thread SCHED_FIFO at `priority` with one system call on
+// thread 0 (sched_setscheduler: no glibc lock, no allocation, so an audio
+// callback may do it); 0 when granted, else the errno (EPERM without rtprio).
+inline int raise_own_priority(int priority) noexcept {
+  sched_param param{};
+  param.sched_priority = priority;
+  return sched_setscheduler(0, SCHED_FIFO, &param) == 0 ? 0 : errno;
 }
 
 // The SCHED_FIFO priority of the helper of `rank` serving a real-time thread
