@@ -143,6 +143,7 @@ TEST_F(ConfigChangesTest, OneChangedKeyIsReportedUnderItsOwnNameInItsClass) {
       {"[web]\nport = 8790\n", "web.port"},
       {"[web]\nroot = \"/\"\n", "web.root"},
       {"[web]\naddress = \"::1\"\n", "web.address"},
+      {"[web]\nrequests_per_second = 20\n", "web.requests_per_second"},
       {"[control]\nsocket = \"c.sock\"\n", "control.socket"},
       {"[control]\nmax_gain_db = 6\n", "control.max_gain_db"},
   };

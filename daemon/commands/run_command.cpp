@@ -978,6 +978,7 @@ int run_daemon(RunArgs args) {
     web_options.hosts = config.web_hosts;
     web_options.web_root = web_root(config);
     web_options.idle_timeout = config.web_idle_timeout;
+    web_options.max_messages_per_second = config.web_requests_per_second;
     web = std::make_unique<WebsocketServer>(web_options, api);
     web->start();
     // An IPv6 address goes in brackets, as a browser (and the Host check) wants it.

@@ -123,8 +123,8 @@ void read_filter(const Reader& reader, const toml::table& root, LiveConfig& conf
     reader.fail("missing [filter] table with file = \"...\", files = [...] or matrix = \"m.toml\"");
   }
   reader.check_known(*table, "filter",
-                     {"file", "files", "matrix", "gain_db", "watch", "max_taps",
-                      "max_delay_frames", "ignore_sample_rate", "resample"});
+                     {"file", "files", "matrix", "gain_db", "watch", "max_taps", "max_delay_frames",
+                      "ignore_sample_rate", "resample"});
   const toml::node* file = table->get("file");
   const toml::node* files = table->get("files");
   const toml::node* matrix = table->get("matrix");
@@ -314,8 +314,9 @@ void read_web_hosts(const Reader& reader, const toml::node& hosts, LiveConfig& c
 
 void read_web(const Reader& reader, const toml::table& root, LiveConfig& config) {
   if (const toml::table* table = reader.table(root, "web")) {
-    reader.check_known(*table, "web",
-                       {"port", "address", "token", "root", "idle_timeout_s", "hosts"});
+    reader.check_known(
+        *table, "web",
+        {"port", "address", "token", "root", "idle_timeout_s", "hosts", "requests_per_second"});
     if (auto port = reader.integer(*table, "web", "port", 0, 65535)) {
       config.web_port = static_cast<int>(*port);
     }
@@ -325,6 +326,9 @@ void read_web(const Reader& reader, const toml::table& root, LiveConfig& config)
     }
     if (auto idle = reader.integer(*table, "web", "idle_timeout_s", 2, 3600)) {
       config.web_idle_timeout = std::chrono::seconds(*idle);
+    }
+    if (auto rate = reader.integer(*table, "web", "requests_per_second", 1, 100000)) {
+      config.web_requests_per_second = static_cast<int>(*rate);
     }
     if (auto web_root = reader.string(*table, "web", "root", /*allow_empty=*/true)) {
       if (!web_root->empty()) config.web_root = reader.resolve(*web_root);

@@ -19,7 +19,7 @@
 //   [control] socket = "/run/user/1000/tapstream/control.sock"   ("" = no socket),
 //             max_gain_db = 0.0, max_upload_files = 16, max_upload_mib = 64
 //   [web]     port = 0, address = "127.0.0.1", token = "", root = "", idle_timeout_s = 60,
-//             hosts = []   (names besides localhost, 127.0.0.1, [::1] that clients may use)
+//             requests_per_second = 100, hosts = []   (names besides localhost, 127.0.0.1, [::1] that clients may use)
 //   [state]   file = ""
 //   [jack]    client_name = "tapstream", autoconnect = true,
 //             connect_inputs / connect_outputs = "none" | "pattern" | ["one per channel", ...]
@@ -138,6 +138,7 @@ struct LiveConfig {
   std::string web_token;                      // required from clients when not on loopback
   std::filesystem::path web_root;             // static files of the page; empty: the installed ones
   std::chrono::seconds web_idle_timeout{60};  // a silent client is pinged at half of it
+  int web_requests_per_second = 100;          // sustained, per client; bursts of twice that pass
   // Host names requests may carry besides localhost, 127.0.0.1 and [::1]
   // (lower case; a name, an IPv4 address or a bracketed IPv6 address).
   std::vector<std::string> web_hosts;

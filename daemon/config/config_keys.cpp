@@ -107,6 +107,8 @@ const std::vector<ConfigKey>& config_keys() {
       {"web.hosts", file_only, [](C a, C b) { return a.web_hosts == b.web_hosts; }},
       {"web.idle_timeout_s", file_only,
        [](C a, C b) { return a.web_idle_timeout == b.web_idle_timeout; }},
+      {"web.requests_per_second", file_only,
+       [](C a, C b) { return a.web_requests_per_second == b.web_requests_per_second; }},
       {"state.file", file_only, [](C a, C b) { return a.state_file == b.state_file; }},
       {"jack.client_name", file_only,
        [](C a, C b) { return a.jack.client_name == b.jack.client_name; }},
