@@ -301,6 +301,59 @@ TEST(RoutingMatrix, LongDelaysMatchTheFloat64ReferenceOfTheDelayedSignalAtAnyBlo
   }
 }
 
+TEST(RoutingMatrix, WholeSegmentsFilteredTogetherMatchOneSegmentAtATime) {
+  // A call that spans whole segments from a segment's start has them
+  // filtered together (each filter spectrum read once for all): the output
+  // is the float64 reference, and the stream cut into calls shorter than a
+  // segment to within float rounding, through long delays and a swap
+  // without crossfade in the middle of the stream.
+  const std::uint64_t seed = 20261127;
+  std::cout << "seed " << seed << "\n";
+  const std::size_t P = 512;
+  const RoutingMatrix matrix = delayed_matrix(seed);
+  const RoutingMatrix swapped = delayed_matrix(seed + 100);
+  const std::vector<std::vector<float>> inputs = {random_signal(90000, seed + 20),
+                                                  random_signal(90000, seed + 21)};
+  const std::size_t swap_at = 45056;  // 88 segments: the swap call starts a segment
+  const auto run = [&](std::size_t max_block, const std::vector<std::size_t>& calls) {
+    EngineOptions options;
+    options.max_block_frames = max_block;
+    options.cpu.matrix_partition = P;
+    const auto engine = make_cpu_matrix_engine(matrix, options);
+    std::vector<std::vector<float>> out(4, std::vector<float>(inputs[0].size()));
+    std::vector<float> in_block, out_block;
+    std::size_t call = 0;
+    for (std::size_t start = 0; start < inputs[0].size(); ++call) {
+      if (start == swap_at) engine->set_matrix(swapped, /*crossfade=*/false);
+      std::size_t n = std::min(calls[call % calls.size()], inputs[0].size() - start);
+      if (start < swap_at) n = std::min(n, swap_at - start);
+      in_block.assign(2 * n, 0.0f);
+      out_block.assign(4 * n, 0.0f);
+      for (std::size_t c = 0; c < 2; ++c)
+        std::copy_n(inputs[c].begin() + std::ptrdiff_t(start), n, in_block.begin() + c * n);
+      engine->process(in_block, out_block, n, Layout::planar);
+      for (std::size_t o = 0; o < 4; ++o)
+        std::copy_n(out_block.begin() + o * n, n, out[o].begin() + std::ptrdiff_t(start));
+      start += n;
+    }
+    return out;
+  };
+  // Whole batches of 2 to 8 segments from a segment's start, and calls that
+  // leave the stream in the middle of a segment before a batch.
+  const auto together = run(8 * P + 100, {2 * P, 8 * P + 100, 3 * P, 1000, 5 * P + 7, 8 * P});
+  const auto one_at_a_time = run(P - 1, {P - 1, 100, P / 2});
+  for (std::size_t o = 0; o < 4; ++o) {
+    // Before the swap the first matrix's output, after it the second's over
+    // the whole input (no crossfade: the new filters take over at once).
+    const std::vector<double> first = reference_output(matrix, inputs, o);
+    const std::vector<double> second = reference_output(swapped, inputs, o);
+    std::vector<double> want(first.begin(), first.begin() + std::ptrdiff_t(swap_at));
+    want.insert(want.end(), second.begin() + std::ptrdiff_t(swap_at), second.end());
+    EXPECT_LE(relative_error(together[o], want), 1e-5) << "output " << o;
+    EXPECT_LE(relative_error(together[o], one_at_a_time[o]), 1e-6) << "output " << o;
+  }
+}
+
 TEST(RoutingMatrix, SwapThatMovesDelaysCrossfadesOneBlockAndIsExactAfter) {
   const std::uint64_t seed = 91;
   std::cout << "seed " << seed << "\n";
@@ -381,7 +434,8 @@ TEST(RoutingMatrix, TheCpuDelayLineReachesOnlyWhatTheMatrixAndTheOptionsAsk) {
   // with a 65536-frame reserve were 35 MB of cold pages (docs/performance.md).
   std::vector<MatrixPath> paths;
   for (std::size_t i = 0; i < 64; ++i) {
-    for (std::size_t o = 0; o < 2; ++o) paths.push_back(make_path(i, o, random_signal(512, i), 0, 0));
+    for (std::size_t o = 0; o < 2; ++o)
+      paths.push_back(make_path(i, o, random_signal(512, i), 0, 0));
   }
   const RoutingMatrix sources = RoutingMatrix::make(64, 2, std::move(paths));
   EngineOptions options;

@@ -104,11 +104,13 @@ std::size_t chosen_partition(const RoutingMatrix& matrix, const EngineOptions& o
   return forced;
 }
 
-// acc += x * h over `bins` interleaved complex bins (AVX-512, AVX2+FMA or
-// plain, chosen at run time: dsp/cpu/cpu_simd).
-void multiply_add(float* acc, const float* x, const float* h, std::size_t bins) {
-  simd::complex_multiply_add(acc, x, h, bins);
-}
+// Whole segments a call filters together (see run_segments): enough for the
+// filters' spectra, read once for all of them, to cost a fraction of the
+// products; each costs a spectrum of delay line per input.
+constexpr std::size_t kMaxBatchSegments = 16;
+// Bins of a stretch of run_segments' products: the stretch of every term's
+// filter spectrum (8 KiB for 4 terms) stays in L1 across the batch's segments.
+constexpr std::size_t kStretchBins = 256;
 
 class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine {
  public:
@@ -177,10 +179,26 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   // process() without its checks; allocates, frees and locks nothing.
   void run_call(std::span<const float> in, std::span<float> out, std::size_t frames,
                 Layout layout) noexcept;
-  void compute_tails(Bank& bank) const;
+  void compute_tails(Bank& bank);
   // Output positions [position_, position_ + n) of the current segment for
   // every output of `bank`, into planar `dst` (frames per channel) at `done`.
   void emit(Bank& bank, float* dst, std::size_t done, std::size_t n, std::size_t frames);
+  // `segments` (>= 2) whole segments from position 0 of the current one, of
+  // the staged input at `done`, with the active bank and no crossfade: every
+  // input's transforms first, then each output's products for all of them
+  // at once (each filter spectrum read from memory once, not once a
+  // segment), then the inverse transforms. The same sums as emit and
+  // compute_tails segment by segment, so the output does not depend on it.
+  void run_segments(std::size_t segments, std::size_t done, std::size_t frames);
+  // The terms of output `o`'s sum for the segment in delay-line slot
+  // `segment`: pointers to the input spectra and to the filter spectra they
+  // meet, into xs and hs; returns their count (at most max_terms_). `which`:
+  // the head (partition 0 of undelayed paths; their input spectrum in
+  // `current` when not null, per input at stride_, else in the delay line),
+  // the tail (every other term) or all of them.
+  enum class Terms { head, tail, all };
+  std::size_t gather_terms(const Filters& filters, std::size_t o, std::size_t segment, Terms which,
+                           const float* current, const float** xs, const float** hs) const;
   const float* fdl_slot(std::size_t input, std::size_t slot) const {
     return fdl_.data() + (input * fdl_slots_ + slot) * stride_;
   }
@@ -200,16 +218,21 @@ class CpuMatrixEngine final : public MatrixEngine, private RealtimeMatrixEngine 
   const std::size_t max_block_, max_taps_, max_delay_;
   const std::size_t n_in_, n_out_, n_paths_;
   std::size_t partition_ = 0, stride_ = 0, bins_ = 0, fdl_slots_ = 0;
+  std::size_t batch_segments_ = 1;  // the most whole segments run_segments takes
+  std::size_t max_terms_ = 0;       // the most terms of one output's sum
   std::shared_ptr<const fftw::RealFftPair> fft_;
   std::vector<std::vector<std::size_t>> paths_of_output_;
   bool in_callback_ = false;  // realtime() is offered (see the top)
   double call_ns_ = 0.0;      // what a call of max_block_ frames lasts at the stream's rate
   std::string placement_;     // where it runs and why, for description()
 
-  AlignedFloats windows_;                           // per input: 2P samples
-  AlignedFloats fdl_;                               // per input: fdl_slots_ spectra
-  AlignedFloats current_;                           // per input: spectrum of the current window
-  AlignedFloats acc_;                               // one spectrum
+  AlignedFloats windows_;  // per input: 2P samples
+  AlignedFloats fdl_;      // per input: fdl_slots_ spectra
+  AlignedFloats current_;  // per input: spectrum of the current window
+  AlignedFloats acc_;      // one spectrum
+  AlignedFloats batch_;    // batch_segments_ spectra
+  // (batch_segments_ + 1) x max_terms_ pointers each: the terms gather_terms finds.
+  std::vector<const float*> term_x_, term_h_;
   AlignedFloats time_;                              // 2P samples
   AlignedFloats staged_in_, staged_out_, old_out_;  // planar
   std::size_t position_ = 0;                        // frames already in the current segment
@@ -233,9 +256,8 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
       // reach is at least that: never 0, which would mean an engine that
       // folds delays (MatrixEngine::max_delay_frames).
       max_delay_(std::max({options.max_delay_frames, matrix.max_delay_frames(),
-                           options.max_block_frames == 0
-                               ? std::size_t(1)
-                               : chosen_partition(matrix, options) - 1})),
+                           options.max_block_frames == 0 ? std::size_t(1)
+                                                         : chosen_partition(matrix, options) - 1})),
       n_in_(matrix.inputs()),
       n_out_(matrix.outputs()),
       n_paths_(matrix.paths().size()) {
@@ -252,7 +274,10 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   // segments of delay, k <= (P - 1 + max_taps_) / P partitions with the
   // remainder's zeros); slot slot_ itself still holds the segment
   // fdl_slots_ back until the current one completes.
-  fdl_slots_ = delay_line_segments(max_taps_, max_delay_, partition_);
+  // run_segments writes its segments' spectra before it reads any: the
+  // first still reads back as far as one segment does.
+  batch_segments_ = std::clamp<std::size_t>(max_block_ / partition_, 1, kMaxBatchSegments);
+  fdl_slots_ = delay_line_segments(max_taps_, max_delay_, partition_) + batch_segments_ - 1;
   const std::size_t n_in = matrix.inputs(), n_out = matrix.outputs();
   windows_ = AlignedFloats(n_in * 2 * partition_);
   fdl_ = AlignedFloats(n_in * fdl_slots_ * stride_);
@@ -265,6 +290,14 @@ CpuMatrixEngine::CpuMatrixEngine(const RoutingMatrix& matrix, const EngineOption
   paths_of_output_.resize(n_out);
   for (std::size_t p = 0; p < matrix.paths().size(); ++p)
     paths_of_output_[matrix.paths()[p].output].push_back(p);
+  // A path of at most max_taps_ taps spans at most this many partitions,
+  // whatever its delay's remainder (set_matrix and set_paths refuse more taps).
+  for (const auto& paths : paths_of_output_)
+    max_terms_ =
+        std::max(max_terms_, paths.size() * partitions_for_any_delay(max_taps_, partition_));
+  term_x_.resize((batch_segments_ + 1) * max_terms_);
+  term_h_.resize((batch_segments_ + 1) * max_terms_);
+  if (batch_segments_ > 1) batch_ = AlignedFloats(batch_segments_ * stride_);
   latest_ = make_filters(matrix);
   active_ = make_bank(latest_, false);
   if (options.realtime_calls) {
@@ -339,41 +372,106 @@ std::unique_ptr<CpuMatrixEngine::Bank> CpuMatrixEngine::make_bank(Filters filter
   return bank;
 }
 
-void CpuMatrixEngine::compute_tails(Bank& bank) const {
-  bank.tails.zero();
-  const Filters& filters = bank.filters;
+std::size_t CpuMatrixEngine::gather_terms(const Filters& filters, std::size_t o,
+                                          std::size_t segment, Terms which, const float* current,
+                                          const float** xs, const float** hs) const {
   const auto& paths = filters.matrix->paths();
-  for (std::size_t p = 0; p < paths.size(); ++p) {
-    float* tail = bank.tails.data() + paths[p].output * stride_;
-    // Partition j of the path meets the spectrum of segment s - q - j.
-    const std::size_t q = filters.skipped[p];
-    for (std::size_t j = q == 0 ? 1 : 0; j < filters.partitions[p]; ++j) {
-      const std::size_t slot = (slot_ + fdl_slots_ - q - j) % fdl_slots_;
-      multiply_add(tail, fdl_slot(paths[p].input, slot), filters.spectra[p]->data() + j * stride_,
-                   bins_);
+  std::size_t n = 0;
+  for (std::size_t p : paths_of_output_[o]) {
+    // Partition j of the path meets the spectrum of segment s - q - j
+    // (q + j < fdl_slots_: the delay line reaches that far).
+    const std::size_t q = filters.skipped[p], input = paths[p].input;
+    const float* h = filters.spectra[p]->data();
+    for (std::size_t j = 0; j < filters.partitions[p]; ++j) {
+      const bool head = q == 0 && j == 0;
+      if (which == Terms::head && !head) break;
+      if (which == Terms::tail && head) continue;
+      xs[n] = head && current != nullptr
+                  ? current + input * stride_
+                  : fdl_slot(input, (segment + fdl_slots_ - q - j) % fdl_slots_);
+      hs[n] = h + j * stride_;
+      ++n;
     }
+  }
+  return n;
+}
+
+void CpuMatrixEngine::compute_tails(Bank& bank) {
+  const float** xs = term_x_.data();
+  const float** hs = term_h_.data();
+  for (std::size_t o = 0; o < n_out_; ++o) {
+    const std::size_t n = gather_terms(bank.filters, o, slot_, Terms::tail, nullptr, xs, hs);
+    simd::complex_products(bank.tails.data() + o * stride_, nullptr, xs, hs, n, 0, bins_);
   }
 }
 
 void CpuMatrixEngine::emit(Bank& bank, float* dst, std::size_t done, std::size_t n,
                            std::size_t frames) {
-  const Filters& filters = bank.filters;
-  const auto& paths = filters.matrix->paths();
+  const float** xs = term_x_.data();
+  const float** hs = term_h_.data();
   for (std::size_t o = 0; o < paths_of_output_.size(); ++o) {
     float* y = dst + o * frames + done;
     if (paths_of_output_[o].empty()) {
       std::fill_n(y, n, 0.0f);
       continue;
     }
-    std::memcpy(acc_.data(), bank.tails.data() + o * stride_, stride_ * sizeof(float));
-    for (std::size_t p : paths_of_output_[o]) {
-      if (filters.skipped[p] != 0) continue;  // delayed by a segment or more: all in the tail
-      multiply_add(acc_.data(), current_.data() + paths[p].input * stride_,
-                   filters.spectra[p]->data(), bins_);
-    }
+    // Delayed by a segment or more, a path is all in the tail.
+    const std::size_t terms =
+        gather_terms(bank.filters, o, slot_, Terms::head, current_.data(), xs, hs);
+    simd::complex_products(acc_.data(), bank.tails.data() + o * stride_, xs, hs, terms, 0, bins_);
     fft_->inverse(acc_.data(), time_.data());
     std::copy_n(time_.data() + partition_ + position_, n, y);
   }
+}
+
+void CpuMatrixEngine::run_segments(std::size_t segments, std::size_t done, std::size_t frames) {
+  const std::size_t P = partition_;
+  const float* staged = staged_in_.data();
+  for (std::size_t c = 0; c < n_in_; ++c) {
+    float* window = windows_.data() + c * 2 * P;
+    for (std::size_t k = 0; k < segments; ++k) {
+      std::copy_n(staged + c * frames + done + k * P, P, window + P);
+      fft_->forward(window, fdl_.data() + (c * fdl_slots_ + (slot_ + k) % fdl_slots_) * stride_);
+      std::copy_n(window + P, P, window);
+    }
+    std::fill_n(window + P, P, 0.0f);
+  }
+  Bank& bank = *active_;
+  for (std::size_t o = 0; o < n_out_; ++o) {
+    float* y = staged_out_.data() + o * frames + done;
+    if (paths_of_output_[o].empty()) {
+      std::fill_n(y, segments * P, 0.0f);
+      continue;
+    }
+    // The first segment's tail is in the bank already (computed when the
+    // segment before it completed): only its head is added. The tail of the
+    // segment after the batch is computed in the same pass (the products
+    // compute_tails would do), so each filter spectrum is read once a call.
+    float* tail = bank.tails.data() + o * stride_;
+    const float** xs = term_x_.data();
+    const float** hs = term_h_.data();
+    std::size_t terms[kMaxBatchSegments + 1];
+    for (std::size_t k = 0; k <= segments; ++k) {
+      const Terms which = k == 0 ? Terms::head : k == segments ? Terms::tail : Terms::all;
+      terms[k] = gather_terms(bank.filters, o, (slot_ + k) % fdl_slots_, which, nullptr,
+                              xs + k * max_terms_, hs + k * max_terms_);
+    }
+    for (std::size_t first = 0; first < bins_; first += kStretchBins) {
+      const std::size_t count = std::min(kStretchBins, bins_ - first);
+      for (std::size_t k = 0; k < segments; ++k)
+        simd::complex_products(batch_.data() + k * stride_, k == 0 ? tail : nullptr,
+                               xs + k * max_terms_, hs + k * max_terms_, terms[k], first, count);
+      // After the first segment has read this stretch of the old tail.
+      simd::complex_products(tail, nullptr, xs + segments * max_terms_, hs + segments * max_terms_,
+                             terms[segments], first, count);
+    }
+    for (std::size_t k = 0; k < segments; ++k) {
+      fft_->inverse(batch_.data() + k * stride_, time_.data());
+      std::copy_n(time_.data() + P, P, y + k * P);
+    }
+  }
+  slot_ = (slot_ + segments) % fdl_slots_;
+  position_ = 0;
 }
 
 void CpuMatrixEngine::process(std::span<const float> in, std::span<float> out, std::size_t frames,
@@ -428,6 +526,12 @@ void CpuMatrixEngine::run_call(std::span<const float> in, std::span<float> out, 
       staged[c * frames + f] = layout == Layout::planar ? in[c * frames + f] : in[f * n_in + c];
 
   for (std::size_t done = 0; done < frames;) {
+    if (position_ == 0 && fade_from == nullptr && frames - done >= 2 * P && batch_segments_ > 1) {
+      const std::size_t segments = std::min((frames - done) / P, batch_segments_);
+      run_segments(segments, done, frames);
+      done += segments * P;
+      continue;
+    }
     const std::size_t n = std::min(frames - done, P - position_);
     for (std::size_t c = 0; c < n_in; ++c) {
       float* window = windows_.data() + c * 2 * P;

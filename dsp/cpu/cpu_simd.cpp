@@ -314,10 +314,120 @@ TAPSTREAM_PORTABLE void complex_multiply_add_impl(float* __restrict acc, const f
   }
 }
 
+// ---- interleaved complex sums of products, accumulated in registers ----
+// out = init + sum_t x_t * h_t over a stretch of bins. Per pair of lanes:
+// a += x * dup(hr) and b += swap(x) * dup(hi) over the terms, then
+// addsub(a, b): re = sum xr hr - sum xi hi, im = sum xi hr + sum xr hi. The
+// sums stay in registers across the terms, so each output float is written
+// once and each term costs two loads and two FMAs per vector.
+
+#if TAPSTREAM_X86_SIMD
+__attribute__((target("avx512f"))) void complex_products_impl(float* out, const float* init,
+                                                              const float* const* x,
+                                                              const float* const* h,
+                                                              std::size_t terms, std::size_t first,
+                                                              std::size_t floats) {
+  constexpr __mmask16 all = 0xFFFF;
+  std::size_t k = first;
+  const std::size_t end = first + floats;
+  for (; k + 32 <= end; k += 32) {
+    __m512 a0 = _mm512_setzero_ps(), b0 = _mm512_setzero_ps();
+    __m512 a1 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+    for (std::size_t t = 0; t < terms; ++t) {
+      const __m512 x0 = _mm512_loadu_ps(x[t] + k), x1 = _mm512_loadu_ps(x[t] + k + 16);
+      const __m512 h0 = _mm512_loadu_ps(h[t] + k), h1 = _mm512_loadu_ps(h[t] + k + 16);
+      a0 = _mm512_fmadd_ps(x0, _mm512_mask_moveldup_ps(h0, all, h0), a0);
+      b0 = _mm512_fmadd_ps(_mm512_mask_permute_ps(x0, all, x0, 0xB1),
+                           _mm512_mask_movehdup_ps(h0, all, h0), b0);
+      a1 = _mm512_fmadd_ps(x1, _mm512_mask_moveldup_ps(h1, all, h1), a1);
+      b1 = _mm512_fmadd_ps(_mm512_mask_permute_ps(x1, all, x1, 0xB1),
+                           _mm512_mask_movehdup_ps(h1, all, h1), b1);
+    }
+    // addsub: even lanes a - b, odd lanes a + b.
+    __m512 y0 = _mm512_fmaddsub_ps(_mm512_set1_ps(1.0f), a0, b0);
+    __m512 y1 = _mm512_fmaddsub_ps(_mm512_set1_ps(1.0f), a1, b1);
+    if (init != nullptr) {
+      y0 = _mm512_add_ps(y0, _mm512_loadu_ps(init + k));
+      y1 = _mm512_add_ps(y1, _mm512_loadu_ps(init + k + 16));
+    }
+    _mm512_storeu_ps(out + k, y0);
+    _mm512_storeu_ps(out + k + 16, y1);
+  }
+  for (; k < end; k += 2) {
+    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
+      re += xr * hr - xi * hi;
+      im += xr * hi + xi * hr;
+    }
+    out[k] = re;
+    out[k + 1] = im;
+  }
+}
+
+__attribute__((target("avx2,fma"))) void complex_products_impl(float* out, const float* init,
+                                                               const float* const* x,
+                                                               const float* const* h,
+                                                               std::size_t terms, std::size_t first,
+                                                               std::size_t floats) {
+  std::size_t k = first;
+  const std::size_t end = first + floats;
+  for (; k + 16 <= end; k += 16) {
+    __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+    __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    for (std::size_t t = 0; t < terms; ++t) {
+      const __m256 x0 = _mm256_loadu_ps(x[t] + k), x1 = _mm256_loadu_ps(x[t] + k + 8);
+      const __m256 h0 = _mm256_loadu_ps(h[t] + k), h1 = _mm256_loadu_ps(h[t] + k + 8);
+      a0 = _mm256_fmadd_ps(x0, _mm256_moveldup_ps(h0), a0);
+      b0 = _mm256_fmadd_ps(_mm256_permute_ps(x0, 0xB1), _mm256_movehdup_ps(h0), b0);
+      a1 = _mm256_fmadd_ps(x1, _mm256_moveldup_ps(h1), a1);
+      b1 = _mm256_fmadd_ps(_mm256_permute_ps(x1, 0xB1), _mm256_movehdup_ps(h1), b1);
+    }
+    __m256 y0 = _mm256_addsub_ps(a0, b0), y1 = _mm256_addsub_ps(a1, b1);
+    if (init != nullptr) {
+      y0 = _mm256_add_ps(y0, _mm256_loadu_ps(init + k));
+      y1 = _mm256_add_ps(y1, _mm256_loadu_ps(init + k + 8));
+    }
+    _mm256_storeu_ps(out + k, y0);
+    _mm256_storeu_ps(out + k + 8, y1);
+  }
+  for (; k < end; k += 2) {
+    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
+      re += xr * hr - xi * hi;
+      im += xr * hi + xi * hr;
+    }
+    out[k] = re;
+    out[k + 1] = im;
+  }
+}
+#endif
+
+TAPSTREAM_PORTABLE void complex_products_impl(float* out, const float* init, const float* const* x,
+                                              const float* const* h, std::size_t terms,
+                                              std::size_t first, std::size_t floats) {
+  for (std::size_t k = first; k < first + floats; k += 2) {
+    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
+      re += xr * hr - xi * hi;
+      im += xr * hi + xi * hr;
+    }
+    out[k] = re;
+    out[k + 1] = im;
+  }
+}
+
 }  // namespace
 
 void complex_multiply_add(float* acc, const float* x, const float* h, std::size_t bins) {
   complex_multiply_add_impl(acc, x, h, bins);
+}
+
+void complex_products(float* out, const float* init, const float* const* x, const float* const* h,
+                      std::size_t terms, std::size_t first_bin, std::size_t bins) {
+  complex_products_impl(out, init, x, h, terms, 2 * first_bin, 2 * bins);
 }
 
 void direct_fir(const float* x, const float* reversed_taps, std::size_t taps, float* y,

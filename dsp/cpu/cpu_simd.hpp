@@ -47,4 +47,12 @@ void delay_line_products(const float* x, std::size_t x_stride, std::size_t slots
 // alignment needed; any bin count.
 void complex_multiply_add(float* acc, const float* x, const float* h, std::size_t bins);
 
+// Bins [first_bin, first_bin + bins) of out = init + sum_{t < terms} x[t] * h[t]
+// (complex, FFTW's interleaved order; init null: none). The sums are held in
+// registers across the terms, so out is written once and read never: for a
+// sum of many products this does half the memory traffic of repeated
+// complex_multiply_add. out may be init; neither may alias an x or h.
+void complex_products(float* out, const float* init, const float* const* x, const float* const* h,
+                      std::size_t terms, std::size_t first_bin, std::size_t bins);
+
 }  // namespace tapstream::simd
