@@ -309,13 +309,14 @@ TEST(RoutingMatrix, WholeSegmentsFilteredTogetherMatchOneSegmentAtATime) {
   // without crossfade in the middle of the stream.
   const std::uint64_t seed = 20261127;
   std::cout << "seed " << seed << "\n";
-  const std::size_t P = 512;
   const RoutingMatrix matrix = delayed_matrix(seed);
   const RoutingMatrix swapped = delayed_matrix(seed + 100);
   const std::vector<std::vector<float>> inputs = {random_signal(90000, seed + 20),
                                                   random_signal(90000, seed + 21)};
-  const std::size_t swap_at = 45056;  // 88 segments: the swap call starts a segment
-  const auto run = [&](std::size_t max_block, const std::vector<std::size_t>& calls) {
+  const std::size_t swap_at =
+      45056;  // a multiple of each partition: the swap call starts a segment
+  const auto run = [&](std::size_t P, std::size_t max_block,
+                       const std::vector<std::size_t>& calls) {
     EngineOptions options;
     options.max_block_frames = max_block;
     options.cpu.matrix_partition = P;
@@ -325,7 +326,7 @@ TEST(RoutingMatrix, WholeSegmentsFilteredTogetherMatchOneSegmentAtATime) {
     std::size_t call = 0;
     for (std::size_t start = 0; start < inputs[0].size(); ++call) {
       if (start == swap_at) engine->set_matrix(swapped, /*crossfade=*/false);
-      std::size_t n = std::min(calls[call % calls.size()], inputs[0].size() - start);
+      std::size_t n = std::min({calls[call % calls.size()], max_block, inputs[0].size() - start});
       if (start < swap_at) n = std::min(n, swap_at - start);
       in_block.assign(2 * n, 0.0f);
       out_block.assign(4 * n, 0.0f);
@@ -338,19 +339,23 @@ TEST(RoutingMatrix, WholeSegmentsFilteredTogetherMatchOneSegmentAtATime) {
     }
     return out;
   };
-  // Whole batches of 2 to 8 segments from a segment's start, and calls that
-  // leave the stream in the middle of a segment before a batch.
-  const auto together = run(8 * P + 100, {2 * P, 8 * P + 100, 3 * P, 1000, 5 * P + 7, 8 * P});
-  const auto one_at_a_time = run(P - 1, {P - 1, 100, P / 2});
-  for (std::size_t o = 0; o < 4; ++o) {
-    // Before the swap the first matrix's output, after it the second's over
-    // the whole input (no crossfade: the new filters take over at once).
-    const std::vector<double> first = reference_output(matrix, inputs, o);
-    const std::vector<double> second = reference_output(swapped, inputs, o);
-    std::vector<double> want(first.begin(), first.begin() + std::ptrdiff_t(swap_at));
-    want.insert(want.end(), second.begin() + std::ptrdiff_t(swap_at), second.end());
-    EXPECT_LE(relative_error(together[o], want), 1e-5) << "output " << o;
-    EXPECT_LE(relative_error(together[o], one_at_a_time[o]), 1e-6) << "output " << o;
+  // The smallest partition the engine takes and a larger one.
+  for (const std::size_t P : {std::size_t(16), std::size_t(512)}) {
+    SCOPED_TRACE("partition " + std::to_string(P));
+    // Whole batches of 2 to 8 segments from a segment's start, and calls
+    // that leave the stream in the middle of a segment before a batch.
+    const auto together = run(P, 8 * P + 100, {2 * P, 8 * P + 100, 3 * P, 1000, 5 * P + 7, 8 * P});
+    const auto one_at_a_time = run(P, P - 1, {P - 1, 100, P / 2});
+    for (std::size_t o = 0; o < 4; ++o) {
+      // Before the swap the first matrix's output, after it the second's
+      // over the whole input (no crossfade: the new filters take over at once).
+      const std::vector<double> first = reference_output(matrix, inputs, o);
+      const std::vector<double> second = reference_output(swapped, inputs, o);
+      std::vector<double> want(first.begin(), first.begin() + std::ptrdiff_t(swap_at));
+      want.insert(want.end(), second.begin() + std::ptrdiff_t(swap_at), second.end());
+      EXPECT_LE(relative_error(together[o], want), 1e-5) << "output " << o;
+      EXPECT_LE(relative_error(together[o], one_at_a_time[o]), 1e-6) << "output " << o;
+    }
   }
 }
 
