@@ -80,8 +80,17 @@ TEST(FilterMailbox, AThrowingInstallIsRejectedAndNotAcknowledged) {
                std::runtime_error);
   EXPECT_EQ(mailbox.acknowledged(), 0u);
   EXPECT_EQ(mailbox.rejected(), sequence);
+  EXPECT_EQ(mailbox.refusal(), "too long") << "the engine's reason reaches the control thread";
   EXPECT_FALSE(mailbox.wait_acknowledged(sequence, std::chrono::seconds(5)));
   EXPECT_FALSE(mailbox.has_pending());
+
+  // A reason longer than the mailbox keeps is cut, not overrun.
+  const auto second = mailbox.post(make_bank(2.0f, &freed_elsewhere));
+  EXPECT_THROW(
+      mailbox.poll([](const FilterBank&) { throw std::runtime_error(std::string(5000, 'x')); }),
+      std::runtime_error);
+  EXPECT_EQ(mailbox.rejected(), second);
+  EXPECT_EQ(mailbox.refusal(), std::string(1023, 'x'));
 }
 
 TEST(FilterMailbox, WaitTimesOutWhenTheEngineNeverPolls) {

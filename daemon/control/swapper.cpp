@@ -224,7 +224,7 @@ std::string Swapper::install_locked(std::shared_ptr<const RoutingMatrix> next,
   const std::uint64_t sequence = pipeline_.post(next, std::move(changed_taps));
   if (!pipeline_.mailbox().wait_acknowledged(sequence, std::chrono::seconds(5))) {
     return reject(what, pipeline_.mailbox().rejected() == sequence
-                            ? "the engine refused it (see the log)"
+                            ? "the engine refused it: " + pipeline_.mailbox().refusal()
                             : "the engine did not take it within 5 s");
   }
   {

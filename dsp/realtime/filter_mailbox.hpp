@@ -26,16 +26,24 @@
 // engine's acquire exchange in poll() sees the fully built bank. The engine
 // publishes `acknowledged_` with release after install() returned, so a
 // control thread that reads it with acquire knows the swap has happened (and
-// sees any state the engine wrote before it). The returned_ push is a release
+// sees any state the engine wrote before it). A refusal's reason is copied
+// into `refusal_` before `rejected_` is published with release, and read by
+// the control thread after it saw its sequence there with acquire; the next
+// refusal can only come from a later post(), by that same control thread, so
+// the two never overlap. The returned_ push is a release
 // CAS and collect()'s exchange is acquire, so the control thread frees a node
 // only after the engine is done with it.
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -97,6 +105,10 @@ class Mailbox {
   // The sequence number of the last post() whose install() threw (0: none).
   std::uint64_t rejected() const { return rejected_.load(std::memory_order_acquire); }
 
+  // Why the engine refused the post rejected() names (its exception's
+  // message, cut at 1 KiB); read after rejected() returned that sequence.
+  std::string refusal() const { return std::string(refusal_.data()); }
+
   // Waits (sleeping, never spinning hard) until `sequence` is acknowledged or
   // rejected, or until `timeout` passes. Returns true when acknowledged.
   bool wait_acknowledged(std::uint64_t sequence, std::chrono::milliseconds timeout) {
@@ -138,6 +150,7 @@ class Mailbox {
         install(static_cast<const Payload&>(*node->bank));
       }
     } catch (...) {
+      note_refusal(std::current_exception());
       rejected_.store(node->sequence, std::memory_order_release);
       give_back(node);
       throw;
@@ -159,6 +172,20 @@ class Mailbox {
     Node* next = nullptr;  // link in the returned_ stack
   };
 
+  // Copies the exception's message into refusal_: no allocation.
+  void note_refusal(const std::exception_ptr& error) noexcept {
+    const char* what = "an exception that is not a std::exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    const std::size_t n = std::min(std::strlen(what), refusal_.size() - 1);
+    std::memcpy(refusal_.data(), what, n);
+    refusal_[n] = '\0';
+  }
+
   void give_back(Node* node) {
     Node* head = returned_.load(std::memory_order_relaxed);
     do {
@@ -172,6 +199,7 @@ class Mailbox {
   std::atomic<Node*> returned_{nullptr};
   std::atomic<std::uint64_t> acknowledged_{0};
   std::atomic<std::uint64_t> rejected_{0};
+  std::array<char, 1024> refusal_{};  // see the top: written before rejected_
 };
 
 using FilterMailbox = Mailbox<FilterBank>;
