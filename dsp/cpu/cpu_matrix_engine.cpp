@@ -9,6 +9,14 @@
 // transforms the window with the samples not yet seen still zero and emits
 // only the new positions, so no latency is added whatever the call size.
 //
+// Each output's sum is formed in registers over all its terms and written
+// once (simd::complex_products). A call that spans two or more whole segments
+// from a segment's start (offline calls) transforms them all first, then
+// forms each output's sums for all of them in one pass over its filter
+// spectra, the next segment's tail included (run_segments): the spectra,
+// which a delay's remainder doubles, are read from memory once a call rather
+// than once (or twice) a segment.
+//
 // A path's delay d = q P + r is a delay, not filter length: the path reads
 // its input's delay line q segments further back (its partition j meets
 // X_{s-q-j}), and only the remainder r < P becomes leading zeros of its

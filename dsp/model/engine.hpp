@@ -109,7 +109,9 @@ struct EngineOptions {
   std::size_t max_taps = 0;
   // Matrix engines that delay natively (MatrixEngine::max_delay_frames): the
   // longest path delay a later set_matrix() may bring. The delay line reaches
-  // at least max(this, the initial matrix's longest delay, 65536 frames).
+  // at least max(this, the initial matrix's longest delay), and 65536 frames
+  // on the CUDA matrix engine; the CPU one no further than that (or a
+  // partition): a longer line is cold memory its calls step through.
   std::size_t max_delay_frames = 0;
   Algorithm algorithm = Algorithm::automatic;
   // CUDA engine only: concurrent streams, kernel variant ("auto" or a name

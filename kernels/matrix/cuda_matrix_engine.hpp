@@ -17,7 +17,7 @@ namespace tapstream {
 // per-bin products; automatic: tiled, the faster on the H100) and
 // cuda.matrix_graphs are used. With the tiled kernel a path's delay is a
 // delay (max_delay_frames() reaches max(options.max_delay_frames, the
-// matrix's longest delay, 65536 frames), as the CPU matrix engine's, the
+// matrix's longest delay, 65536 frames), the
 // 65536 frames of spare room shortened past 256 inputs to keep it within
 // 256 MiB); with
 // cuBLAS it is folded into the taps (max_taps() then bounds delay + taps:
