@@ -20,6 +20,7 @@
 #include "daemon/engine_factory.hpp"
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/model/routing_matrix.hpp"
+#include "matrix_support.hpp"
 #include "reference.hpp"
 
 namespace tapstream {
@@ -220,6 +221,28 @@ TEST(EngineFactory, AGainOnTheCpuGetsCacheSizedOfflineBlocksAndFiltersKeepTheirs
   const auto filter = make_engine(
       Backend::cpu, RoutingMatrix::diagonal(FilterBank::shared(random_signal(64, 9), 32)), options);
   EXPECT_EQ(filter->max_block_frames(), 16384u);
+}
+
+TEST(EngineFactory, TheCpuMatrixEngineGetsOfflineBlocksOfSeveralSegments) {
+  // Its calls read each filter spectrum once for all their whole segments,
+  // so its blocks are longer than the per-channel rule gives many channels.
+  EngineOptions options;
+  options.max_block_frames = 0;
+  const auto dense = [](std::size_t inputs, std::size_t outputs) {
+    std::vector<MatrixPath> paths;
+    for (std::size_t o = 0; o < outputs; ++o)
+      paths.push_back(testing::make_path(o % inputs, o, random_signal(64, 20 + o)));
+    paths.push_back(testing::make_path(1, 0, random_signal(64, 7)));  // not diagonal
+    return RoutingMatrix::make(inputs, outputs, std::move(paths));
+  };
+  EXPECT_EQ(offline_block_frames("cpu", 128, 64), 8192u) << "the per-channel rule";
+  EXPECT_EQ(make_engine(Backend::cpu, dense(16, 128), options)->max_block_frames(), 16384u);
+  EXPECT_EQ(offline_block_frames("cpu", 512, 64), 4096u) << "the per-channel rule";
+  EXPECT_EQ(make_engine(Backend::cpu, dense(2, 512), options)->max_block_frames(), 8192u)
+      << "no more than 2^22 samples of a block in and out";
+  options.max_block_frames = 1000;
+  EXPECT_EQ(make_engine(Backend::cpu, dense(16, 128), options)->max_block_frames(), 1000u)
+      << "a block the caller gives is kept";
 }
 
 TEST(EngineFactory, CpuEnginesOfferNoCudaTransport) {
