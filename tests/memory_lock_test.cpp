@@ -18,23 +18,10 @@
 #include <optional>
 #include <string>
 
+#include "tests/sanitized_build.hpp"
+
 namespace tapstream {
 namespace {
-
-// The sanitizers' runtimes (sanitizer_common's interceptors) replace
-// mlockall with a no-op that succeeds (they cannot lock their shadow
-// memory), so nothing here can be observed under them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kMlockallIsReal = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kMlockallIsReal = false;
-#else
-constexpr bool kMlockallIsReal = true;
-#endif
-#else
-constexpr bool kMlockallIsReal = true;
-#endif
 
 // Drops CAP_IPC_LOCK from the calling process (root's way past RLIMIT_MEMLOCK).
 bool drop_ipc_lock() {
@@ -100,7 +87,8 @@ ChildLock lock_in_child(std::optional<rlim_t> limit_bytes) {
 }
 
 TEST(MemoryLock, ARefusalNamesTheLimitTheProcessSizeAndHowToAllowIt) {
-  if (!kMlockallIsReal) GTEST_SKIP() << "a sanitizer makes mlockall a no-op that succeeds";
+  // sanitizer_common's interceptor: the sanitizers cannot lock their shadow memory.
+  if (testing::kSanitizedBuild) GTEST_SKIP() << "a sanitizer makes mlockall a no-op that succeeds";
   const ChildLock child = lock_in_child(64 * 1024);
   ASSERT_TRUE(child.ran) << "the child could not drop CAP_IPC_LOCK or lower its limit";
   EXPECT_FALSE(child.lock.locked) << "a test process is larger than 64 KiB";
@@ -116,7 +104,8 @@ TEST(MemoryLock, ARefusalNamesTheLimitTheProcessSizeAndHowToAllowIt) {
 }
 
 TEST(MemoryLock, WhereTheSystemAllowsItTheWholeProcessIsLockedAndSaysSo) {
-  if (!kMlockallIsReal) GTEST_SKIP() << "a sanitizer makes mlockall a no-op that succeeds";
+  // sanitizer_common's interceptor: the sanitizers cannot lock their shadow memory.
+  if (testing::kSanitizedBuild) GTEST_SKIP() << "a sanitizer makes mlockall a no-op that succeeds";
   const ChildLock child = lock_in_child(std::nullopt);
   ASSERT_TRUE(child.ran);
   if (!child.lock.locked) GTEST_SKIP() << "not allowed here: " << child.message;

@@ -27,6 +27,7 @@
 #include "dsp/cpu/cpu_engine.hpp"
 #include "dsp/model/diagonal_engine.hpp"
 #include "dsp/model/filter_bank.hpp"
+#include "tests/sanitized_build.hpp"
 
 namespace tapstream {
 namespace {
@@ -99,25 +100,13 @@ TEST(NonFinite, ATallyNamesTheFirstFrameAndChannelAcrossBlocks) {
 
 // The cost the audio callback pays: printed, and bounded far above what any
 // machine this runs on needs (a 64-frame period at 48 kHz lasts 1333 us).
-// Whether this build times its sanitizer's instrumentation rather than the code.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 TEST(NonFinite, TheScanOfA64FramePeriodOf64ChannelsCostsMicroseconds) {
   // Under a sanitizer the scan runs about a hundred times slower (115 us a
   // period under clang's ASan + UBSan + fuzzer coverage): the bound would time
   // the instrumentation. The scan's output is checked in every build by the
   // tests above.
-  if (kSanitized) GTEST_SKIP() << "a sanitizer build times its instrumentation, not the scan";
+  if (testing::kSanitizedBuild)
+    GTEST_SKIP() << "a sanitizer build times its instrumentation, not the scan";
   const std::uint32_t seed = 64064;
   std::printf("seed %u\n", seed);
   std::mt19937 random(seed);

@@ -321,6 +321,23 @@ TAPSTREAM_PORTABLE void complex_multiply_add_impl(float* __restrict acc, const f
 // sums stay in registers across the terms, so each output float is written
 // once and each term costs two loads and two FMAs per vector.
 
+// Floats [k, end) one bin at a time: the vector versions' last bins, and
+// the portable version.
+inline void complex_products_scalar(float* out, const float* init, const float* const* x,
+                                    const float* const* h, std::size_t terms, std::size_t k,
+                                    std::size_t end) {
+  for (; k < end; k += 2) {
+    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
+    for (std::size_t t = 0; t < terms; ++t) {
+      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
+      re += xr * hr - xi * hi;
+      im += xr * hi + xi * hr;
+    }
+    out[k] = re;
+    out[k + 1] = im;
+  }
+}
+
 #if TAPSTREAM_X86_SIMD
 __attribute__((target("avx512f"))) void complex_products_impl(float* out, const float* init,
                                                               const float* const* x,
@@ -353,16 +370,7 @@ __attribute__((target("avx512f"))) void complex_products_impl(float* out, const 
     _mm512_storeu_ps(out + k, y0);
     _mm512_storeu_ps(out + k + 16, y1);
   }
-  for (; k < end; k += 2) {
-    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
-    for (std::size_t t = 0; t < terms; ++t) {
-      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
-      re += xr * hr - xi * hi;
-      im += xr * hi + xi * hr;
-    }
-    out[k] = re;
-    out[k + 1] = im;
-  }
+  complex_products_scalar(out, init, x, h, terms, k, end);
 }
 
 __attribute__((target("avx2,fma"))) void complex_products_impl(float* out, const float* init,
@@ -391,32 +399,14 @@ __attribute__((target("avx2,fma"))) void complex_products_impl(float* out, const
     _mm256_storeu_ps(out + k, y0);
     _mm256_storeu_ps(out + k + 8, y1);
   }
-  for (; k < end; k += 2) {
-    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
-    for (std::size_t t = 0; t < terms; ++t) {
-      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
-      re += xr * hr - xi * hi;
-      im += xr * hi + xi * hr;
-    }
-    out[k] = re;
-    out[k + 1] = im;
-  }
+  complex_products_scalar(out, init, x, h, terms, k, end);
 }
 #endif
 
 TAPSTREAM_PORTABLE void complex_products_impl(float* out, const float* init, const float* const* x,
                                               const float* const* h, std::size_t terms,
                                               std::size_t first, std::size_t floats) {
-  for (std::size_t k = first; k < first + floats; k += 2) {
-    float re = init != nullptr ? init[k] : 0.0f, im = init != nullptr ? init[k + 1] : 0.0f;
-    for (std::size_t t = 0; t < terms; ++t) {
-      const float xr = x[t][k], xi = x[t][k + 1], hr = h[t][k], hi = h[t][k + 1];
-      re += xr * hr - xi * hi;
-      im += xr * hi + xi * hr;
-    }
-    out[k] = re;
-    out[k + 1] = im;
-  }
+  complex_products_scalar(out, init, x, h, terms, first, first + floats);
 }
 
 }  // namespace
