@@ -735,35 +735,60 @@ TEST(CpuEngine, DescriptionNamesTheAlgorithm) {
   EXPECT_EQ(engine->channels(), 2u);
 }
 
-TEST(CpuSimd, ComplexMultiplyAddAddsTheProductsOfEveryBinWithinFloatRounding) {
-  // The CPU matrix engine's spectral products (interleaved re, im): every bin
+TEST(CpuSimd, ComplexProductsSumEveryTermOfEveryBinWithinFloatRounding) {
+  // The CPU matrix engine's spectral sums (interleaved re, im): every bin
   // count from 1 to 70, so that each vector width's remainder is reached,
-  // and the bins of FFTs of 32 to 16384 points; the accumulator starts
-  // non-zero and past the last bin stays untouched.
+  // and the bins of FFTs of 32 to 16384 points; 0 to 5 terms, with and
+  // without a starting spectrum, from bin 0 and from a later bin; floats
+  // outside the range asked stay untouched.
   const std::uint64_t seed = 77;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::vector<std::size_t> counts;
   for (std::size_t bins = 1; bins <= 70; ++bins) counts.push_back(bins);
   for (std::size_t n = 32; n <= 16384; n *= 2) counts.push_back(n / 2 + 1);
   for (const std::size_t bins : counts) {
-    const auto x = random_signal(2 * bins, seed + bins);
-    const auto h = random_signal(2 * bins, seed + bins + 1);
-    auto acc = random_signal(2 * bins + 8, seed + bins + 2);
-    const std::vector<float> before = acc;
-    simd::complex_multiply_add(acc.data(), x.data(), h.data(), bins);
-    for (std::size_t k = 0; k < 2 * bins; k += 2) {
-      const double xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-      const double re = before[k] + (xr * hr - xi * hi);
-      const double im = before[k + 1] + (xr * hi + xi * hr);
-      // Three roundings of terms of at most |x||h| + |acc| each.
-      const double bound = 4.0 * 0x1p-24 *
-                           (std::abs(before[k]) + std::abs(before[k + 1]) +
-                            (std::abs(xr) + std::abs(xi)) * (std::abs(hr) + std::abs(hi)));
-      ASSERT_NEAR(acc[k], re, bound) << bins << " bins, bin " << k / 2 << " (re)";
-      ASSERT_NEAR(acc[k + 1], im, bound) << bins << " bins, bin " << k / 2 << " (im)";
+    for (const std::size_t terms : {0, 1, 2, 5}) {
+      for (const std::size_t first : {std::size_t(0), bins / 3}) {
+        const std::uint64_t s = seed + 100 * bins + 10 * terms + first;
+        std::vector<std::vector<float>> x, h;
+        std::vector<const float*> xs, hs;
+        for (std::size_t t = 0; t < terms; ++t) {
+          x.push_back(random_signal(2 * bins, s + 2 * t));
+          h.push_back(random_signal(2 * bins, s + 2 * t + 1));
+        }
+        for (std::size_t t = 0; t < terms; ++t) {
+          xs.push_back(x[t].data());
+          hs.push_back(h[t].data());
+        }
+        const auto init = random_signal(2 * bins, s + 99);
+        for (const bool with_init : {false, true}) {
+          auto out = random_signal(2 * bins + 8, s + 98);
+          const std::vector<float> before = out;
+          const std::size_t count = bins - first;
+          simd::complex_products(out.data(), with_init ? init.data() : nullptr, xs.data(),
+                                 hs.data(), terms, first, count);
+          for (std::size_t k = 0; k < out.size(); ++k) {
+            if (k < 2 * first || k >= 2 * bins) {
+              ASSERT_EQ(out[k], before[k])
+                  << bins << " bins from " << first << ": float " << k << " outside the range";
+              continue;
+            }
+            const std::size_t b = k - k % 2;
+            double want = with_init ? init[k] : 0.0, magnitude = std::abs(want);
+            for (std::size_t t = 0; t < terms; ++t) {
+              const double xr = x[t][b], xi = x[t][b + 1], hr = h[t][b], hi = h[t][b + 1];
+              want += k % 2 == 0 ? xr * hr - xi * hi : xr * hi + xi * hr;
+              magnitude += (std::abs(xr) + std::abs(xi)) * (std::abs(hr) + std::abs(hi));
+            }
+            // Two roundings a term and one for the start, each at most 2^-24 of the sum's size.
+            const double bound = (2.0 * double(terms) + 2.0) * 0x1p-24 * magnitude;
+            ASSERT_NEAR(out[k], want, bound)
+                << bins << " bins, " << terms << " terms, from " << first << ", bin " << k / 2
+                << (k % 2 == 0 ? " (re)" : " (im)") << (with_init ? ", with a start" : "");
+          }
+        }
+      }
     }
-    for (std::size_t k = 2 * bins; k < acc.size(); ++k)
-      ASSERT_EQ(acc[k], before[k]) << bins << " bins: float " << k << " past the last bin";
   }
 }
 

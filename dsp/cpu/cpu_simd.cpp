@@ -252,68 +252,6 @@ TAPSTREAM_PORTABLE void delay_line_products_impl(const float* x, std::size_t x_s
   }
 }
 
-// ---- interleaved complex multiply-add: [re im re im ...] ----
-// Per pair of lanes (xr, xi): x * dup(hr) -/+ swap(x) * dup(hi), the even
-// lane subtracting (re), the odd one adding (im): fmaddsub does both.
-
-#if TAPSTREAM_X86_SIMD
-__attribute__((target("avx512f"))) void complex_multiply_add_impl(float* acc, const float* x,
-                                                                  const float* h,
-                                                                  std::size_t bins) {
-  const std::size_t floats = 2 * bins;
-  std::size_t k = 0;
-  for (; k + 16 <= floats; k += 16) {
-    const __m512 xv = _mm512_loadu_ps(x + k), hv = _mm512_loadu_ps(h + k);
-    // The masked forms with every lane set: GCC 12 warns of the unmasked
-    // ones' undefined pass-through (-Wmaybe-uninitialized).
-    constexpr __mmask16 all = 0xFFFF;
-    const __m512 swapped = _mm512_mask_permute_ps(xv, all, xv, 0xB1);  // xi xr
-    const __m512 product =
-        _mm512_fmaddsub_ps(xv, _mm512_mask_moveldup_ps(hv, all, hv),
-                           _mm512_mul_ps(swapped, _mm512_mask_movehdup_ps(hv, all, hv)));
-    _mm512_storeu_ps(acc + k, _mm512_add_ps(_mm512_loadu_ps(acc + k), product));
-  }
-  for (; k < floats; k += 2) {
-    const float xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-    acc[k] += xr * hr - xi * hi;
-    acc[k + 1] += xr * hi + xi * hr;
-  }
-}
-
-__attribute__((target("avx2,fma"))) void complex_multiply_add_impl(float* acc, const float* x,
-                                                                   const float* h,
-                                                                   std::size_t bins) {
-  const std::size_t floats = 2 * bins;
-  std::size_t k = 0;
-  for (; k + 16 <= floats; k += 16) {
-    const __m256 x0 = _mm256_loadu_ps(x + k), h0 = _mm256_loadu_ps(h + k);
-    const __m256 x1 = _mm256_loadu_ps(x + k + 8), h1 = _mm256_loadu_ps(h + k + 8);
-    const __m256 p0 =
-        _mm256_fmaddsub_ps(x0, _mm256_moveldup_ps(h0),
-                           _mm256_mul_ps(_mm256_permute_ps(x0, 0xB1), _mm256_movehdup_ps(h0)));
-    const __m256 p1 =
-        _mm256_fmaddsub_ps(x1, _mm256_moveldup_ps(h1),
-                           _mm256_mul_ps(_mm256_permute_ps(x1, 0xB1), _mm256_movehdup_ps(h1)));
-    _mm256_storeu_ps(acc + k, _mm256_add_ps(_mm256_loadu_ps(acc + k), p0));
-    _mm256_storeu_ps(acc + k + 8, _mm256_add_ps(_mm256_loadu_ps(acc + k + 8), p1));
-  }
-  for (; k < floats; k += 2) {
-    const float xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-    acc[k] += xr * hr - xi * hi;
-    acc[k + 1] += xr * hi + xi * hr;
-  }
-}
-#endif
-
-TAPSTREAM_PORTABLE void complex_multiply_add_impl(float* __restrict acc, const float* __restrict x,
-                                                  const float* __restrict h, std::size_t bins) {
-  for (std::size_t k = 0; k < 2 * bins; k += 2) {
-    const float xr = x[k], xi = x[k + 1], hr = h[k], hi = h[k + 1];
-    acc[k] += xr * hr - xi * hi;
-    acc[k + 1] += xr * hi + xi * hr;
-  }
-}
-
 // ---- interleaved complex sums of products, accumulated in registers ----
 // out = init + sum_t x_t * h_t over a stretch of bins. Per pair of lanes:
 // a += x * dup(hr) and b += swap(x) * dup(hi) over the terms, then
@@ -410,10 +348,6 @@ TAPSTREAM_PORTABLE void complex_products_impl(float* out, const float* init, con
 }
 
 }  // namespace
-
-void complex_multiply_add(float* acc, const float* x, const float* h, std::size_t bins) {
-  complex_multiply_add_impl(acc, x, h, bins);
-}
 
 void complex_products(float* out, const float* init, const float* const* x, const float* const* h,
                       std::size_t terms, std::size_t first_bin, std::size_t bins) {

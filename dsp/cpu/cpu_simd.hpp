@@ -40,18 +40,14 @@ void delay_line_products(const float* x, std::size_t x_stride, std::size_t slots
                          std::size_t first_slot, const float* h, std::size_t h_stride,
                          std::size_t terms, float* out, std::size_t blocks);
 
-// acc += x * h over `bins` complex bins in FFTW's interleaved (re, im) order
-// (the CPU matrix engine's spectra): per bin, re += xr hr - xi hi and
-// im += xr hi + xi hr, with fused multiply-adds where the CPU has them (the
-// result then differs from the plain loop's by float rounding only). No
-// alignment needed; any bin count.
-void complex_multiply_add(float* acc, const float* x, const float* h, std::size_t bins);
-
 // Bins [first_bin, first_bin + bins) of out = init + sum_{t < terms} x[t] * h[t]
-// (complex, FFTW's interleaved order; init null: none). The sums are held in
-// registers across the terms, so out is written once and read never: for a
-// sum of many products this does half the memory traffic of repeated
-// complex_multiply_add. out may be init; neither may alias an x or h.
+// (complex, FFTW's interleaved (re, im) order, the CPU matrix engine's
+// spectra; init null: none): per bin re = xr hr - xi hi, im = xr hi + xi hr,
+// with fused multiply-adds where the CPU has them. The sums are held in
+// registers across the terms, so out is written once and never read: a
+// read-modify-write pass of an accumulator per term did twice the memory
+// traffic. No alignment needed; any bin count. out may be init; neither may
+// alias an x or h.
 void complex_products(float* out, const float* init, const float* const* x, const float* const* h,
                       std::size_t terms, std::size_t first_bin, std::size_t bins);
 
