@@ -156,6 +156,20 @@ Backend backend_for_job(Backend requested, std::size_t channels, std::int64_t fr
   return Backend::cpu;
 }
 
+namespace {
+
+// The longest block from 4096 frames, doubling up to `most`, whose channels
+// in and out hold at most `samples` samples.
+std::size_t block_within(std::size_t samples, std::size_t most, std::size_t channels) {
+  std::size_t frames = 4096;
+  while (frames < most && 2 * frames * std::max<std::size_t>(channels, 1) <= samples) {
+    frames *= 2;
+  }
+  return frames;
+}
+
+}  // namespace
+
 std::size_t offline_block_frames(const std::string& engine, std::size_t channels,
                                  std::size_t taps) {
   const bool cuda = engine == "cuda";
@@ -166,13 +180,7 @@ std::size_t offline_block_frames(const std::string& engine, std::size_t channels
     }
     return frames;
   }
-  const std::size_t target_samples = std::size_t(1) << (cuda ? 23 : 20);
-  const std::size_t most = cuda ? 65536 : 16384;
-  std::size_t frames = 4096;
-  while (frames < most && 2 * frames * std::max<std::size_t>(channels, 1) <= target_samples) {
-    frames *= 2;
-  }
-  return frames;
+  return block_within(std::size_t(1) << (cuda ? 23 : 20), cuda ? 65536 : 16384, channels);
 }
 
 namespace {
@@ -287,9 +295,7 @@ std::unique_ptr<MatrixEngine> make_cpu_matrix(const RoutingMatrix& matrix,
   if (!matrix.is_diagonal()) {
     EngineOptions matrix_options = options;
     if (matrix_options.max_block_frames == 0) {
-      std::size_t frames = 4096;
-      while (frames < 16384 && 2 * frames * channels <= kCpuMatrixBlockSamples) frames *= 2;
-      matrix_options.max_block_frames = frames;
+      matrix_options.max_block_frames = block_within(kCpuMatrixBlockSamples, 16384, channels);
     }
     return make_cpu_matrix_engine(matrix, matrix_options);
   }
